@@ -1,0 +1,5 @@
+"""``python -m alloc_audit``."""
+
+from .cli import entry
+
+entry()

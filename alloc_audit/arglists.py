@@ -1,0 +1,96 @@
+"""Splitting a call's argument text into arguments, on demand.
+
+Extraction keeps each call's argument list as one string (cheap to record
+for a hundred thousand calls); the few calls a rule or the index looks at
+closely are split here, once (cached by text)."""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from .model import Arg, Call
+
+_KEYWORD = re.compile(r"^([A-Za-z_]\w*)\s*=(?!=)\s*(.*)$", re.S)
+_OPEN = "([{"
+_CLOSE = ")]}"
+
+
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+    """Split at ``sep`` outside brackets and string literals."""
+    parts: list[str] = []
+    depth = 0
+    quote = ""
+    start = 0
+    i = 0
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 2
+                continue
+            if text.startswith(quote, i):
+                i += len(quote)
+                quote = ""
+                continue
+        elif ch in "'\"":
+            quote = text[i:i + 3] if text[i:i + 3] in ('"""', "'''") else ch
+            i += len(quote)
+            continue
+        elif ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+        i += 1
+    tail = text[start:].strip()
+    if tail or parts:
+        parts.append(tail)
+    return [p for p in parts if p]
+
+
+@lru_cache(maxsize=4096)
+def split_args(arglist: str, cpp: bool = False) -> tuple[Arg, ...]:
+    """Arguments of a call's argument text. Python keyword arguments keep
+    their names; comments (``#``, or ``//`` and ``/* */`` in C++) are dropped."""
+    out = []
+    if cpp:
+        if "/" in arglist:
+            arglist = re.sub(r"//[^\n]*|/\*.*?\*/", " ", arglist, flags=re.S)
+        return tuple(Arg(None, " ".join(p.split())) for p in split_top_level(arglist))
+    if "\n" in arglist or "  " in arglist or "\t" in arglist:
+        arglist = " ".join(_strip_comments(arglist).split())
+    for part in split_top_level(arglist):
+        m = _KEYWORD.match(part)
+        if m is not None:
+            out.append(Arg(m.group(1), m.group(2).strip()))
+        else:
+            out.append(Arg(None, part))
+    return tuple(out)
+
+
+def _strip_comments(text: str) -> str:
+    """Drop `# ...` comments from a multi-line Python argument list (outside strings)."""
+    if "#" not in text:
+        return text
+    out = []
+    for line in text.splitlines():
+        quote = ""
+        for i, ch in enumerate(line):
+            if quote:
+                if ch == quote:
+                    quote = ""
+            elif ch in "'\"":
+                quote = ch
+            elif ch == "#":
+                line = line[:i]
+                break
+        out.append(line)
+    return "\n".join(out)
+
+
+def call_args(call: Call, cpp: bool = False) -> tuple[Arg, ...]:
+    return split_args(call.arglist, cpp)

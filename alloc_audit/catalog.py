@@ -1,0 +1,517 @@
+"""Reads ``rules/`` (API catalogues, tier patterns, rule packs) and the
+project's additions into one frozen ``Catalog``.
+
+The data ships inside the wheel as ``alloc_audit/_rules``; in a source
+checkout it is the top-level ``rules/`` directory. ``Catalog.digest`` hashes
+everything that changes what extraction produces (catalogues, packs,
+preprocessing macros), so the fact cache is invalidated when any of it
+changes; tier patterns are applied after the cache and are not part of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from . import __version__
+from .config import TIERS, Config
+from .errors import UsageError
+from .model import SiteKind
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PY_DEVICE_MODES = ("keyword", "inherit", "cuda", "to-args", "none")
+CPP_DEVICE_MODES = ("none", "cuda", "options", "inherit")
+_KINDS = tuple(k.value for k in SiteKind)
+
+
+def data_dir() -> Path:
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "_rules", here.parent / "rules"):
+        if (candidate / "tiers.toml").is_file():
+            return candidate
+    raise UsageError("alloc-audit's rule data (rules/) is missing; reinstall the package")
+
+
+@dataclass(frozen=True)
+class ApiSpec:
+    """How one catalogue API makes sites."""
+
+    api: str
+    kind: SiteKind
+    device: str = "none"
+    shape: str = "none"
+    size: tuple[int, ...] = ()
+    target: str = "assign"
+
+
+@dataclass(frozen=True)
+class ApiCatalog:
+    py_names: Mapping[str, ApiSpec] = field(default_factory=dict)
+    py_leaf: Mapping[str, ApiSpec] = field(default_factory=dict)
+    py_methods: Mapping[str, ApiSpec] = field(default_factory=dict)
+    py_exports: frozenset[str] = frozenset()
+    py_device_contexts: frozenset[str] = frozenset()
+    cpp_names: Mapping[str, ApiSpec] = field(default_factory=dict)
+    cpp_types: Mapping[str, ApiSpec] = field(default_factory=dict)
+    cpp_methods: Mapping[str, ApiSpec] = field(default_factory=dict)
+    cpp_exports: frozenset[str] = frozenset()
+    attribute_macros: tuple[str, ...] = ()
+    specifier_macros: tuple[str, ...] = ()
+    lone_macro_lines: bool = True
+
+    def cpp_lookup(self, callee: str) -> ApiSpec | None:
+        """Match a qualified C++ callee against the catalogue (see cpp.toml)."""
+        name = callee[2:] if callee.startswith("::") else callee
+        spec = self.cpp_names.get(name)
+        if spec is None and "::" in name:
+            spec = self.cpp_names.get(name.rsplit("::", 1)[1]) if name.startswith("std::") else None
+        return spec
+
+
+@dataclass(frozen=True)
+class RulePack:
+    """The names the hazard rules look for (rules/packs/default.toml)."""
+
+    capture_contexts: tuple[str, ...] = ()
+    capture_begin: tuple[str, ...] = ()
+    capture_end: tuple[str, ...] = ()
+    capture_depth: int = 3
+    captured: tuple[str, ...] = ()
+    scratch_accessors: tuple[str, ...] = ()
+    measurements: tuple[str, ...] = ()
+    free_memory_readings: tuple[str, ...] = ()
+    free_memory_attributes: tuple[str, ...] = ()
+    flow_depth: int = 3
+    fresh_pools: tuple[str, ...] = ()
+    graph_destroyers: tuple[str, ...] = ()
+    throwaway_names: tuple[str, ...] = ()
+    pool_attributes: tuple[str, ...] = ()
+    minting_contexts: tuple[str, ...] = ()
+    rollback_names: tuple[str, ...] = ()
+    checkpoint_names: tuple[str, ...] = ()
+    per_entry_hooks: tuple[str, ...] = ()
+    container_add: tuple[str, ...] = ()
+    container_remove: tuple[str, ...] = ()
+    contextmanagers: tuple[str, ...] = ()
+    initialisers: tuple[str, ...] = ()
+    hot_paths: tuple[str, ...] = ()
+    factory_names: tuple[str, ...] = ()
+
+
+# pack (section, key) -> RulePack field
+_PACK_FIELDS: dict[tuple[str, str], str] = {
+    ("capture", "contexts"): "capture_contexts",
+    ("capture", "begin"): "capture_begin",
+    ("capture", "end"): "capture_end",
+    ("capture", "depth"): "capture_depth",
+    ("capture", "captured"): "captured",
+    ("plan", "accessors"): "scratch_accessors",
+    ("measure", "calls"): "measurements",
+    ("free-memory", "calls"): "free_memory_readings",
+    ("free-memory", "attributes"): "free_memory_attributes",
+    ("free-memory", "depth"): "flow_depth",
+    ("graph-pool", "fresh"): "fresh_pools",
+    ("graph-pool", "destroy"): "graph_destroyers",
+    ("graph-pool", "throwaway"): "throwaway_names",
+    ("graph-pool", "attributes"): "pool_attributes",
+    ("rollback", "contexts"): "minting_contexts",
+    ("rollback", "restore"): "rollback_names",
+    ("rollback", "checkpoint"): "checkpoint_names",
+    ("retain", "hooks"): "per_entry_hooks",
+    ("retain", "add"): "container_add",
+    ("retain", "remove"): "container_remove",
+    ("retain", "contextmanagers"): "contextmanagers",
+    ("grow", "initialisers"): "initialisers",
+    ("hot", "paths"): "hot_paths",
+    ("derived", "factories"): "factory_names",
+}
+
+
+@dataclass(frozen=True)
+class TierPattern:
+    tier: str
+    reason: str
+    criteria: tuple[tuple[str, tuple[str, ...]], ...]
+    origin: str = ""
+
+
+TIER_CRITERIA = ("kind", "function", "class", "scope", "path", "role", "api", "wrapper")
+
+
+@dataclass(frozen=True)
+class Catalog:
+    apis: ApiCatalog
+    pack: RulePack
+    tiers: tuple[TierPattern, ...]
+    digest: str
+    py_needles: tuple[tuple[bytes, ...], ...]
+    py_aliasable: frozenset[bytes]
+    cpp_needles: tuple[tuple[bytes, ...], ...]
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_catalog(config: Config) -> Catalog:
+    base = data_dir()
+    sources: list[tuple[str, Mapping[str, Any], str]] = [
+        ("rules/apis/python.toml", _read_toml(base / "apis" / "python.toml"), "python"),
+        ("rules/apis/cpp.toml", _read_toml(base / "apis" / "cpp.toml"), "cpp"),
+    ]
+    for path in config.api_catalogues:
+        sources.append((str(path), _read_toml(path), "python"))
+    apis = _build_apis(sources, config)
+    packs: list[tuple[str, Mapping[str, Any]]] = []
+    if config.default_pack:
+        packs.append(("rules/packs/default.toml", _read_toml(base / "packs" / "default.toml")))
+    for path in config.rule_packs:
+        packs.append((str(path), _read_toml(path)))
+    pack = _build_pack(packs, config)
+    tiers = _build_tiers(config, _read_toml(base / "tiers.toml"))
+    digest_src = json.dumps(
+        {
+            "version": __version__,
+            "apis": [s[1] for s in sources],
+            "config-apis": [dict(a) for a in config.apis],
+            "allocators": list(config.allocators),
+            "macros": list(config.preprocess_macros),
+            "pack": [p[1] for p in packs],
+            "knobs": [list(k) for k in config.pack_extensions],
+        },
+        sort_keys=True,
+        default=str,
+    )
+    digest = hashlib.sha256(digest_src.encode()).hexdigest()[:16]
+    return Catalog(
+        apis=apis,
+        pack=pack,
+        tiers=tiers,
+        digest=digest,
+        py_needles=_needles(_py_needles(apis, pack)),
+        py_aliasable=_py_aliasable(apis),
+        cpp_needles=_needles(_cpp_needles(apis, pack)),
+    )
+
+
+@lru_cache(maxsize=32)
+def _read_toml_cached(path: str, mtime: float) -> Mapping[str, Any]:
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)
+
+
+def _read_toml(path: Path) -> Mapping[str, Any]:
+    try:
+        return _read_toml_cached(str(path), path.stat().st_mtime)
+    except OSError as exc:
+        raise UsageError(f"cannot read: {exc.strerror}", str(path)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"invalid TOML: {exc}", str(path), getattr(exc, "lineno", None)) from None
+
+
+def _str_tuple(where: str, entry: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = entry.get(key, [])
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UsageError(f"'{key}' must be a list of strings", where)
+    return tuple(value)
+
+
+_API_KEYS = {"names", "leaf", "methods", "types", "prefix", "kind", "device", "shape", "size", "target", "language"}
+
+
+def _spec(where: str, entry: Mapping[str, Any], api: str, cpp: bool) -> ApiSpec:
+    unknown = set(entry) - _API_KEYS
+    if unknown:
+        raise UsageError(f"unknown key(s) {', '.join(sorted(unknown))} in an api entry", where)
+    kind = entry.get("kind", "device")
+    if kind not in _KINDS:
+        raise UsageError(f"api {api!r}: unknown kind {kind!r}; use one of {', '.join(_KINDS)}", where)
+    modes = CPP_DEVICE_MODES if cpp else PY_DEVICE_MODES
+    device = entry.get("device", "cuda" if kind == "device" else "none")
+    if device not in modes:
+        raise UsageError(f"api {api!r}: unknown device mode {device!r}; use one of {', '.join(modes)}", where)
+    shape = entry.get("shape", "first")
+    if not isinstance(shape, str) or not re.fullmatch(r"positional|first|none|arg:\d+", shape):
+        raise UsageError(f"api {api!r}: shape must be positional, first, none or arg:N", where)
+    size = entry.get("size", [0])
+    if not isinstance(size, list) or not all(isinstance(i, int) for i in size):
+        raise UsageError(f"api {api!r}: size must be a list of argument indexes", where)
+    target = entry.get("target", "assign")
+    if not isinstance(target, str) or not re.fullmatch(r"assign|arg:\d+", target):
+        raise UsageError(f"api {api!r}: target must be assign or arg:N", where)
+    return ApiSpec(api=api, kind=SiteKind(kind), device=device, shape=shape, size=tuple(size), target=target)
+
+
+def _build_apis(sources: list[tuple[str, Mapping[str, Any], str]], config: Config) -> ApiCatalog:
+    py_names: dict[str, ApiSpec] = {}
+    py_leaf: dict[str, ApiSpec] = {}
+    py_methods: dict[str, ApiSpec] = {}
+    cpp_names: dict[str, ApiSpec] = {}
+    cpp_types: dict[str, ApiSpec] = {}
+    cpp_methods: dict[str, ApiSpec] = {}
+    py_exports: set[str] = set()
+    cpp_exports: set[str] = set()
+    contexts: set[str] = set()
+    attr_macros: list[str] = []
+    spec_macros: list[str] = []
+    lone = True
+
+    def add_entry(where: str, entry: Mapping[str, Any], cpp: bool) -> None:
+        if not isinstance(entry, dict):
+            raise UsageError("each [[api]] entry must be a table", where)
+        prefix = entry.get("prefix", "Tensor::" if cpp else "Tensor.")
+        for name in _str_tuple(where, entry, "names"):
+            spec = _spec(where, entry, name, cpp)
+            if cpp:
+                cpp_names[name] = spec
+                parts = name.split("::")
+                for i in range(1, len(parts) - 1):
+                    cpp_names.setdefault("::".join(parts[i:]), spec)
+            else:
+                py_names[name] = spec
+        for leaf in _str_tuple(where, entry, "leaf"):
+            (cpp_names if cpp else py_leaf)[leaf] = _spec(where, entry, leaf, cpp)
+        for method in _str_tuple(where, entry, "methods"):
+            (cpp_methods if cpp else py_methods)[method] = _spec(where, entry, prefix + method, cpp)
+        for type_name in _str_tuple(where, entry, "types"):
+            if not cpp:
+                raise UsageError("'types' applies to C++/CUDA entries only", where)
+            spec = _spec(where, entry, type_name, cpp)
+            cpp_types[type_name] = spec
+            cpp_types.setdefault(type_name.rsplit("::", 1)[-1], spec)
+
+    for where, data, language in sources:
+        unknown = set(data) - {"api", "exports", "default-device", "preprocess", "language"}
+        if unknown:
+            raise UsageError(f"unknown table(s) {', '.join(sorted(unknown))} in an API catalogue", where)
+        language = data.get("language", language)
+        if language not in ("python", "cpp"):
+            raise UsageError(f"language must be \"python\" or \"cpp\", got {language!r}", where)
+        cpp = language == "cpp"
+        for entry in data.get("api", []):
+            add_entry(where, entry, cpp)
+        exports = data.get("exports", {})
+        py_exports.update(_str_tuple(where, exports, "leaf"))
+        cpp_exports.update(_str_tuple(where, exports, "names"))
+        contexts.update(_str_tuple(where, data.get("default-device", {}), "contexts"))
+        pre = data.get("preprocess", {})
+        attr_macros += _str_tuple(where, pre, "attribute-macros")
+        spec_macros += _str_tuple(where, pre, "specifier-macros")
+        lone = bool(pre.get("lone-macro-lines", lone))
+
+    where = config.source or "configuration"
+    for entry in config.apis:
+        language = entry.get("language", "python")
+        if language not in ("python", "cpp", "both"):
+            raise UsageError(f"apis: language must be python, cpp or both, got {language!r}", where)
+        rest = {k: v for k, v in entry.items() if k != "language"}
+        if language in ("python", "both"):
+            add_entry(where, rest, False)
+        if language in ("cpp", "both"):
+            add_entry(where, rest, True)
+    for name in config.allocators:
+        # A project allocator: a function, method or constructor whose call
+        # acquires device memory (`self._make_buffer(...)`, `vram_alloc(...)`).
+        leaf = name.rsplit(".", 1)[-1].rsplit("::", 1)[-1]
+        py_spec = ApiSpec(api=name, kind=SiteKind.DEVICE, device="cuda", shape="first", target="assign")
+        cpp_spec = ApiSpec(api=name, kind=SiteKind.DEVICE, device="none", size=(0,), target="assign")
+        py_leaf[leaf] = py_spec
+        if "." in name:
+            py_methods[leaf] = py_spec
+        cpp_names[name] = cpp_spec
+        cpp_names.setdefault(leaf, cpp_spec)
+
+    spec_macros += list(config.preprocess_macros)
+    return ApiCatalog(
+        py_names=py_names,
+        py_leaf=py_leaf,
+        py_methods=py_methods,
+        py_exports=frozenset(py_exports),
+        py_device_contexts=frozenset(contexts),
+        cpp_names=cpp_names,
+        cpp_types=cpp_types,
+        cpp_methods=cpp_methods,
+        cpp_exports=frozenset(cpp_exports),
+        attribute_macros=tuple(dict.fromkeys(attr_macros)),
+        specifier_macros=tuple(dict.fromkeys(spec_macros)),
+        lone_macro_lines=lone,
+    )
+
+
+def _build_pack(packs: list[tuple[str, Mapping[str, Any]]], config: Config) -> RulePack:
+    values: dict[str, Any] = {}
+    for where, data in packs:
+        for section, table in data.items():
+            if not isinstance(table, dict):
+                raise UsageError(f"[{section}] must be a table", where)
+            for key, value in table.items():
+                name = _PACK_FIELDS.get((section, key))
+                if name is None:
+                    raise UsageError(f"unknown rule-pack key [{section}] {key}", where)
+                if isinstance(value, bool) or not isinstance(value, (int, list)):
+                    raise UsageError(f"[{section}] {key} must be a list of strings or an integer", where)
+                if isinstance(value, int):
+                    values[name] = value
+                else:
+                    values[name] = tuple(dict.fromkeys((*values.get(name, ()), *_str_tuple(where, table, key))))
+    for section, key, extra in config.pack_extensions:
+        name = _PACK_FIELDS[(section, key)]
+        values[name] = tuple(dict.fromkeys((*values.get(name, ()), *extra)))
+    for section, key, depth in config.pack_depths:
+        values[_PACK_FIELDS[(section, key)]] = depth
+    return RulePack(**values)
+
+
+def _build_tiers(config: Config, shipped: Mapping[str, Any]) -> tuple[TierPattern, ...]:
+    patterns: list[TierPattern] = []
+    where = config.source or "configuration"
+    for glob, tier in config.class_tiers:
+        patterns.append(
+            TierPattern(
+                tier=tier,
+                reason=f"class {{class}} is configured as {tier} (class-tiers in {where})",
+                criteria=(("class", (glob,)),),
+                origin=where,
+            )
+        )
+    for entry in config.tiers:
+        patterns.append(_tier_pattern(where, entry))
+    for entry in shipped.get("tier", []):
+        patterns.append(_tier_pattern("rules/tiers.toml", entry))
+    return tuple(patterns)
+
+
+def _tier_pattern(where: str, entry: Mapping[str, Any]) -> TierPattern:
+    unknown = set(entry) - {"tier", "reason", *TIER_CRITERIA}
+    if unknown:
+        raise UsageError(f"tier pattern: unknown key(s) {', '.join(sorted(unknown))}", where)
+    tier = entry.get("tier")
+    if tier not in TIERS:
+        raise UsageError(f"tier pattern: unknown tier {tier!r}; use one of {', '.join(TIERS)}", where)
+    reason = entry.get("reason", f"tier pattern in {where}")
+    if not isinstance(reason, str):
+        raise UsageError("tier pattern: reason must be a string", where)
+    criteria = tuple((key, _str_tuple(where, entry, key)) for key in TIER_CRITERIA if key in entry)
+    return TierPattern(tier=tier, reason=reason, criteria=criteria, origin=where)
+
+
+# ---------------------------------------------------------------- pre-filter needles
+#
+# A file is parsed only when it contains one of these byte strings. Every
+# catalogue API contributes its last name component followed by "(" (Python
+# formatters never put a space there) and, for Python, followed by " as " (an
+# aliased import such as `from torch import empty as E`); rule-pack names
+# contribute the longest literal run of their glob. So a file without any of
+# them cannot hold a site or a rule trigger, and adding an API to a catalogue
+# can never make the filter skip the files that use it.
+
+
+def _literal(glob: str) -> str:
+    """The longest identifier-like literal run of a glob."""
+    runs = re.findall(r"[A-Za-z0-9_]+", glob.replace("*", " ").replace("?", " "))
+    return max(runs, key=len) if runs else ""
+
+
+Needle = tuple[bytes, ...]
+
+
+def _trigger_needles(pack: RulePack) -> set[tuple[str, ...]]:
+    needles: set[tuple[str, ...]] = {("__enter__",)}
+    calls = (
+        pack.capture_contexts,
+        pack.capture_begin,
+        pack.capture_end,
+        pack.measurements,
+        pack.free_memory_readings,
+        pack.fresh_pools,
+        pack.minting_contexts,
+        pack.per_entry_hooks,
+    )
+    # Scratch accessors are not needles: alloc-bypasses-plan needs a direct
+    # allocation in the same function, whose own needle passes the file.
+    for names in calls:
+        for name in names:
+            leaf = re.split(r"\.|::", name)[-1]
+            if "*" not in leaf and "?" not in leaf:
+                needles.add((f"{leaf}(",))
+            elif len(_literal(name)) >= 4:
+                needles.add((_literal(name),))
+    # decorators and attributes are not called
+    for names in (pack.contextmanagers, pack.free_memory_attributes):
+        needles |= {(re.split(r"\.|::", n)[-1],) for n in names}
+    return needles
+
+
+def _py_needles(apis: ApiCatalog, pack: RulePack) -> set[tuple[str, ...]]:
+    needles: set[tuple[str, ...]] = set()
+    for name in apis.py_names:
+        # the module must be imported too (`import cupy as cp` still says cupy)
+        needles.add((name.partition(".")[0], f"{name.rsplit('.', 1)[-1]}("))
+    needles |= {(f"{leaf}(",) for leaf in (*apis.py_leaf, *apis.py_exports)}
+    needles |= {(f".{m}(",) for m in apis.py_methods if m != "to"}
+    # `Tensor.to(...)` and `device=...` name a CUDA device literally, and
+    # `pin_memory=` is a keyword.
+    needles |= {('"cuda',), ("'cuda",), ("current_device(",), ("pin_memory",)}
+    return needles | _trigger_needles(pack)
+
+
+def _py_aliasable(apis: ApiCatalog) -> frozenset[bytes]:
+    """Names that an aliased import (`from torch import empty as E`) can hide."""
+    leaves = {n.rsplit(".", 1)[-1] for n in apis.py_names} | set(apis.py_leaf) | set(apis.py_exports)
+    return frozenset(leaf.encode() for leaf in leaves)
+
+
+def _cpp_needles(apis: ApiCatalog, pack: RulePack) -> set[tuple[str, ...]]:
+    needles: set[tuple[str, ...]] = set()
+    for name in apis.cpp_names:
+        leaf = name.rsplit("::", 1)[-1]
+        needles.add((f"::{leaf}",) if "::" in name else (leaf,))
+    needles |= {(n.rsplit("::", 1)[-1],) for n in apis.cpp_types}
+    needles |= {(f"{m}(",) for m in apis.cpp_methods} | {(n,) for n in apis.cpp_exports}
+    return needles | _trigger_needles(pack)
+
+
+def _needles(groups: Iterable[tuple[str, ...]]) -> tuple[Needle, ...]:
+    """Each needle is a group of byte strings that must all occur. Drop
+    single-string needles that contain another single-string needle (the
+    shorter one finds them too); order the rest shortest first."""
+    unique = sorted(set(groups), key=lambda g: (len(g), sum(map(len, g)), g))
+    singles: list[str] = []
+    kept: list[tuple[str, ...]] = []
+    for group in unique:
+        if any(any(s in part for part in group) for s in singles):
+            continue
+        if len(group) == 1:
+            singles.append(group[0])
+        kept.append(group)
+    return tuple(tuple(part.encode() for part in group) for group in kept)
+
+
+_ALIAS_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+)?import[ \t][^\n]*\bas\b[^\n]*", re.M)
+_WORD = re.compile(rb"\w+")
+
+
+def passes_prefilter(data: bytes, needles: tuple[Needle, ...], aliasable: frozenset[bytes] = frozenset()) -> bool:
+    """True when ``data`` may hold a site or a rule trigger (see above)."""
+    for group in needles:
+        for part in group:
+            if part not in data:
+                break
+        else:
+            return True
+    if aliasable and b" as " in data:
+        for line in _ALIAS_IMPORT.findall(data):
+            if not aliasable.isdisjoint(_WORD.findall(line)):
+                return True
+    return False

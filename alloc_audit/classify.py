@@ -1,0 +1,113 @@
+"""Stage 5, classify: give each Site a tier and the reason for it. Pure.
+
+Order of authority: an inline ``alloc-audit: tier=T<n> reason`` annotation on
+the site's statement (or the comment lines right above it), then the ordered
+tier patterns (the project's ``class-tiers`` and ``tiers`` first, then
+``rules/tiers.toml``). A site no pattern matches is ``unknown``, with a reason
+that says so: tiers are never guessed silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from .catalog import TierPattern
+from .extract.annotations import annotation_applies
+from .globs import matcher
+from .model import Annotation, FileFacts, Scope, Site, Tier
+
+@dataclass(frozen=True)
+class SiteContext:
+    """What tier patterns can ask about a site's surroundings."""
+
+    role: str
+    functions: tuple[str, ...]  # enclosing function names, innermost first, lambdas skipped
+    class_name: str
+    function: str  # the innermost function name, or the scope for module/class level
+
+
+def scope_context(scope: str, scopes: Mapping[str, Scope]) -> SiteContext:
+    """Role, enclosing functions and class of a qualified scope in one file."""
+    own = scopes.get(scope)
+    if own is None:
+        return SiteContext(role="module", functions=(), class_name="", function=scope)
+    sep = "::" if "::" in scope else "."
+    parts = scope.split(sep)
+    functions: list[str] = []
+    class_name = ""
+    for i in range(len(parts), 0, -1):
+        found = scopes.get(sep.join(parts[:i]))
+        if found is None:
+            continue
+        if found.kind == "function":
+            functions.append(found.name)
+        elif found.kind == "class" and not class_name:
+            class_name = found.name
+    if not class_name and own.owner:
+        class_name = own.owner.split(sep)[-1]
+    return SiteContext(
+        role=own.role,
+        functions=tuple(functions),
+        class_name=class_name,
+        function=functions[0] if functions else own.name,
+    )
+
+
+def annotation_for(site: Site, annotations: Sequence[Annotation], kind: str) -> Annotation | None:
+    """The annotation of ``kind`` that applies to ``site`` (see
+    ``annotation_applies``)."""
+    if not annotations:
+        return None
+    own_lines = {a.line for a in annotations if a.own_line}
+    for ann in annotations:
+        if ann.kind == kind and annotation_applies(ann, site.span.end_line, site.stmt_line, own_lines):
+            return ann
+    return None
+
+
+def _compile(patterns: Sequence[TierPattern]) -> list[tuple[TierPattern, dict[str, object]]]:
+    return [(p, {key: matcher(globs) for key, globs in p.criteria}) for p in patterns]
+
+
+def classify_sites(sites: Iterable[Site], files: Mapping[str, FileFacts],
+                   patterns: Sequence[TierPattern]) -> tuple[Site, ...]:
+    compiled = _compile(patterns)
+    scope_maps: dict[str, dict[str, Scope]] = {}
+    out = []
+    for site in sites:
+        facts = files.get(site.path)
+        scopes = scope_maps.get(site.path)
+        if scopes is None:
+            scopes = scope_maps[site.path] = {s.qualname: s for s in reversed(facts.scopes)} if facts else {}
+        annotations = facts.annotations if facts else ()
+        out.append(classify_site(site, scope_context(site.scope, scopes), annotations, compiled))
+    return tuple(out)
+
+
+def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation],
+                  compiled: list[tuple[TierPattern, dict[str, object]]]) -> Site:
+    ann = annotation_for(site, annotations, "tier")
+    if ann is not None and not ann.problem and ann.tier:
+        why = ann.reason or "no reason given"
+        return dataclasses.replace(site, tier=Tier(ann.tier), tier_reason=f"annotated at line {ann.line}: {why}")
+    values = {
+        "kind": (site.kind.value,),
+        "function": ctx.functions,
+        "class": (ctx.class_name,) if ctx.class_name else (),
+        "scope": (site.scope,),
+        "path": (site.path,),
+        "role": (ctx.role,),
+        "api": (site.api,),
+        "wrapper": (site.wrapper,) if site.wrapper else (),
+    }
+    for pattern, tests in compiled:
+        if all(any(test(v) for v in values[key]) for key, test in tests.items()):  # type: ignore[operator]
+            reason = pattern.reason.format(
+                scope=site.scope, function=ctx.function, **{"class": ctx.class_name or "?"},
+                path=site.path, api=site.api,
+            )
+            return dataclasses.replace(site, tier=Tier(pattern.tier), tier_reason=reason)
+    return dataclasses.replace(site, tier=Tier.UNKNOWN,
+                               tier_reason=f"no tier pattern matches {ctx.role} {site.scope}")

@@ -1,0 +1,273 @@
+"""Configuration: ``[tool.alloc-audit]`` in ``pyproject.toml`` or the top level
+of ``alloc-audit.toml`` -> a frozen ``Config``.
+
+The project root is the directory of the nearest configuration file above the
+scanned paths; without one, the enclosing git work tree; without that, the
+scanned directory itself. Every key is validated: an unknown key or a wrong
+type is a ``UsageError`` naming the file, the line and the key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+CONFIG_NAME = "alloc-audit.toml"
+DEFAULT_MAX_FILE_SIZE = 2 * 1024 * 1024
+TIERS = ("T1", "T2", "T3", "T4", "T5a", "T5b", "unknown")
+
+# Rule-pack knobs a project may extend: config key -> (pack section, pack key).
+PACK_KNOBS: dict[str, tuple[str, str]] = {
+    "capture-contexts": ("capture", "contexts"),
+    "capture-begin": ("capture", "begin"),
+    "capture-end": ("capture", "end"),
+    "captured": ("capture", "captured"),
+    "scratch-accessors": ("plan", "accessors"),
+    "measurements": ("measure", "calls"),
+    "free-memory-readings": ("free-memory", "calls"),
+    "free-memory-attributes": ("free-memory", "attributes"),
+    "fresh-pools": ("graph-pool", "fresh"),
+    "graph-destroyers": ("graph-pool", "destroy"),
+    "throwaway-names": ("graph-pool", "throwaway"),
+    "pool-attributes": ("graph-pool", "attributes"),
+    "minting-contexts": ("rollback", "contexts"),
+    "rollback-names": ("rollback", "restore"),
+    "checkpoint-names": ("rollback", "checkpoint"),
+    "per-entry-hooks": ("retain", "hooks"),
+    "initialisers": ("grow", "initialisers"),
+    "hot-paths": ("hot", "paths"),
+    "factory-names": ("derived", "factories"),
+}
+PACK_DEPTHS: dict[str, tuple[str, str]] = {
+    "capture-depth": ("capture", "depth"),
+    "flow-depth": ("free-memory", "depth"),
+}
+
+_STR_LISTS = (
+    "include",
+    "exclude",
+    "api-catalogues",
+    "rule-packs",
+    "enable",
+    "disable",
+    "allocators",
+    "preprocess-macros",
+    *PACK_KNOBS,
+)
+_KNOWN = (
+    *_STR_LISTS,
+    *PACK_DEPTHS,
+    "max-file-size",
+    "allowlist",
+    "cache-dir",
+    "jobs",
+    "apis",
+    "tiers",
+    "class-tiers",
+    "severity",
+    "default-pack",
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    root: Path
+    source: str | None = None
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE
+    allowlist: str = "allowlists"
+    cache_dir: str = ".alloc-audit-cache"
+    jobs: int | None = None
+    api_catalogues: tuple[Path, ...] = ()
+    apis: tuple[Mapping[str, Any], ...] = ()
+    allocators: tuple[str, ...] = ()
+    preprocess_macros: tuple[str, ...] = ()
+    rule_packs: tuple[Path, ...] = ()
+    default_pack: bool = True
+    pack_extensions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    pack_depths: tuple[tuple[str, str, int], ...] = ()
+    tiers: tuple[Mapping[str, Any], ...] = ()
+    class_tiers: tuple[tuple[str, str], ...] = ()
+    enable: tuple[str, ...] = ()
+    disable: tuple[str, ...] = ()
+    severity: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+    @property
+    def allowlist_dir(self) -> Path:
+        return self.root / self.allowlist
+
+
+def find_project(start: Path) -> tuple[Path, Path | None]:
+    """The project root and its configuration file (None when there is none)."""
+    start = start.resolve()
+    if start.is_file():
+        start = start.parent
+    for directory in (start, *start.parents):
+        candidate = directory / CONFIG_NAME
+        if candidate.is_file():
+            return directory, candidate
+        pyproject = directory / "pyproject.toml"
+        if pyproject.is_file() and _has_tool_table(pyproject):
+            return directory, pyproject
+    for directory in (start, *start.parents):
+        if (directory / ".git").exists():
+            return directory, None
+    return start, None
+
+
+def _has_tool_table(pyproject: Path) -> bool:
+    try:
+        text = pyproject.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return re.search(r"^\s*\[\s*tool\s*\.\s*[\"']?alloc-audit", text, re.M) is not None
+
+
+def load_config(root: Path, config_file: Path | None) -> Config:
+    """Read and validate the configuration of the project at ``root``."""
+    if config_file is None:
+        return Config(root=root)
+    display = _display(config_file, root)
+    try:
+        raw_text = config_file.read_bytes().decode("utf-8")
+        data = tomllib.loads(raw_text)
+    except OSError as exc:
+        raise UsageError(f"cannot read configuration: {exc.strerror}", display) from None
+    except UnicodeDecodeError:
+        raise UsageError("configuration is not valid UTF-8", display) from None
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None)
+        raise UsageError(f"invalid TOML: {exc}", display, line) from None
+    if config_file.name == "pyproject.toml":
+        table = data.get("tool", {}).get("alloc-audit")
+        section = "[tool.alloc-audit]"
+        if table is None:
+            return Config(root=root, source=display)
+    else:
+        table, section = data, CONFIG_NAME
+    return _validate(table, raw_text, root, display, section, config_file.parent)
+
+
+def _display(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _line_of(text: str, key: str) -> int | None:
+    match = re.search(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=", text, re.M)
+    return text.count("\n", 0, match.start()) + 1 if match else None
+
+
+def _validate(
+    table: Mapping[str, Any], text: str, root: Path, display: str, section: str, base: Path
+) -> Config:
+    def fail(key: str, message: str) -> UsageError:
+        return UsageError(message, display, _line_of(text, key))
+
+    for key in table:
+        if key not in _KNOWN:
+            hint = difflib.get_close_matches(key, _KNOWN, n=1)
+            also = f"; did you mean '{hint[0]}'?" if hint else f"; known keys: {', '.join(sorted(_KNOWN))}"
+            raise fail(key, f"unknown key '{key}' in {section}{also}")
+
+    def str_list(key: str) -> tuple[str, ...]:
+        value = table.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise fail(key, f"'{key}' must be a list of strings, got {_type_name(value)}")
+        return tuple(value)
+
+    def integer(key: str, default: int | None, minimum: int) -> int | None:
+        value = table.get(key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise fail(key, f"'{key}' must be an integer >= {minimum}, got {value!r}")
+        return value
+
+    def string(key: str, default: str) -> str:
+        value = table.get(key, default)
+        if not isinstance(value, str) or not value:
+            raise fail(key, f"'{key}' must be a non-empty string, got {_type_name(value)}")
+        return value
+
+    def tables(key: str) -> tuple[Mapping[str, Any], ...]:
+        value = table.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            raise fail(key, f"'{key}' must be an array of tables ([[{key}]]), got {_type_name(value)}")
+        return tuple(value)
+
+    for key in PACK_KNOBS:
+        str_list(key)
+    extensions = tuple((sec, k, str_list(key)) for key, (sec, k) in PACK_KNOBS.items() if key in table)
+    depths = tuple(
+        (sec, k, integer(key, None, 0) or 0) for key, (sec, k) in PACK_DEPTHS.items() if key in table
+    )
+
+    class_tiers_raw = table.get("class-tiers", {})
+    if not isinstance(class_tiers_raw, dict):
+        raise fail("class-tiers", f"'class-tiers' must be a table of class glob = tier, got {_type_name(class_tiers_raw)}")
+    for glob, tier in class_tiers_raw.items():
+        if tier not in TIERS:
+            raise fail("class-tiers", f"'class-tiers': '{glob}' has unknown tier {tier!r}; use one of {', '.join(TIERS)}")
+
+    severity_raw = table.get("severity", {})
+    if not isinstance(severity_raw, dict):
+        raise fail("severity", f"'severity' must be a table of rule = \"error\"|\"warning\", got {_type_name(severity_raw)}")
+    for rule, sev in severity_raw.items():
+        if sev not in ("error", "warning"):
+            raise fail("severity", f"'severity': rule '{rule}' has {sev!r}; use \"error\" or \"warning\"")
+
+    default_pack = table.get("default-pack", True)
+    if not isinstance(default_pack, bool):
+        raise fail("default-pack", f"'default-pack' must be true or false, got {_type_name(default_pack)}")
+
+    max_size = integer("max-file-size", DEFAULT_MAX_FILE_SIZE, 1)
+    assert max_size is not None
+    return Config(
+        root=root,
+        source=display,
+        include=str_list("include"),
+        exclude=str_list("exclude"),
+        max_file_size=max_size,
+        allowlist=string("allowlist", "allowlists"),
+        cache_dir=string("cache-dir", ".alloc-audit-cache"),
+        jobs=integer("jobs", None, 1),
+        api_catalogues=tuple(_resolve(base, p) for p in str_list("api-catalogues")),
+        apis=tables("apis"),
+        allocators=str_list("allocators"),
+        preprocess_macros=str_list("preprocess-macros"),
+        rule_packs=tuple(_resolve(base, p) for p in str_list("rule-packs")),
+        default_pack=default_pack,
+        pack_extensions=extensions,
+        pack_depths=depths,
+        tiers=tables("tiers"),
+        class_tiers=tuple(sorted(class_tiers_raw.items())),
+        enable=str_list("enable"),
+        disable=str_list("disable"),
+        severity=tuple(sorted(severity_raw.items())),
+    )
+
+
+def _resolve(base: Path, path: str) -> Path:
+    return Path(os.path.normpath(base / path))
+
+
+def _type_name(value: Any) -> str:
+    return {str: "a string", int: "an integer", bool: "a boolean", float: "a number", list: "a list", dict: "a table"}.get(
+        type(value), type(value).__name__
+    )

@@ -1,0 +1,20 @@
+"""UsageError: the one exception meant for users (bad config, bad allowlist,
+bad arguments). ``cli.py`` catches it once, prints ``path:line: message`` and
+exits 2 without writing anything. Problems with scanned files are never
+exceptions: they are ``FileError`` values (see ``model.py``)."""
+
+from __future__ import annotations
+
+
+class UsageError(Exception):
+    def __init__(self, message: str, path: str | None = None, line: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.line = line
+
+    def __str__(self) -> str:
+        where = ""
+        if self.path:
+            where = f"{self.path}:{self.line}: " if self.line else f"{self.path}: "
+        return f"{where}{self.message}"

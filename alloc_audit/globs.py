@@ -1,0 +1,56 @@
+"""Glob matching for names and paths, compiled once per pattern list.
+
+Patterns are fnmatch-style and case-sensitive (``*`` also crosses ``.`` and
+``/``), which is what users of ruff/pre-commit globs expect for qualified
+names like ``pkg.ops.*``. Rules match callee names by the hundred thousand,
+so a matcher first looks at the name's last component: patterns whose last
+component is literal are a set lookup, and only names that pass that test
+(or a pattern with a wildcard in its last component) reach the full regex.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from functools import lru_cache
+from typing import Callable, Iterable
+
+_LAST = re.compile(r"(?:\.|::|->|/)")
+
+
+def _last(name: str) -> str:
+    parts = _LAST.split(name)
+    return parts[-1]
+
+
+@lru_cache(maxsize=512)
+def _compile(patterns: tuple[str, ...]) -> Callable[[str], bool]:
+    if not patterns:
+        return lambda _name: False
+    full = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+    literal_leaves = set()
+    wild_leaves = []
+    for p in patterns:
+        leaf = _last(p)
+        if any(ch in leaf for ch in "*?[") or not leaf:
+            wild_leaves.append(leaf or "*")
+        else:
+            literal_leaves.add(leaf)
+    leaf_regex = re.compile("|".join(f"(?:{fnmatch.translate(w)})" for w in wild_leaves)) if wild_leaves else None
+
+    def match(name: str) -> bool:
+        leaf = _last(name)
+        if leaf not in literal_leaves and (leaf_regex is None or leaf_regex.match(leaf) is None):
+            return False
+        return full.match(name) is not None
+
+    return match
+
+
+def matcher(patterns: Iterable[str]) -> Callable[[str], bool]:
+    """A predicate that is true when a name matches any of ``patterns``."""
+    return _compile(tuple(patterns))
+
+
+def matches(name: str, patterns: Iterable[str]) -> bool:
+    return _compile(tuple(patterns))(name)

@@ -1,0 +1,456 @@
+"""The frozen facts every stage shares.
+
+Facts are small, immutable and serialisable: strings, numbers, enums and
+tuples, never tree-sitter nodes (DESIGN.md, "extract facts"). Each dataclass
+converts to plain JSON-compatible data with ``to_plain`` and back with
+``from_plain``; the cache stores that plain form, so a round trip must be
+lossless (``tests/test_model.py`` checks it on every fixture).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Iterable, Iterator, TypeVar, Union, get_args, get_origin, get_type_hints
+
+
+class Language(str, Enum):
+    PYTHON = "python"
+    CPP = "cpp"
+    CUDA = "cuda"
+
+
+class SiteKind(str, Enum):
+    DEVICE = "device"
+    PINNED_HOST = "pinned-host"
+    MANAGED = "managed"
+    IPC = "ipc"
+    VIRTUAL = "virtual"
+    GRAPH_POOL = "graph-pool"
+    WORKSPACE = "workspace"
+    RELEASE = "release"
+
+
+class Tier(str, Enum):
+    T1 = "T1"
+    T2 = "T2"
+    T3 = "T3"
+    T4 = "T4"
+    T5A = "T5a"
+    T5B = "T5b"
+    UNKNOWN = "unknown"
+
+
+TIER_NAMES = {
+    Tier.T1: "model-resident",
+    Tier.T2: "engine-persistent",
+    Tier.T3: "pooled",
+    Tier.T4: "forward-scratch",
+    Tier.T5A: "host-staging",
+    Tier.T5B: "host-pinned",
+    Tier.UNKNOWN: "unknown",
+}
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """1-based lines and columns; ``end_col`` is exclusive."""
+
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+    def contains(self, other: Span) -> bool:
+        return (self.line, self.col) <= (other.line, other.col) and (other.end_line, other.end_col) <= (
+            self.end_line,
+            self.end_col,
+        )
+
+    def contains_line(self, line: int) -> bool:
+        return self.line <= line <= self.end_line
+
+
+@dataclass(frozen=True, slots=True)
+class Arg:
+    """One call argument: its keyword (None when positional) and source text."""
+
+    keyword: str | None
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Via:
+    """Where a derived site's memory is really acquired."""
+
+    api: str
+    path: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """An allocation (or, in native code, a release) found in the source.
+
+    ``shape`` keeps the size argument's structure (one entry per dimension or
+    byte-count argument) so byte sizing can evaluate it later; ``size`` is the
+    verbatim text. ``target`` is what receives the memory (``self.buf``,
+    ``buf_`` from ``cudaMalloc(&buf_, n)``) when it can be told; ``wrapper``
+    the call the allocation is handed to directly (``nn.Parameter``,
+    ``self.register_buffer``), which says a lot about its lifetime.
+    """
+
+    path: str
+    span: Span
+    language: Language
+    api: str
+    kind: SiteKind
+    scope: str
+    size: str | None = None
+    shape: tuple[str, ...] = ()
+    dtype: str | None = None
+    device: str | None = None
+    target: str | None = None
+    wrapper: str | None = None
+    stmt_line: int = 0
+    tier: Tier = Tier.UNKNOWN
+    tier_reason: str = ""
+    via: Via | None = None
+
+    @property
+    def derived(self) -> bool:
+        return self.via is not None
+
+    @property
+    def sort_key(self) -> tuple[str, int, int, str]:
+        return (self.path, self.span.line, self.span.col, self.api)
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """A function, method, lambda or class definition.
+
+    ``qualname`` joins enclosing names with ``.`` (Python) or ``::`` (C++);
+    ``owner`` is the qualified name of the innermost enclosing class, if any.
+    ``role`` is one of module, class, function, method, constructor,
+    destructor, lambda.
+    """
+
+    qualname: str
+    name: str
+    kind: str
+    role: str
+    span: Span
+    owner: str | None = None
+    params: tuple[str, ...] = ()
+    param_types: tuple[str, ...] = ()
+    decorators: tuple[str, ...] = ()
+    bases: tuple[str, ...] = ()
+    yields: tuple[int, ...] = ()
+    doc: str = ""
+    returns_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A call expression. ``callee`` is the dotted/qualified callee text with
+    Python import aliases resolved; ``arglist`` the source text between the
+    parentheses (split on demand by ``arglists.split_args``: most calls are
+    never looked at twice); ``target`` the assignment target the call's
+    value is stored to, when the call is the whole right-hand side."""
+
+    scope: str
+    span: Span
+    callee: str
+    arglist: str = ""
+    target: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallTable:
+    """A file's calls, stored by column. A file has thousands of calls and
+    most are only ever looked at by name, so they are kept as parallel
+    tuples (cheap to cache, send between processes and load) and turned into
+    ``Call`` objects only when asked for (``table[i]``, iteration).
+    ``positions`` holds line, col, end_line, end_col for each call, flat."""
+
+    scopes: tuple[str, ...] = ()
+    callees: tuple[str, ...] = ()
+    arglists: tuple[str, ...] = ()
+    targets: tuple[str | None, ...] = ()
+    positions: tuple[int, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.callees)
+
+    def __getitem__(self, i: int) -> Call:
+        p = self.positions
+        k = 4 * i
+        return Call(self.scopes[i], Span(p[k], p[k + 1], p[k + 2], p[k + 3]), self.callees[i], self.arglists[i],
+                    self.targets[i])
+
+    def __iter__(self) -> Iterator[Call]:
+        return (self[i] for i in range(len(self.callees)))
+
+    def line(self, i: int) -> int:
+        return self.positions[4 * i]
+
+    @staticmethod
+    def of(calls: Iterable[Call]) -> CallTable:
+        items = sorted(calls, key=lambda c: (c.span.line, c.span.col, c.span.end_line, c.span.end_col))
+        positions: list[int] = []
+        for c in items:
+            positions += (c.span.line, c.span.col, c.span.end_line, c.span.end_col)
+        return CallTable(tuple(c.scope for c in items), tuple(c.callee for c in items),
+                         tuple(c.arglist for c in items), tuple(c.target for c in items), tuple(positions))
+
+
+@dataclass(frozen=True, slots=True)
+class Assign:
+    """An assignment, declaration with initialiser, ``del`` (op ``del``) or
+    augmented assignment. ``targets`` are source texts; ``type`` is the
+    declared type in C++ or an annotation in Python."""
+
+    scope: str
+    line: int
+    targets: tuple[str, ...]
+    value: str
+    op: str = "="
+    type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Return:
+    scope: str
+    line: int
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A control-flow region: ``if``/``else`` branches, loops, ``try``,
+    ``except`` and ``finally`` bodies. ``test`` is the branch condition;
+    ``exits`` is true when the body ends the function's normal flow
+    (return/raise/throw) so code after it runs only when the test was false
+    (a guard clause). ``parent`` is the span of the enclosing statement, so
+    sibling branches (if/else) can be told apart from nested ones."""
+
+    kind: str
+    scope: str
+    span: Span
+    test: str = ""
+    exits: bool = False
+    stmt: Span | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WithItem:
+    callee: str
+    args: tuple[Arg, ...]
+    target: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class With:
+    """A ``with`` statement: its context items and the span of its body."""
+
+    scope: str
+    span: Span
+    body: Span
+    items: tuple[WithItem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Import:
+    """``name`` is bound in the file and refers to dotted ``target``."""
+
+    name: str
+    target: str
+    line: int
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """A C++ data member with its declared type (smart pointers unwrapped)."""
+
+    owner: str
+    name: str
+    type: str
+
+
+@dataclass(frozen=True, slots=True)
+class Annotation:
+    """An ``alloc-audit:`` comment. kind is ``ignore`` or ``tier``.
+    ``own_line`` is true when the comment is alone on its line (it then
+    applies to the next code line); ``problem`` is set when it is malformed."""
+
+    line: int
+    kind: str
+    rules: tuple[str, ...] = ()
+    tier: str | None = None
+    reason: str = ""
+    own_line: bool = False
+    problem: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FileFacts:
+    """Everything the later stages need to know about one file."""
+
+    path: str
+    language: Language
+    digest: str
+    module: str = ""
+    parsed: bool = True
+    errors: tuple[str, ...] = ()
+    sites: tuple[Site, ...] = ()
+    scopes: tuple[Scope, ...] = ()
+    calls: CallTable = CallTable()
+    assigns: tuple[Assign, ...] = ()
+    returns: tuple[Return, ...] = ()
+    blocks: tuple[Block, ...] = ()
+    withs: tuple[With, ...] = ()
+    imports: tuple[Import, ...] = ()
+    fields: tuple[Field, ...] = ()
+    annotations: tuple[Annotation, ...] = ()
+    lines_of_code: int = 0
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.errors)
+
+
+@dataclass(frozen=True, slots=True)
+class FileError:
+    """A file we could not fully read or parse; the run goes on."""
+
+    path: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Related:
+    path: str
+    line: int
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    rule: str
+    severity: Severity
+    path: str
+    line: int
+    col: int
+    scope: str
+    message: str
+    related: tuple[Related, ...] = ()
+    key: str = ""
+    suppressed: str | None = None
+    stmt_line: int = 0  # where the statement holding ``line`` starts (for suppressions)
+
+    @property
+    def sort_key(self) -> tuple[str, int, int, str]:
+        return (self.path, self.line, self.col, self.rule)
+
+
+# ---------------------------------------------------------------- plain form
+
+T = TypeVar("T")
+
+
+def to_plain(value: Any) -> Any:
+    """Dataclasses -> dicts (fields at their default are left out), enums ->
+    values, tuples -> lists. The inverse is :func:`from_plain`."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out: dict[str, Any] = {}
+        for f in _fields(type(value)):
+            v = getattr(value, f.name)
+            if f.default is not dataclasses.MISSING and v == f.default and not isinstance(v, Enum):
+                continue
+            if f.default_factory is not dataclasses.MISSING and v == f.default_factory():
+                continue
+            out[f.name] = to_plain(v)
+        return out
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple):
+        return [to_plain(v) for v in value]
+    return value
+
+
+def from_plain(cls: type[T], data: Any) -> T:
+    return typing.cast(T, _convert(cls, data))
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _fields(cls: type) -> tuple[dataclasses.Field[Any], ...]:
+    return dataclasses.fields(cls)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = get_type_hints(cls)
+    return hints
+
+
+def _convert(tp: Any, data: Any) -> Any:
+    if data is None:
+        return None
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        inner = [a for a in get_args(tp) if a is not type(None)]
+        return _convert(inner[0], data)
+    if origin is tuple:
+        args = get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(args[0], d) for d in data)
+        return tuple(_convert(a, d) for a, d in zip(args, data))
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return tp(data)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        hints = _hints(tp)
+        kwargs = {k: _convert(hints[k], v) for k, v in data.items()}
+        return tp(**kwargs)
+    return data
+
+
+__all__ = [
+    "Annotation",
+    "Arg",
+    "Assign",
+    "Block",
+    "Call",
+    "CallTable",
+    "Field",
+    "FileError",
+    "FileFacts",
+    "Finding",
+    "Import",
+    "Language",
+    "Related",
+    "Return",
+    "Scope",
+    "Severity",
+    "Site",
+    "SiteKind",
+    "Span",
+    "TIER_NAMES",
+    "Tier",
+    "Via",
+    "With",
+    "WithItem",
+    "from_plain",
+    "to_plain",
+]

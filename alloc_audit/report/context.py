@@ -1,0 +1,34 @@
+"""What every renderer receives: the result, how to show the root, and the
+allowlist comparison when the project has an allowlist."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..keys import site_key
+from ..model import Site
+
+if TYPE_CHECKING:
+    from ..allowlist import Comparison
+    from ..pipeline import ScanResult
+
+
+@dataclass(frozen=True)
+class ReportContext:
+    result: ScanResult
+    root_display: str
+    allowlist: Comparison | None = None
+    verbose: bool = False
+    pivot: str = "tier"
+    width: int | None = None
+    base: Any = None  # a BaseDelta for markdown --base
+
+    def allowlisted(self, site: Site) -> bool | None:
+        if self.allowlist is None:
+            return None
+        return site_key(site) in self.allowlist.covered_keys
+
+    def allowlist_json(self) -> dict[str, Any]:
+        assert self.allowlist is not None
+        return self.allowlist.to_json()

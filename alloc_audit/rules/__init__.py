@@ -1,0 +1,88 @@
+"""Stage 6, rules: ProjectIndex -> Findings. One module per rule; this file
+lists them (the registry is this tuple, greppable, nothing registers itself).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from ..catalog import RulePack
+from ..config import Config
+from ..globs import matcher
+from ..index import Func, ProjectIndex
+from ..model import Finding, Severity, Site
+from .base import Rule, RuleContext
+
+ALL_RULES: tuple[Rule, ...] = ()
+
+
+def rule_by_name(name: str) -> Rule | None:
+    for rule in ALL_RULES:
+        if rule.name == name or name in rule.aliases:
+            return rule
+    return None
+
+
+def enabled_rules(config: Config) -> tuple[Rule, ...]:
+    enable, disable = set(config.enable), set(config.disable)
+    return tuple(r for r in ALL_RULES if (r.default_on or r.name in enable) and r.name not in disable)
+
+
+def root_predicate(pack: RulePack) -> Callable[[Func], bool]:
+    """Functions where some rule starts looking (the on-demand expansion
+    parses what they call): captures, memory readings, fresh pools, planned
+    scratch, context managers and other per-entry hooks, declared captured
+    functions and hot paths."""
+    calls = matcher((*pack.capture_begin, *pack.measurements, *pack.free_memory_readings, *pack.fresh_pools,
+                     *pack.scratch_accessors))
+    contexts = matcher((*pack.capture_contexts, *pack.minting_contexts))
+    decorators = matcher(pack.contextmanagers)
+    hooks = matcher(("__enter__", *pack.per_entry_hooks))
+    declared = matcher((*pack.captured, *pack.hot_paths))
+
+    def is_root(func: Func) -> bool:
+        scope = func.scope
+        if scope is None:
+            return any(calls(c) for c in func.callees) or any(contexts(i.callee) for w in func.withs for i in w.items)
+        return (
+            any(calls(c) for c in func.callees)
+            or any(contexts(i.callee) for w in func.withs for i in w.items)
+            or any(decorators(d) for d in scope.decorators)
+            or hooks(scope.name)
+            or declared(func.qualname.replace("::", "."))
+        )
+
+    return is_root
+
+
+def known_rule_names() -> dict[str, str]:
+    """Every accepted rule name (aliases included) -> the current name."""
+    from ..suppress import META_RULES
+
+    names = {m.name: m.name for m in META_RULES}
+    for rule in ALL_RULES:
+        names[rule.name] = rule.name
+        for alias in rule.aliases:
+            names[alias] = rule.name
+    return names
+
+
+def enabled_names(config: Config) -> frozenset[str]:
+    from ..suppress import META_RULES
+
+    return frozenset({r.name for r in enabled_rules(config)} | {m.name for m in META_RULES})
+
+
+def run_rules(index: ProjectIndex, pack: RulePack, config: Config, sites: Sequence[Site]) -> tuple[Finding, ...]:
+    severities = dict(config.severity)
+    ctx = RuleContext(index=index, pack=pack, sites=tuple(sites))
+    out: list[Finding] = []
+    for rule in enabled_rules(config):
+        severity = Severity(severities.get(rule.name, rule.severity.value))
+        for finding in rule.check(ctx):
+            if finding.severity is not severity:
+                import dataclasses
+
+                finding = dataclasses.replace(finding, severity=severity)
+            out.append(finding)
+    return tuple(sorted(set(out), key=lambda f: f.sort_key))
