@@ -145,6 +145,8 @@ class TierPattern:
     origin: str = ""
 
 
+Needle = tuple[bytes, tuple[bytes, ...]]  # (gate, alternatives): see _needles
+
 TIER_CRITERIA = ("kind", "function", "class", "scope", "path", "role", "api", "wrapper")
 
 
@@ -154,9 +156,9 @@ class Catalog:
     pack: RulePack
     tiers: tuple[TierPattern, ...]
     digest: str
-    py_needles: tuple[tuple[bytes, ...], ...]
+    py_needles: tuple[Needle, ...]
     py_aliasable: frozenset[bytes]
-    cpp_needles: tuple[tuple[bytes, ...], ...]
+    cpp_needles: tuple[Needle, ...]
 
 
 # ---------------------------------------------------------------- loading
@@ -289,7 +291,9 @@ def _build_apis(sources: list[tuple[str, Mapping[str, Any], str]], config: Confi
                 raise UsageError("'types' applies to C++/CUDA entries only", where)
             spec = _spec(where, entry, type_name, cpp)
             cpp_types[type_name] = spec
-            cpp_types.setdefault(type_name.rsplit("::", 1)[-1], spec)
+            parts = type_name.split("::")
+            for i in range(1, len(parts) - 1):  # `cuda::vector` for `thrust::cuda::vector`, never bare `vector`
+                cpp_types.setdefault("::".join(parts[i:]), spec)
 
     for where, data, language in sources:
         unknown = set(data) - {"api", "exports", "default-device", "preprocess", "language"}
@@ -423,9 +427,6 @@ def _literal(glob: str) -> str:
     return max(runs, key=len) if runs else ""
 
 
-Needle = tuple[bytes, ...]
-
-
 def _trigger_needles(pack: RulePack) -> set[tuple[str, ...]]:
     needles: set[tuple[str, ...]] = {("__enter__",)}
     calls = (
@@ -483,19 +484,24 @@ def _cpp_needles(apis: ApiCatalog, pack: RulePack) -> set[tuple[str, ...]]:
 
 
 def _needles(groups: Iterable[tuple[str, ...]]) -> tuple[Needle, ...]:
-    """Each needle is a group of byte strings that must all occur. Drop
-    single-string needles that contain another single-string needle (the
-    shorter one finds them too); order the rest shortest first."""
-    unique = sorted(set(groups), key=lambda g: (len(g), sum(map(len, g)), g))
-    singles: list[str] = []
-    kept: list[tuple[str, ...]] = []
-    for group in unique:
-        if any(any(s in part for part in group) for s in singles):
-            continue
-        if len(group) == 1:
-            singles.append(group[0])
-        kept.append(group)
-    return tuple(tuple(part.encode() for part in group) for group in kept)
+    """Needles as (gate, alternatives): a file passes when it contains the
+    gate (if any) and one of the alternatives. Single-string needles share
+    one gate-less group; pairs (module, name) are grouped by module, so a
+    module the file never mentions costs one search, not one per name.
+    Strings that contain a shorter alternative of the same group are dropped
+    (the shorter one finds them too)."""
+    by_gate: dict[str, set[str]] = {}
+    for group in groups:
+        gate, word = (group[0], group[1]) if len(group) == 2 else ("", group[0])
+        by_gate.setdefault(gate, set()).add(word)
+    out: list[Needle] = []
+    for gate in sorted(by_gate, key=lambda g: (g != "", g)):
+        kept: list[str] = []
+        for word in sorted(by_gate[gate], key=lambda w: (len(w), w)):
+            if not any(k in word for k in kept):
+                kept.append(word)
+        out.append((gate.encode(), tuple(w.encode() for w in kept)))
+    return tuple(out)
 
 
 _ALIAS_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+)?import[ \t][^\n]*\bas\b[^\n]*", re.M)
@@ -504,12 +510,12 @@ _WORD = re.compile(rb"\w+")
 
 def passes_prefilter(data: bytes, needles: tuple[Needle, ...], aliasable: frozenset[bytes] = frozenset()) -> bool:
     """True when ``data`` may hold a site or a rule trigger (see above)."""
-    for group in needles:
-        for part in group:
-            if part not in data:
-                break
-        else:
-            return True
+    for gate, alternatives in needles:
+        if gate and gate not in data:
+            continue
+        for word in alternatives:
+            if word in data:
+                return True
     if aliasable and b" as " in data:
         for line in _ALIAS_IMPORT.findall(data):
             if not aliasable.isdisjoint(_WORD.findall(line)):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
 
 from .catalog import TierPattern
@@ -67,13 +68,44 @@ def annotation_for(site: Site, annotations: Sequence[Annotation], kind: str) -> 
     return None
 
 
-def _compile(patterns: Sequence[TierPattern]) -> list[tuple[TierPattern, dict[str, object]]]:
-    return [(p, {key: matcher(globs) for key, globs in p.criteria}) for p in patterns]
+class TierMatcher:
+    """The ordered tier patterns, compiled, with a memo: many sites share
+    every value a pattern looks at (same scope, api and kind), so each
+    combination is matched once."""
+
+    def __init__(self, patterns: Sequence[TierPattern]) -> None:
+        self.patterns = list(patterns)
+        self.tests = [{key: matcher(globs) for key, globs in p.criteria} for p in self.patterns]
+        self._memo: dict[tuple[object, ...], int] = {}
+
+    def first(self, site: Site, ctx: SiteContext) -> TierPattern | None:
+        key = (site.kind, ctx.functions, ctx.class_name, site.scope, site.path, ctx.role, site.api, site.wrapper)
+        found = self._memo.get(key)
+        if found is None:
+            values = {
+                "kind": (site.kind.value,),
+                "function": ctx.functions,
+                "class": (ctx.class_name,) if ctx.class_name else (),
+                "scope": (site.scope,),
+                "path": (site.path,),
+                "role": (ctx.role,),
+                "api": (site.api,),
+                "wrapper": (site.wrapper,) if site.wrapper else (),
+            }
+            found = next((i for i, tests in enumerate(self.tests)
+                          if all(any(test(v) for v in values[k]) for k, test in tests.items())), -1)
+            self._memo[key] = found
+        return self.patterns[found] if found >= 0 else None
+
+
+@lru_cache(maxsize=8)
+def tier_matcher(patterns: tuple[TierPattern, ...]) -> TierMatcher:
+    return TierMatcher(patterns)
 
 
 def classify_sites(sites: Iterable[Site], files: Mapping[str, FileFacts],
                    patterns: Sequence[TierPattern]) -> tuple[Site, ...]:
-    compiled = _compile(patterns)
+    compiled = tier_matcher(tuple(patterns))
     scope_maps: dict[str, dict[str, Scope]] = {}
     out = []
     for site in sites:
@@ -86,28 +118,21 @@ def classify_sites(sites: Iterable[Site], files: Mapping[str, FileFacts],
     return tuple(out)
 
 
-def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation],
-                  compiled: list[tuple[TierPattern, dict[str, object]]]) -> Site:
+def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation], compiled: TierMatcher) -> Site:
     ann = annotation_for(site, annotations, "tier")
     if ann is not None and not ann.problem and ann.tier:
         why = ann.reason or "no reason given"
         return dataclasses.replace(site, tier=Tier(ann.tier), tier_reason=f"annotated at line {ann.line}: {why}")
-    values = {
-        "kind": (site.kind.value,),
-        "function": ctx.functions,
-        "class": (ctx.class_name,) if ctx.class_name else (),
-        "scope": (site.scope,),
-        "path": (site.path,),
-        "role": (ctx.role,),
-        "api": (site.api,),
-        "wrapper": (site.wrapper,) if site.wrapper else (),
-    }
-    for pattern, tests in compiled:
-        if all(any(test(v) for v in values[key]) for key, test in tests.items()):  # type: ignore[operator]
-            reason = pattern.reason.format(
-                scope=site.scope, function=ctx.function, **{"class": ctx.class_name or "?"},
-                path=site.path, api=site.api,
-            )
-            return dataclasses.replace(site, tier=Tier(pattern.tier), tier_reason=reason)
+    if site.recovered:
+        return dataclasses.replace(site, tier=Tier.UNKNOWN, tier_reason=(
+            "inside code the parser could not read (a syntax error around it): its enclosing scope, "
+            "and so its lifetime, cannot be told; fix the syntax or annotate a tier"))
+    pattern = compiled.first(site, ctx)
+    if pattern is not None:
+        reason = pattern.reason.format(
+            scope=site.scope, function=ctx.function, **{"class": ctx.class_name or "?"},
+            path=site.path, api=site.api,
+        )
+        return dataclasses.replace(site, tier=Tier(pattern.tier), tier_reason=reason)
     return dataclasses.replace(site, tier=Tier.UNKNOWN,
                                tier_reason=f"no tier pattern matches {ctx.role} {site.scope}")

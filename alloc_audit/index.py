@@ -148,6 +148,7 @@ class ProjectIndex:
         self.cpp_functions: dict[str, list[Func]] = {}  # simple name -> free functions
         self._unattached: list[Func] = []
         self._calls_by_leaf: dict[str, list[tuple[Func, int]]] | None = None
+        self._leaf_indexed: set[str] = set()
         self._reset_caches()
         self.add(files)
 
@@ -157,7 +158,6 @@ class ProjectIndex:
         self._local_types: dict[str, dict[str, str]] = {}
         self._factory: dict[str, Reach | None] = {}
         self._class_alloc: dict[str, Reach | None] = {}
-        self._calls_by_leaf = None
         self._import_roots: dict[str, set[str]] = {}
         for cls in self.classes.values():
             cls.fields = {k: v for k, v in cls.fields.items() if v}  # forget "unknown" memos
@@ -625,18 +625,24 @@ class ProjectIndex:
     # ------------------------------------------------------------ allocation summaries
     def calls_by_leaf(self) -> dict[str, list[tuple[Func, int]]]:
         """Every call as (function, index in its file's CallTable), grouped
-        by the last name of its callee; read from the columns, no objects."""
+        by the last name of its callee; read from the columns, no objects.
+        Kept up to date as files are added."""
         if self._calls_by_leaf is None:
-            table: dict[str, list[tuple[Func, int]]] = {}
-            for func in self.funcs.values():
+            self._calls_by_leaf = {}
+            self._leaf_indexed = set()
+        table = self._calls_by_leaf
+        for path in self.files:
+            if path in self._leaf_indexed:
+                continue
+            self._leaf_indexed.add(path)
+            for func in self.by_path.get(path, {}).values():
                 calls = func.table
                 if calls is None:
                     continue
                 callees = calls.callees
                 for i in func.call_ix:
                     table.setdefault(split_callee(callees[i])[1], []).append((func, i))
-            self._calls_by_leaf = table
-        return self._calls_by_leaf
+        return table
 
     def callers_within(self, seeds: Iterable[Func], depth: int) -> dict[str, int]:
         """Functions that reach one of ``seeds`` through at most ``depth``
@@ -717,11 +723,9 @@ class ProjectIndex:
             return self._class_alloc[cls.key]
         self._class_alloc[cls.key] = None  # cycle guard
         found: Reach | None = None
-        for ctor in self.constructors(cls):
-            reached = [r for r in self.reach(ctor, depth) if not _weight(r.site)]
-            if reached:
-                found = reached[0]
-                break
+        reached = [r for ctor in self.constructors(cls) for r in self.reach(ctor, depth) if not _weight(r.site)]
+        if reached:
+            found = min(reached, key=_significance)
         self._class_alloc[cls.key] = found
         return found
 
@@ -786,28 +790,71 @@ class ProjectIndex:
         out.sort(key=lambda s: s.sort_key)
         return tuple(out)
 
-    def _factory_names(self) -> set[str]:
-        """Simple names that can be factories: functions with a site (or a
-        call) on a return line or an out-parameter, and classes whose
-        constructors allocate somewhere. A cheap superset of the real set."""
+    def _factory_names(self, depth: int = 3) -> set[str]:
+        """Names of functions that hand an allocation back and of classes
+        whose construction allocates, found from the allocations outward:
+        level 0 are functions returning (or filling an out-parameter with) a
+        site of their own and classes whose constructors hold one; each
+        further level adds functions that return a call to a known factory,
+        and classes whose constructors call one. Only calls whose name
+        matches the previous level are looked at."""
         names: set[str] = set()
+        frontier: list[Func] = []
         for func in self.funcs.values():
             scope = func.scope
-            if scope is None or scope.kind != "function":
+            if scope is None or scope.kind != "function" or not func.sites:
                 continue
-            if scope.role == "constructor":
-                if func.owner is not None and (func.sites or func.call_ix):
-                    names.add(func.owner.name)
-                    for cls in self.classes_by_name.get(func.owner.name, ()):
-                        names.add(cls.name)
-                continue
-            if func.returns or any(site.target and site.target.startswith("*") for site in func.sites):
-                names.add(func.name)
-        # subclasses inherit allocating constructors
-        for cls in self.classes.values():
-            if cls.name not in names and any(b.rsplit(".", 1)[-1].rsplit("::", 1)[-1] in names for b in cls.bases):
-                names.add(cls.name)
+            if scope.role == "constructor" and func.owner is not None:
+                if any(s.kind is not SiteKind.RELEASE and not _weight(s) for s in func.sites):
+                    frontier.append(func)
+            elif self.factory_allocation(func, 0) is not None:
+                frontier.append(func)
+        by_leaf = self.calls_by_leaf()
+        seen: set[str] = set()
+        for _level in range(depth + 1):
+            level_names: set[str] = set()
+            for func in frontier:
+                if func.id in seen:
+                    continue
+                seen.add(func.id)
+                if func.scope is not None and func.scope.role == "constructor" and func.owner is not None:
+                    level_names.add(func.owner.name)
+                    level_names |= {c.name for c in self.classes.values()
+                                    if func.owner.name in {b.rsplit(".", 1)[-1].rsplit("::", 1)[-1] for b in c.bases}}
+                else:
+                    level_names.add(func.name)
+            names |= level_names
+            next_frontier: list[Func] = []
+            for name in sorted(level_names):
+                for caller, i in by_leaf.get(name, ()):
+                    if caller.id in seen or caller.scope is None or caller.scope.kind != "function":
+                        continue
+                    if caller.scope.role == "constructor" or self._returns_call(caller, i):
+                        next_frontier.append(caller)
+            frontier = next_frontier
         return names
+
+    def _returns_call(self, func: Func, i: int) -> bool:
+        """Whether call ``i`` of ``func`` is returned (on a return line, or
+        stored into a name that is returned)."""
+        table = func.table
+        if table is None or not func.returns:
+            return False
+        line = table.line(i)
+        target = table.targets[i]
+        return any(r.line == line or (target is not None and r.value == target) for r in func.returns)
+
+    def _factory_api(self, func: Func, call: Call, cls: ClassInfo | None) -> str:
+        """How a derived site names its factory: as called on ``self``/``cls``
+        (`self._make_buffer`), else by the definition's qualified name
+        (`KVCachePool`, `Wrapper.make`): readable, and unchanged by import style."""
+        callee = call.callee
+        if callee.startswith(("self.", "cls.", "this->", "super()")) or "->" in callee:
+            return callee
+        if cls is not None:
+            return cls.qualname
+        targets = self.resolve(func, call)
+        return targets[0].qualname if targets else callee
 
     def _derive(self, func: Func, call: Call, depth: int) -> Site | None:
         cls = self.constructed_class(func, call)
@@ -832,8 +879,8 @@ class ProjectIndex:
         return Site(
             path=func.path,
             span=call.span,
-            language=under.language if func.language is under.language else func.language,
-            api=call.callee,
+            language=func.language,
+            api=self._factory_api(func, call, cls),
             kind=under.kind,
             scope=func.qualname,
             size=" ".join(call.arglist.split()) or None,
@@ -858,6 +905,16 @@ def _dotted_modules(dotted: str) -> set[str]:
     """Every prefix of a dotted name that could be its module."""
     parts = dotted.split(".")
     return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+_KIND_RANK = {SiteKind.DEVICE: 0, SiteKind.IPC: 1, SiteKind.MANAGED: 2, SiteKind.VIRTUAL: 3,
+              SiteKind.WORKSPACE: 4, SiteKind.GRAPH_POOL: 5, SiteKind.PINNED_HOST: 6, SiteKind.RELEASE: 9}
+
+
+def _significance(reach: Reach) -> tuple[int, int, str, int]:
+    """Which of a construction's allocations stands for it: device memory
+    before host memory, then the nearest, then the first in the source."""
+    return (_KIND_RANK[reach.site.kind], len(reach.hops), reach.site.path, reach.site.span.line)
 
 
 def _weight(site: Site) -> bool:

@@ -121,6 +121,7 @@ class Site:
     target: str | None = None
     wrapper: str | None = None
     stmt_line: int = 0
+    recovered: bool = False  # inside a region the parser had to recover from a syntax error
     tier: Tier = Tier.UNKNOWN
     tier_reason: str = ""
     via: Via | None = None

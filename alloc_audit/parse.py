@@ -79,12 +79,17 @@ def parse_source(data: bytes, lang: Language, attribute_macros: tuple[str, ...] 
 def _mask_regex(attribute_macros: tuple[str, ...], specifier_macros: tuple[str, ...],
                 lone_macro_lines: bool) -> re.Pattern[bytes] | None:
     parts = []
+
+    def alternation(macros: tuple[str, ...]) -> bytes:
+        # a `*` in a configured name matches any identifier characters
+        return b"|".join(re.escape(m.encode()).replace(rb"\*", rb"\w*") for m in macros)
+
     if attribute_macros:
-        names = b"|".join(re.escape(m.encode()) for m in attribute_macros)
+        names = alternation(attribute_macros)
         # NAME(...) with one level of nested parentheses, on one line
-        parts.append(rb"\b(?:" + names + rb")\s*\((?:[^()\n]|\([^()\n]*\))*\)")
+        parts.append(rb"\b(?:" + names + rb")\s*\((?:[^()\n]|\([^()\n]*\))*\)(?:\s*;)?")
     if specifier_macros:
-        names = b"|".join(re.escape(m.encode()) for m in specifier_macros)
+        names = alternation(specifier_macros)
         parts.append(rb"\b(?:" + names + rb")\b(?!\s*\()")
     if lone_macro_lines:
         parts.append(rb"(?m)^[ \t]*[A-Z][A-Z0-9_]*_[A-Z0-9_]+[ \t]*$")

@@ -178,8 +178,22 @@ def _with(facts: FileFacts, **changes: Any) -> FileFacts:
 # ---------------------------------------------------------------- the run
 
 
+def _source_digest() -> str:
+    """A digest of this package's own code: an editable install changes
+    behaviour without changing the version, and must not read stale facts."""
+    h = hashlib.blake2b(digest_size=8)
+    base = Path(__file__).resolve().parent
+    for path in sorted(base.rglob("*.py")):
+        try:
+            h.update(path.read_bytes())
+        except OSError:
+            continue
+    return h.hexdigest()
+
+
 def _cache_for(config: Config, catalog: Catalog, options: ScanOptions) -> Cache:
-    salt = "|".join((__version__, catalog.digest, grammar_versions(), sys.version.split()[0]))
+    salt = "|".join((__version__, _source_digest(), serial.schema_digest(FileFacts), serial.schema_digest(Finding),
+                     catalog.digest, grammar_versions(), sys.version.split()[0]))
     if not options.use_cache:
         return Cache(None, salt)
     directory = options.cache_dir or (config.root / config.cache_dir)
@@ -200,7 +214,7 @@ def _jobs(options: ScanOptions, config: Config) -> int:
 def _batches(items: list[tuple[SourceFile, bool]], jobs: int) -> list[list[tuple[SourceFile, bool]]]:
     """Balanced by bytes, largest files first, several batches per worker so
     a slow batch does not leave the others idle."""
-    count = max(1, min(len(items), jobs * 8))
+    count = max(1, min(len(items), jobs * 24))
     batches: list[list[tuple[SourceFile, bool]]] = [[] for _ in range(count)]
     loads = [0] * count
     for item in sorted(items, key=lambda it: -it[0].size):
@@ -271,11 +285,25 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         known = stat_table.get(f.path)
         if known is not None and known[:3] == (f.size, f.mtime_ns, f.inode):
             digests[f.path] = known[3]
+    misses = [f for f in files if f.path not in digests]
+    if cache.enabled and len(misses) <= max(8, len(files) // 20):
+        # few files changed on disk (or were only touched): hash them here,
+        # a whole run's result may still be stored for exactly this content
+        for f in misses:
+            try:
+                with open(f.abspath, "rb") as fh:
+                    digests[f.path] = content_digest(fh.read())
+            except OSError:
+                break
     if cache.enabled and len(digests) == len(files):
         key = _result_key(cache, config, catalog, files, digests, options.with_rules)
         stored = cache.load_result(key)
         if stored is not None:
             result = _decode_result(stored, config.root, time.perf_counter() - started)
+            if misses:
+                table = dict(stat_table)
+                table.update({f.path: (f.size, f.mtime_ns, f.inode, digests[f.path]) for f in misses})
+                cache.store_stat(root_key, table)
             return _narrow(result, options.report_paths)
 
     total = len(files)

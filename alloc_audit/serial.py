@@ -123,3 +123,33 @@ def _generate_decoder(cls: type) -> Callable[[Any], Any]:
     src = f"def dec(d):\n    return cls({', '.join(parts)})\n"
     exec(src, env)  # noqa: S102 - generated from our own dataclass fields
     return typing.cast(Callable[[Any], Any], env["dec"])
+
+
+def schema_digest(cls: type) -> str:
+    """A digest of a dataclass's field layout, nested dataclasses included:
+    part of the cache key, so a change to the facts retires old entries even
+    before the version number moves."""
+    import hashlib
+
+    seen: set[type] = set()
+    parts: list[str] = []
+
+    def visit(tp: Any) -> None:
+        inner = _optional_inner(tp)
+        if inner is not None:
+            visit(inner)
+            return
+        if get_origin(tp) is tuple:
+            for arg in get_args(tp):
+                if arg is not Ellipsis:
+                    visit(arg)
+            return
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp) and tp not in seen:
+            seen.add(tp)
+            hints = get_type_hints(tp)
+            parts.append(tp.__name__ + "(" + ",".join(f"{f.name}:{hints[f.name]}" for f in dataclasses.fields(tp)) + ")")
+            for f in dataclasses.fields(tp):
+                visit(hints[f.name])
+
+    visit(cls)
+    return hashlib.blake2b("\n".join(parts).encode(), digest_size=8).hexdigest()

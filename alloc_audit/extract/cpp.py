@@ -37,7 +37,7 @@ from ..model import (
 )
 from ..parse import language
 from .annotations import MARKER, parse_annotation
-from .nodes import Containers, Source, comment_nodes
+from .nodes import Containers, Source, comment_nodes, inside_error
 
 _QUERY_TEXT = """
 (function_definition) @def
@@ -356,7 +356,7 @@ class _Extractor:
                 made = _template_argument(self.src, fn)
                 if made:
                     calls.append(Call(scope, span, made, arglist, target))
-                    spec = apis.cpp_types.get(made) or apis.cpp_types.get(made.rsplit("::", 1)[-1])
+                    spec = apis.cpp_types.get(made)
                     if spec is not None:
                         self._add_site(sites, node, spec, scope, span, _args(self.src, args_node), target)
                     continue
@@ -383,7 +383,7 @@ class _Extractor:
             span = self.src.span(node)
             target = self.rhs_targets.get(node.start_byte)
             calls.append(Call(scope, span, name, self._arglist(args_node), target))
-            spec = self.apis.cpp_types.get(name) or self.apis.cpp_types.get(name.rsplit("::", 1)[-1])
+            spec = self.apis.cpp_types.get(name)
             if spec is not None:
                 args = _args(self.src, args_node) if args_node is not None else ()
                 self._add_site(sites, node, spec, scope, span, args, target)
@@ -395,8 +395,9 @@ class _Extractor:
                 continue
             type_text = self.src.raw(type_node)
             type_name = strip_templates(type_text)
-            spec = self.apis.cpp_types.get(type_name) or self.apis.cpp_types.get(type_name.rsplit("::", 1)[-1])
+            spec = self.apis.cpp_types.get(type_name)
             scope = self._scope_for(node)
+            static = any(c.type == "storage_class_specifier" and self.src.raw(c) == "static" for c in node.children)
             class_like = type_node.type in ("type_identifier", "qualified_identifier", "template_type") and not \
                 _PRIMITIVE_LIKE.match(type_text)
             for declarator in node.children_by_field_name("declarator"):
@@ -410,7 +411,8 @@ class _Extractor:
                 line = declarator.start_point[0] + 1
                 targets = tuple(n.strip() for n in name.split(",")) if declarator.type == "structured_binding_declarator" \
                     else (name,)
-                assigns.append(Assign(scope, line, targets, value, "=", unwrap_type(type_text)))
+                declared = unwrap_type(type_text)
+                assigns.append(Assign(scope, line, targets, value, "=", f"static {declared}" if static else declared))
                 constructs = args is not None or (value == "" and declarator.type in ("identifier",))
                 if class_like and constructs and type_node.type != "primitive_type":
                     span = self.src.span(declarator)
@@ -455,6 +457,7 @@ class _Extractor:
                 target=target,
                 wrapper=self._wrapper(node),
                 stmt_line=_statement_line(node),
+                recovered=self.tree.root_node.has_error and inside_error(node),
             )
         )
 

@@ -115,3 +115,13 @@ def comment_nodes(root: Any, data: bytes, marker: bytes = b"alloc-audit:") -> li
             out.append(node)
         at = data.find(marker, at + len(marker))
     return out
+
+
+def inside_error(node: Any) -> bool:
+    """Whether a node lies inside an ERROR node (walks up: use sparingly)."""
+    parent = node.parent
+    while parent is not None:
+        if parent.type == "ERROR":
+            return True
+        parent = parent.parent
+    return False

@@ -33,7 +33,7 @@ from ..model import (
 )
 from ..parse import language
 from .annotations import MARKER, parse_annotation
-from .nodes import Containers, Source, comment_nodes
+from .nodes import Containers, Source, comment_nodes, inside_error
 
 _QUERY_TEXT = """
 (function_definition) @def
@@ -468,6 +468,7 @@ class _Extractor:
             target=target,
             wrapper=self._wrapper(node),
             stmt_line=_statement_line(node),
+            recovered=self.tree.root_node.has_error and inside_error(node),
         )
 
     def _wrapper(self, node: Any) -> str | None:

@@ -11,9 +11,30 @@ from ..config import Config
 from ..globs import matcher
 from ..index import Func, ProjectIndex
 from ..model import Finding, Severity, Site
+from . import (
+    alloc_bypasses_plan,
+    alloc_in_capture,
+    capture_without_rollback,
+    grow_on_demand,
+    live_free_memory_sizing,
+    per_call_alloc,
+    retained_per_entry_alloc,
+    snapshot_before_construction,
+    throwaway_graph_pool,
+)
 from .base import Rule, RuleContext
 
-ALL_RULES: tuple[Rule, ...] = ()
+ALL_RULES: tuple[Rule, ...] = (
+    alloc_in_capture.RULE,
+    alloc_bypasses_plan.RULE,
+    snapshot_before_construction.RULE,
+    retained_per_entry_alloc.RULE,
+    throwaway_graph_pool.RULE,
+    capture_without_rollback.RULE,
+    live_free_memory_sizing.RULE,
+    grow_on_demand.RULE,
+    per_call_alloc.RULE,
+)
 
 
 def rule_by_name(name: str) -> Rule | None:

@@ -1,0 +1,80 @@
+"""
+## What it flags
+A function that takes its buffers from a planned scratch or workspace
+(calls matching `scratch-accessors`, by default `scratch.get_*(...)`,
+`workspace.get_simultaneous(...)`, `*_workspace(...)`, `arena.take(...)`) and,
+in the same function, also allocates device memory directly.
+
+## Why it matters
+A scratch plan exists so that the forward pass asks the allocator for
+nothing: its size is known, budgeted and reused. A direct allocation next to
+the planned ones escapes the plan: it is sized per call, it is in no budget
+term, and under CUDA-graph capture it lands in the graph pool. Reviews find
+it as the one `torch.empty` in a wrapper whose other buffers are all planned.
+
+## Example
+```python
+def sparse_attention(q, scratch, rows, slices):
+    scores = scratch.get_scores(rows)
+    partial = torch.empty((rows * slices, topk), dtype=torch.float32, device=q.device)
+```
+
+## How to fix
+Add the buffer to the plan (give the plan a `get_partial(rows)`), sized for
+the largest call.
+
+## How to suppress
+`# alloc-audit: ignore[alloc-bypasses-plan] output tensor returned to the caller`
+on the allocation's line or the line above.
+
+## Known false positives
+The output of an op, deliberately handed to the caller, looks the same as a
+scratch buffer; say so in a suppression. Data creation (`torch.randn`,
+`torch.arange`, `torch.tensor`) is not counted as a buffer.
+
+## Known false negatives
+Plans reached through other names than the configured accessor patterns, and
+allocations made in a helper the wrapper calls, are not seen.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..globs import matcher
+from ..model import Finding, Related, Severity
+from .base import Rule, RuleContext
+from .findings import is_buffer_allocation, site_finding
+
+NAME = "alloc-bypasses-plan"
+
+
+def check(ctx: RuleContext) -> Iterator[Finding]:
+    is_accessor = matcher(ctx.pack.scratch_accessors)
+    for func in ctx.index.funcs.values():
+        if not func.sites or func.scope is None:
+            continue
+        direct = [s for s in func.sites if is_buffer_allocation(s)]
+        if not direct:
+            continue
+        planned = [c for c in func.calls if is_accessor(c.callee)]
+        if not planned:
+            continue
+        names = ", ".join(sorted({c.callee for c in planned}))
+        related = tuple(Related(func.path, c.span.line, f"planned buffer from {c.callee}") for c in planned[:5])
+        for site in direct:
+            yield site_finding(
+                NAME, Severity.WARNING, site,
+                f"{site.api} in {site.scope} allocates directly while the function takes its other buffers from a "
+                f"plan ({names}); add this buffer to the plan",
+                related,
+            )
+
+
+RULE = Rule(
+    name=NAME,
+    severity=Severity.WARNING,
+    summary="a function that uses a scratch plan also allocates device memory directly",
+    doc=__doc__ or "",
+    check=check,
+)

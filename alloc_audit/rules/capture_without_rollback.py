@@ -1,0 +1,95 @@
+"""
+## What it flags
+A throwaway capture (one that destroys its graphs before returning, as in
+`throwaway-graph-pool`) entered through a capture context that mints
+resources on entry (`minting-contexts`, by default `graph_capture`), with no
+rollback guaranteed on exit: no call matching `rollback-names` (`rollback*`,
+`restore*`) in a `finally` block or as a context manager around the capture.
+
+## Why it matters
+A capture context that mints a resource per entry (a fresh IPC channel, a
+communicator buffer) keeps it until the owner closes. The production captures
+account for what they mint; an extra profiling capture mints one more and,
+without a rollback, leaks it for the process lifetime.
+
+## Example
+```python
+def profile_cudagraph_memory(self):
+    with graph_capture(self.comm):          # mints a channel per entry
+        for w in self.wrappers:
+            w.capture(self._dummy_run)
+    CUDAGraphWrapper.clear_all_graphs()
+```
+
+## How to fix
+Record a checkpoint before and roll back in a `finally`:
+```python
+mark = self.comm.checkpoint()
+try:
+    with graph_capture(self.comm):
+        ...
+finally:
+    self.comm.rollback(mark)
+```
+
+## How to suppress
+`# alloc-audit: ignore[capture-without-rollback] the channel is reused by the production capture`
+on the `with` line or the line above.
+
+## Known false positives
+A minting context that already releases on exit is still reported unless
+its name is removed from `minting-contexts`.
+
+## Known false negatives
+A rollback in a helper called from the `finally` is only recognised when the
+helper's name matches `rollback-names`.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..globs import matcher
+from ..model import Finding, Related, Severity
+from .base import Rule, RuleContext
+from .findings import finding_at
+from .regions import with_items
+from .throwaway import inside_finally, throwaway_evidence
+
+NAME = "capture-without-rollback"
+
+
+def check(ctx: RuleContext) -> Iterator[Finding]:
+    pack = ctx.pack
+    is_minting = matcher(pack.minting_contexts)
+    is_rollback = matcher(pack.rollback_names)
+    for func in ctx.index.funcs.values():
+        if func.scope is None or not func.withs:
+            continue
+        entered = list(with_items(func, is_minting))
+        if not entered:
+            continue
+        evidence = throwaway_evidence(func, pack)
+        if evidence is None:
+            continue
+        guarded = any(is_rollback(c.callee) and inside_finally(func, c.span) for c in func.calls) or any(
+            is_rollback(item.callee) for w in func.withs for item in w.items)
+        if guarded:
+            continue
+        w, name = entered[0]
+        yield finding_at(
+            NAME, Severity.WARNING, func.path, w.span.line, w.span.col, func.qualname, name,
+            f"{func.qualname} enters {name}, which mints resources per entry, for a throwaway capture "
+            f"({evidence[0]}) and never rolls back: whatever it minted stays for the process lifetime; take a "
+            "checkpoint before and roll back in a finally",
+            (Related(func.path, evidence[1], evidence[0]),),
+        )
+
+
+RULE = Rule(
+    name=NAME,
+    severity=Severity.WARNING,
+    summary="a throwaway capture through a resource-minting context without rollback",
+    doc=__doc__ or "",
+    check=check,
+)

@@ -1,0 +1,98 @@
+"""
+## What it flags
+An allocation whose size is derived from a live reading of free device
+memory (`torch.cuda.mem_get_info()`, `cudaMemGetInfo(&free, &total)`, the
+`.free_memory` of a snapshot; the lists are `free-memory-readings` and
+`free-memory-attributes`). The value is followed through assignments and
+arithmetic, into the parameters of project functions and constructors it is
+passed to, and back out of functions that return it, up to `flow-depth`
+calls away (default 3); the finding lists each hop.
+
+## Why it matters
+Capacity discovered from whatever happens to be free at startup is not
+planned: it changes with the driver, other processes, fragmentation and the
+order things were initialised in, and it silently takes memory other
+components were counting on. Reviews find it as a KV cache or pool sized
+`free * 0.9`.
+
+## Example
+```python
+free = query_free_bytes(device)                  # torch.cuda.mem_get_info() inside
+num_blocks = plan_kv_blocks(free, block_bytes)   # returns budget // block_bytes
+self.kv_cache = KVCachePool(config, num_blocks)  # torch.zeros((2, num_blocks, ...))
+```
+
+## How to fix
+Size from a configured budget (utilisation times total memory, minus the
+measured model and activation peaks), computed once and logged; keep the
+free-memory reading for a sanity check.
+
+## How to suppress
+`# alloc-audit: ignore[live-free-memory-sizing] bounded by max_kv_bytes below`
+on the allocation's line or the line above.
+
+## Known false positives
+A reading used only to clamp a planned size (`min(planned, free)`) is
+reported as if it sized the allocation.
+
+## Known false negatives
+Values carried in object attributes from one method to another
+(`self.budget` set in one method, used in another), and flows deeper than
+`flow-depth`, are not followed.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..globs import matcher
+from ..index import Func
+from ..model import Finding, Severity
+from .base import Rule, RuleContext
+from .findings import site_finding
+from .taint import TaintAnalysis, reading_roots
+
+NAME = "live-free-memory-sizing"
+
+
+def check(ctx: RuleContext) -> Iterator[Finding]:
+    pack = ctx.pack
+    index = ctx.index
+    is_reading = matcher(pack.free_memory_readings)
+    analysis = TaintAnalysis(index, is_reading, pack.free_memory_attributes, pack.flow_depth)
+    reported: set[tuple[str, int, int]] = set()
+    frontier: list[Func] = reading_roots(index, is_reading, pack.free_memory_attributes)
+    seen: set[str] = set()
+    for _level in range(pack.flow_depth + 1):
+        next_frontier: list[Func] = []
+        for func in frontier:
+            if func.id in seen:
+                continue
+            seen.add(func.id)
+            flow = analysis.analyse(func)
+            for site, why in flow.sinks:
+                key = (site.path, site.span.line, site.span.col)
+                if key in reported:
+                    continue
+                reported.add(key)
+                hops = " -> ".join(r.note for r in why[:6])
+                yield site_finding(
+                    NAME, Severity.WARNING, site,
+                    f"the size of {site.api} ({site.size}) comes from a live free-memory reading ({hops}); "
+                    "capacity discovered at run time, not planned: size it from a configured budget",
+                    why,
+                )
+            if flow.returns is not None:
+                # whoever calls a function that returns a reading reads it too
+                callers = index.callers_within([func], 1)
+                next_frontier += [index.funcs[fid] for fid, d in sorted(callers.items()) if d == 1]
+        frontier = next_frontier
+
+
+RULE = Rule(
+    name=NAME,
+    severity=Severity.WARNING,
+    summary="an allocation sized from a live free-memory reading",
+    doc=__doc__ or "",
+    check=check,
+)

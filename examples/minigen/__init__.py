@@ -1,0 +1,1 @@
+"""minigen: a miniature inference engine used to demonstrate alloc-audit."""
