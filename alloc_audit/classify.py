@@ -61,9 +61,8 @@ def annotation_for(site: Site, annotations: Sequence[Annotation], kind: str) -> 
     ``annotation_applies``)."""
     if not annotations:
         return None
-    own_lines = {a.line for a in annotations if a.own_line}
     for ann in annotations:
-        if ann.kind == kind and annotation_applies(ann, site.span.end_line, site.stmt_line, own_lines):
+        if ann.kind == kind and annotation_applies(ann, site.span.end_line, site.stmt_line):
             return ann
     return None
 

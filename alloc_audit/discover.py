@@ -68,8 +68,8 @@ def discover_files(config: Config, paths: Iterable[Path] = ()) -> Discovery:
             raise UsageError(f"no such file or directory: {target}")
         if not _inside(target, root):
             raise UsageError(f"{target} is outside the project root {root}")
-    include = pathspec.PathSpec.from_lines("gitwildmatch", config.include) if config.include else None
-    exclude = pathspec.PathSpec.from_lines("gitwildmatch", [*config.exclude, f"{config.cache_dir}/"])
+    include = pathspec.GitIgnoreSpec.from_lines(config.include) if config.include else None
+    exclude = pathspec.GitIgnoreSpec.from_lines([*config.exclude, f"{config.cache_dir}/"])
     explicit = [t for t in targets if not t.is_dir()]
     directories = [t for t in targets if t.is_dir()]
     candidates: set[str] = set()

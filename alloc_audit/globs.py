@@ -39,6 +39,8 @@ def _compile(patterns: tuple[str, ...]) -> Callable[[str], bool]:
     leaf_regex = re.compile("|".join(f"(?:{fnmatch.translate(w)})" for w in wild_leaves)) if wild_leaves else None
 
     def match(name: str) -> bool:
+        if "->" in name:  # a C++ member call through a pointer matches `.` patterns
+            name = name.replace("->", ".")
         leaf = _last(name)
         if leaf not in literal_leaves and (leaf_regex is None or leaf_regex.match(leaf) is None):
             return False

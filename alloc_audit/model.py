@@ -289,9 +289,10 @@ class Field:
 
 @dataclass(frozen=True, slots=True)
 class Annotation:
-    """An ``alloc-audit:`` comment. kind is ``ignore`` or ``tier``.
-    ``own_line`` is true when the comment is alone on its line (it then
-    applies to the next code line); ``problem`` is set when it is malformed."""
+    """An ``alloc-audit:`` comment. kind is ``ignore``, ``tier`` or
+    ``invalid``. ``own_line`` is true when the comment is alone on its line;
+    it then applies to the next code line, ``applies_to``. ``problem`` is set
+    when it is malformed."""
 
     line: int
     kind: str
@@ -300,6 +301,7 @@ class Annotation:
     reason: str = ""
     own_line: bool = False
     problem: str = ""
+    applies_to: int = 0  # own-line: the next line of code below it (comments and blank lines skipped)
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,9 @@ class ScanOptions:
     report_paths: frozenset[str] | None = None
     with_rules: bool = True
     progress: Callable[[int, int], None] | None = None
+    # whether the paths are the whole project (unused suppressions can then
+    # be told); None: only when every path is a directory
+    complete: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -393,7 +396,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         from .suppress import apply_suppressions
 
         findings = run_rules(index, catalog.pack, config, tuple(sites))
-        complete = all(Path(p).is_dir() for p in options.paths)
+        complete = options.complete if options.complete is not None else all(Path(p).is_dir() for p in options.paths)
         findings = apply_suppressions(findings, facts, sites, known_rule_names(), enabled_names(config), complete)
         phases.mark("rules")
     stats = Stats(

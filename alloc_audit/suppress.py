@@ -143,13 +143,12 @@ def apply_suppressions(
     out: list[Finding] = []
     for finding in findings:
         annotations = by_path.get(finding.path, ())
-        own = {a.line for a in annotations if a.own_line}
         reason = None
         for ann in annotations:
             if ann.kind != "ignore" or ann.problem:
                 continue
             names = {known_rules.get(r, r) for r in ann.rules}
-            if finding.rule in names and applies(ann, finding.line, finding.stmt_line, own):
+            if finding.rule in names and applies(ann, finding.line, finding.stmt_line):
                 for r in ann.rules:
                     if known_rules.get(r, r) == finding.rule:
                         used.add((finding.path, ann.line, r))
@@ -160,11 +159,8 @@ def apply_suppressions(
     for site in sites:
         site_lines.setdefault(site.path, []).append(site)
     for path in sorted(by_path):
-        annotations = by_path[path]
-        own = {a.line for a in annotations if a.own_line}
-        for ann in annotations:
-            out.extend(_check_annotation(path, ann, annotations, own, site_lines.get(path, ()), used, known_rules,
-                                         enabled, complete))
+        for ann in by_path[path]:
+            out.extend(_check_annotation(path, ann, site_lines.get(path, ()), used, known_rules, enabled, complete))
     return tuple(sorted(out, key=lambda f: f.sort_key))
 
 
@@ -173,9 +169,8 @@ def _meta(rule: MetaRule, path: str, ann: Annotation, message: str) -> Finding:
                    message=message, stmt_line=ann.line)
 
 
-def _check_annotation(path: str, ann: Annotation, annotations: Sequence[Annotation], own: Collection[int],
-                      sites: Iterable[Site], used: set[tuple[str, int, str]], known_rules: Mapping[str, str],
-                      enabled: Collection[str], complete: bool) -> Iterable[Finding]:
+def _check_annotation(path: str, ann: Annotation, sites: Iterable[Site], used: set[tuple[str, int, str]],
+                      known_rules: Mapping[str, str], enabled: Collection[str], complete: bool) -> Iterable[Finding]:
     if ann.problem:
         yield _meta(INVALID, path, ann, f"unreadable alloc-audit comment: {ann.problem}")
         return
@@ -195,5 +190,5 @@ def _check_annotation(path: str, ann: Annotation, annotations: Sequence[Annotati
     elif ann.kind == "tier":
         if not ann.reason:
             yield _meta(NO_REASON, path, ann, f"tier={ann.tier} override has no reason; write why after the tier")
-        if not any(applies(ann, s.span.end_line, s.stmt_line, own) for s in sites):
+        if not any(applies(ann, s.span.end_line, s.stmt_line) for s in sites):
             yield _meta(UNUSED, path, ann, f"tier={ann.tier} applies to no allocation site; move or delete it")

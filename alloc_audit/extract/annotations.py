@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import re
 
-from typing import Collection
-
 from ..model import Annotation
 
 MARKER = "alloc-audit:"
@@ -51,12 +49,22 @@ def _clean(reason: str) -> str:
     return " ".join(reason.split())
 
 
-def annotation_applies(ann: Annotation, line: int, stmt_line: int, own_lines: Collection[int]) -> bool:
+def annotation_applies(ann: Annotation, line: int, stmt_line: int) -> bool:
     """Whether an annotation covers code that ends at ``line`` and whose
     statement starts at ``stmt_line``: a trailing comment anywhere on those
-    lines, an own-line comment inside them, or a stack of own-line
-    annotations directly above the statement."""
+    lines, or an own-line comment inside them or above the statement (with
+    only comments and blank lines in between)."""
     start = min(stmt_line or line, line)
     if start <= ann.line <= line:
         return True
-    return ann.own_line and ann.line < start and all(n in own_lines for n in range(ann.line, start))
+    return ann.own_line and ann.line < start and start <= ann.applies_to <= line
+
+
+def next_code_line(lines: list[bytes], line: int, comment: bytes) -> int:
+    """The first line after ``line`` (1-based) that is neither blank nor a
+    comment, or 0."""
+    for number in range(line, len(lines)):
+        text = lines[number].strip()
+        if text and not text.startswith(comment):
+            return number + 1
+    return 0

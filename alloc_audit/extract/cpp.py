@@ -36,7 +36,7 @@ from ..model import (
     SiteKind,
 )
 from ..parse import language
-from .annotations import MARKER, parse_annotation
+from .annotations import MARKER, next_code_line, parse_annotation
 from .nodes import Containers, Source, comment_nodes, inside_error
 
 _QUERY_TEXT = """
@@ -563,6 +563,7 @@ class _Extractor:
 
     def _annotations(self, comments: list[Any]) -> list[Annotation]:
         out = []
+        lines: list[bytes] | None = None
         for node in comments:
             raw = node.text
             if MARKER.encode() not in raw:
@@ -570,6 +571,10 @@ class _Extractor:
             found = parse_annotation(raw.decode("utf-8", "replace"), node.start_point[0] + 1,
                                      self.src.line_prefix_blank(node))
             if found is not None:
+                if found.own_line:
+                    lines = lines if lines is not None else self.src.data.splitlines()
+                    below = next_code_line(lines, node.end_point[0] + 1, (b"//", b"/*", b"*"))
+                    found = dataclasses.replace(found, applies_to=below)
                 out.append(found)
         return out
 

@@ -117,11 +117,23 @@ def comment_nodes(root: Any, data: bytes, marker: bytes = b"alloc-audit:") -> li
     return out
 
 
+_HEADERS = {"function_definition": ("parameters", "declarator", "name"), "class_definition": ("name", "superclasses"),
+            "class_specifier": ("name",), "struct_specifier": ("name",)}
+
+
 def inside_error(node: Any) -> bool:
-    """Whether a node lies inside an ERROR node (walks up: use sparingly)."""
+    """Whether a node lies inside an ERROR node, or inside a definition whose
+    header the parser had to repair (its scope boundaries are then guesses).
+    Walks up the tree: use sparingly."""
     parent = node.parent
     while parent is not None:
         if parent.type == "ERROR":
             return True
+        fields = _HEADERS.get(parent.type)
+        if fields is not None and parent.has_error:
+            for name in fields:
+                part = parent.child_by_field_name(name)
+                if part is not None and part.has_error:
+                    return True
         parent = parent.parent
     return False

@@ -89,8 +89,9 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
     for region in regions:
         func = region.func
         start = Related(func.path, region.start.line, f"capture starts here ({region.name})")
+        declared = region.name == "captured by configuration"
         for site in func.sites:
-            if is_device_allocation(site) and region.contains(site.span):
+            if is_device_allocation(site) and region.contains(site.span) and not (declared and _is_output(index, site)):
                 key = (site.path, site.span.line, site.span.col)
                 if key in reported:
                     continue

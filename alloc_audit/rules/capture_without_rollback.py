@@ -40,9 +40,13 @@ on the `with` line or the line above.
 A minting context that already releases on exit is still reported unless
 its name is removed from `minting-contexts`.
 
-## Known false negatives
 A rollback in a helper called from the `finally` is only recognised when the
 helper's name matches `rollback-names`.
+
+## Known false negatives
+A throwaway capture whose minting context is entered in a helper
+(`self._capture_once()`, then `clear_graphs()` in the caller) is not
+connected.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..globs import matcher
-from ..model import Finding, Related, Severity
+from ..model import Language, Finding, Related, Severity
 from .base import Rule, RuleContext
 from .findings import finding_at
 from .regions import with_items
@@ -92,4 +96,5 @@ RULE = Rule(
     summary="a throwaway capture through a resource-minting context without rollback",
     doc=__doc__ or "",
     check=check,
+    languages=frozenset({Language.PYTHON}),
 )

@@ -51,8 +51,12 @@ def capture_regions(index: ProjectIndex, contexts: tuple[str, ...], begin: tuple
                 if not is_begin(call.callee):
                     continue
                 stop = next((c for c in calls[i + 1:] if is_end(c.callee)), None)
-                end_span = stop.span if stop is not None else (func.span or call.span)
-                body = Span(call.span.end_line, call.span.end_col, end_span.line, end_span.col)
+                if stop is not None:
+                    end = (stop.span.line, stop.span.col)
+                else:  # no end call here: capture lasts to the end of the function
+                    whole = func.span or call.span
+                    end = (whole.end_line, whole.end_col)
+                body = Span(call.span.end_line, call.span.end_col, *end)
                 regions.append(CaptureRegion(func, call.span, body, call.callee))
         scope = func.scope
         if captured and scope is not None and scope.kind == "function" and (

@@ -38,9 +38,9 @@ A container that is bounded elsewhere (an LRU that evicts on insert) is still
 reported.
 
 ## Known false negatives
-Stores into containers reached through other objects (`self.registry.add(x)`
-where `registry` holds it), and removals in other methods than `__exit__`,
-are not connected.
+Stores into containers more than one attribute away
+(`self.owner.registry.items.append(x)`), and removals in other methods than
+`__exit__`, are not connected.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from typing import Iterator
 
 from ..globs import matcher
 from ..index import Func, ProjectIndex
-from ..model import Call, Finding, Related, Severity
+from ..model import Language, Call, Finding, Related, Severity
 from .base import Rule, RuleContext
 from .findings import finding_at
 from .snapshot_before_construction import constructed_allocation
@@ -200,4 +200,5 @@ RULE = Rule(
     summary="a repeatedly entered scope keeps a new allocation in a long-lived container",
     doc=__doc__ or "",
     check=check,
+    languages=frozenset({Language.PYTHON}),
 )

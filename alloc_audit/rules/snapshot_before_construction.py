@@ -130,12 +130,10 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
         for i, snap in enumerate(calls):
             if not is_measurement(snap.callee):
                 continue
-            retaken_at = next((c.span.line for c in calls[i + 1:] if is_measurement(c.callee)
-                               and c.target and c.target == snap.target), None)
+            if snap.target and any(is_measurement(c.callee) and c.target == snap.target for c in calls[i + 1:]):
+                continue  # measured again into the same place: that later baseline sees the constructions
             hidden: list[tuple[Call, Reach]] = []
             for later in calls[i + 1:]:
-                if retaken_at is not None and later.span.line >= retaken_at:
-                    break
                 if later.span.line == snap.span.line or is_measurement(later.callee):
                     continue
                 reach = constructed_allocation(index, func, later, depth, objects_only=True)

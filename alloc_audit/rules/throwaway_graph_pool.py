@@ -50,7 +50,7 @@ from typing import Iterator
 
 from ..globs import matcher
 from ..index import Func
-from ..model import Call, Finding, Related, Severity
+from ..model import Language, Call, Finding, Related, Severity
 from .base import Rule, RuleContext
 from .findings import finding_at
 from .throwaway import throwaway_evidence
@@ -118,4 +118,5 @@ RULE = Rule(
     summary="a throwaway capture into a freshly created private graph pool",
     doc=__doc__ or "",
     check=check,
+    languages=frozenset({Language.PYTHON}),
 )

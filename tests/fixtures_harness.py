@@ -1,0 +1,115 @@
+"""Reads the expectations written into fixture files and runs alloc-audit on
+them. Annotations are read with a regex over raw lines, never with the tool's
+own parser, so a parser bug cannot hide itself and fixtures with syntax
+errors still work (STYLE.md section 4).
+
+An annotation is a comment alone on its line (``#`` or ``//``) and applies to
+the next line that is not an annotation:
+
+    expect: RULE               the rule reports a finding whose line is here
+    ok: RULE                   the rule must not report here (a near miss)
+    expect-site: API TIER [KIND]   one census site with this api and tier here
+    todo-expect: RULE          should be reported, is not yet (known false negative)
+    todo-ok: RULE              is reported, should not be (known false positive)
+    todo-site: API TIER [KIND] a site that should be found and is not yet
+
+A fixture is a file (scanned alone) or a directory (scanned as one project).
+A ``<fixture>.toml`` next to a file, or ``alloc-audit.toml`` in a directory,
+is its configuration.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from alloc_audit.catalog import load_catalog
+from alloc_audit.config import load_config
+from alloc_audit.discover import SUFFIXES
+from alloc_audit.pipeline import ScanOptions, ScanResult, run_scan
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ANNOTATION = re.compile(r"^\s*(?:#|//)\s*(expect|ok|expect-site|todo-expect|todo-ok|todo-site):\s*(.*?)\s*$")
+
+
+@dataclass
+class Expectations:
+    findings: set[tuple[str, int, str]] = field(default_factory=set)  # (path, line, rule)
+    near_misses: set[tuple[str, int, str]] = field(default_factory=set)
+    sites: set[tuple[str, int, str, str, str | None]] = field(default_factory=set)
+    todo_findings: set[tuple[str, int, str]] = field(default_factory=set)
+    todo_ok: set[tuple[str, int, str]] = field(default_factory=set)
+    todo_sites: set[tuple[str, int, str, str, str | None]] = field(default_factory=set)
+    lines: dict[tuple[str, int], str] = field(default_factory=dict)
+
+
+def read_expectations(path: Path, rel: str, into: Expectations) -> None:
+    raw = path.read_bytes().decode("utf-8", "replace").splitlines()
+    pending: list[tuple[str, str]] = []
+    for number, text in enumerate(raw, 1):
+        m = ANNOTATION.match(text)
+        if m:
+            pending.append((m.group(1), m.group(2)))
+            continue
+        into.lines[(rel, number)] = text.strip()
+        for kind, arg in pending:
+            if kind in ("expect-site", "todo-site"):
+                parts = arg.split()
+                site = (rel, number, parts[0], parts[1], parts[2] if len(parts) > 2 else None)
+                (into.sites if kind == "expect-site" else into.todo_sites).add(site)
+            else:
+                entry = (rel, number, arg.split()[0])
+                {"expect": into.findings, "ok": into.near_misses, "todo-expect": into.todo_findings,
+                 "todo-ok": into.todo_ok}[kind].add(entry)
+        pending = []
+
+
+def fixture_cases() -> list[Path]:
+    cases = []
+    for language in ("python", "cpp", "cuda"):
+        for entry in sorted((FIXTURES / language).iterdir()):
+            if entry.is_dir() or entry.suffix in SUFFIXES:
+                cases.append(entry)
+    return cases
+
+
+def run_fixture(case: Path) -> tuple[Expectations, ScanResult]:
+    if case.is_dir():
+        root, paths = case, [case]
+        config_file = case / "alloc-audit.toml"
+        files = sorted(p for p in case.rglob("*") if p.suffix in SUFFIXES)
+    else:
+        root, paths = case.parent, [case]
+        config_file = case.with_suffix(".toml")
+        files = [case]
+    config = load_config(root, config_file if config_file.is_file() else None)
+    expectations = Expectations()
+    for f in files:
+        read_expectations(f, f.relative_to(root).as_posix(), expectations)
+    result = run_scan(config, load_catalog(config), ScanOptions(paths=tuple(paths), use_cache=False, jobs=1, complete=True))
+    return expectations, result
+
+
+def reported_findings(result: ScanResult) -> set[tuple[str, int, str]]:
+    return {(f.path, f.line, f.rule) for f in result.findings if not f.suppressed}
+
+
+def reported_sites(result: ScanResult) -> set[tuple[str, int, str, str, str]]:
+    return {(s.path, s.span.line, s.api, s.tier.value, s.kind.value) for s in result.sites}
+
+
+def compare_sites(expected: set[tuple[str, int, str, str, str | None]],
+                  reported: set[tuple[str, int, str, str, str]]) -> tuple[list[str], list[str]]:
+    """Expected sites may omit the kind; each expectation consumes one report."""
+    remaining = set(reported)
+    missing = []
+    for path, line, api, tier, kind in sorted(expected, key=str):
+        match = next((r for r in sorted(remaining) if r[:4] == (path, line, api, tier)
+                      and (kind is None or r[4] == kind)), None)
+        if match is None:
+            missing.append(f"{path}:{line}: {api} {tier} {kind or ''}")
+        else:
+            remaining.discard(match)
+    unexpected = [f"{p}:{l}: {a} {t} {k}" for p, l, a, t, k in sorted(remaining)]
+    return missing, unexpected

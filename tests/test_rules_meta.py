@@ -1,0 +1,92 @@
+"""The rule catalogue's own invariants (STYLE.md sections 3, 5 and 8)."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+
+import pytest
+
+import alloc_audit.rules as rules_pkg
+from alloc_audit.model import Language
+from alloc_audit.rules import ALL_RULES, known_rule_names
+from alloc_audit.suppress import META_RULES
+from fixtures_harness import ANNOTATION, FIXTURES
+
+HEADINGS = ("What it flags", "Why it matters", "Example", "How to fix", "How to suppress",
+            "Known false positives", "Known false negatives")
+BANNED_PREFIXES = ("no-", "avoid-", "use-", "prefer-", "do-not-", "disallow-")
+ALL = [*ALL_RULES, *META_RULES]
+
+
+def _annotations() -> list[tuple[str, str, str]]:
+    """(language family, kind, rule) for every fixture annotation."""
+    out = []
+    for path in sorted(FIXTURES.rglob("*")):
+        if path.suffix not in (".py", ".cpp", ".cc", ".h", ".hpp", ".cu", ".cuh"):
+            continue
+        family = "python" if path.suffix == ".py" else "native"
+        for line in path.read_bytes().decode("utf-8", "replace").splitlines():
+            m = ANNOTATION.match(line)
+            if m and m.group(1) in ("expect", "ok", "todo-expect", "todo-ok"):
+                out.append((family, m.group(1), m.group(2).split()[0]))
+    return out
+
+
+ANNOTATIONS = _annotations()
+
+
+@pytest.mark.parametrize("rule", ALL, ids=[r.name for r in ALL])
+def test_doc_has_every_heading(rule: object) -> None:
+    doc = rule.doc  # type: ignore[attr-defined]
+    missing = [h for h in HEADINGS if f"## {h}" not in doc]
+    assert not missing, f"{rule.name} lacks {missing}"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("rule", ALL, ids=[r.name for r in ALL])
+def test_name_is_kebab_case_and_names_the_pattern(rule: object) -> None:
+    name = rule.name  # type: ignore[attr-defined]
+    assert re.fullmatch(r"[a-z]+(-[a-z]+)*", name)
+    assert not name.startswith(BANNED_PREFIXES)
+
+
+def test_every_rule_module_is_registered() -> None:
+    registered = {r.name for r in ALL_RULES}
+    for info in pkgutil.iter_modules(rules_pkg.__path__):
+        module = importlib.import_module(f"alloc_audit.rules.{info.name}")
+        rule = getattr(module, "RULE", None)
+        if rule is not None:
+            assert rule.name in registered, f"alloc_audit/rules/{info.name}.py is not in ALL_RULES"
+            assert info.name == rule.name.replace("-", "_"), "module name must be the rule name with _"
+
+
+def test_rule_names_are_unique() -> None:
+    names = [r.name for r in ALL]
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=[r.name for r in ALL_RULES])
+def test_fixtures_cover_each_language(rule: object) -> None:
+    name = rule.name  # type: ignore[attr-defined]
+    families = {"python"} if Language.PYTHON in rule.languages else set()  # type: ignore[attr-defined]
+    if rule.languages & {Language.CPP, Language.CUDA}:  # type: ignore[attr-defined]
+        families.add("native")
+    for family in sorted(families):
+        expects = sum(1 for f, k, r in ANNOTATIONS if f == family and k == "expect" and r == name)
+        oks = sum(1 for f, k, r in ANNOTATIONS if f == family and k == "ok" and r == name)
+        assert expects >= 3, f"{name}: {expects} expect lines in {family} fixtures (need 3)"
+        assert oks >= 3, f"{name}: {oks} ok lines in {family} fixtures (need 3)"
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=[r.name for r in ALL_RULES])
+def test_known_limits_are_pinned(rule: object) -> None:
+    name = rule.name  # type: ignore[attr-defined]
+    todo = {k for _f, k, r in ANNOTATIONS if r == name and k.startswith("todo")}
+    assert todo == {"todo-expect", "todo-ok"}, f"{name}: pin a known false negative and a known false positive"
+
+
+def test_every_annotation_names_a_known_rule() -> None:
+    known = known_rule_names()
+    unknown = sorted({r for _f, _k, r in ANNOTATIONS if r not in known})
+    assert not unknown, f"fixtures name unknown rules: {unknown}"
