@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from . import __version__
-from .config import TIERS, Config
+from .config import TIERS, Config, toml_error_line
 from .errors import UsageError
 from .model import SiteKind
 
@@ -217,7 +217,7 @@ def _read_toml(path: Path) -> Mapping[str, Any]:
     except OSError as exc:
         raise UsageError(f"cannot read: {exc.strerror}", str(path)) from None
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"invalid TOML: {exc}", str(path), getattr(exc, "lineno", None)) from None
+        raise UsageError(f"invalid TOML: {exc}", str(path), toml_error_line(exc)) from None
 
 
 def _str_tuple(where: str, entry: Mapping[str, Any], key: str) -> tuple[str, ...]:

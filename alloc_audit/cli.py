@@ -9,6 +9,7 @@ modules (rich, libcst, the pipeline) are imported inside the commands so that
 from __future__ import annotations
 
 import os
+import re
 import sys
 from enum import Enum
 from pathlib import Path
@@ -52,6 +53,12 @@ class Format(str, Enum):
     markdown = "markdown"
     html = "html"
     github = "github"
+
+
+class CheckFormat(str, Enum):
+    text = "text"
+    github = "github"
+    json = "json"
 
 
 class FailOn(str, Enum):
@@ -410,6 +417,367 @@ def rules_explain(name: str = typer.Argument(..., help="Rule name, e.g. alloc-in
                            + rule.doc))
 
 
+# ---------------------------------------------------------------- check, gate and the allowlist
+
+
+
+def _coverage(config: Config, paths: list[Path] | None) -> tuple[str, ...]:
+    if not paths:
+        return ("",)
+    out = []
+    for p in paths:
+        try:
+            out.append(Path(os.path.abspath(p)).relative_to(config.root.resolve()).as_posix())
+        except ValueError:
+            raise UsageError(f"{p} is outside the project root {config.root}") from None
+    return tuple("" if c == "." else c for c in out)
+
+
+def _require_allowlist(config: Config) -> list[Any]:
+    from .allowlist import load_allowlist
+
+    entries = load_allowlist(config.allowlist_dir, config.root)
+    if entries is None:
+        raise UsageError(
+            f"no allowlist in {config.allowlist}/ (files named *.allowlist); create it with `alloc-audit allowlist init`",
+            str(config.allowlist_dir),
+        )
+    return entries
+
+
+@app.command()
+@_guard
+def check(
+    paths: Optional[List[Path]] = PATHS,
+    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f", help="text, github (workflow commands) or json."),
+    fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Rule findings of this severity fail the check."),
+    config_path: Optional[Path] = CONFIG,
+    jobs: Optional[int] = JOBS,
+    no_cache: bool = NO_CACHE,
+    cache_dir: Optional[Path] = CACHE_DIR,
+    changed_since: Optional[str] = CHANGED,
+    debug: bool = DEBUG,
+) -> None:
+    """Check sites against the allowlist and run the rules; exit 1 on failure (the pre-commit hook).
+
+    Fails on sites not on the allowlist (new), entries whose count is exceeded
+    (grown) or higher than what is left (loose), entries that match nothing
+    (stale), and unsuppressed rule findings of --fail-on severity. With file
+    paths (pre-commit passes the staged files) only those files' sites and
+    entries are checked, and the rules see only those files.
+
+    Examples:
+
+      alloc-audit check
+
+      alloc-audit check src/engine/runner.py src/engine/worker.py
+    """
+    from .allowlist import apply_pins, compare
+    from .report.checks import allowlist_problems, finding_problems, render as render_checks
+
+    config, catalog = load_project(paths, config_path)
+    entries = _require_allowlist(config)
+    result = run_project_scan(config, catalog, paths, jobs, no_cache, cache_dir, changed_since, False, debug)
+    comparison = compare(result.sites, entries, result.scanned_paths, _coverage(config, paths))
+    problems = allowlist_problems(comparison)
+    severities = {"error"} if fail_on is FailOn.error else {"error", "warning"}
+    findings = [f for f in result.findings if not f.suppressed and fail_on is not FailOn.never]
+    problems += finding_problems(findings, fail_on is FailOn.warning)
+    problems.sort(key=lambda p: (p.path, p.line, p.title))
+    failed = any(p.level == "error" for p in problems) or any(
+        f.severity.value in severities for f in findings)
+    if fmt is CheckFormat.json:
+        import dataclasses as _dc
+
+        ctx = make_context(_dc.replace(result, sites=apply_pins(result.sites, entries)), config, comparison)
+        sys.stdout.write(render(Format.json, ctx))
+    else:
+        sys.stdout.write(render_checks(problems, fmt.value))
+        if fmt is CheckFormat.text:
+            errors = sum(1 for p in problems if p.level == "error")
+            status = "failed" if failed else "passed"
+            typer.echo(f"alloc-audit check {status}: {len(comparison.entries)} allowlist entries, "
+                       f"{len(comparison.new)} new, {len(comparison.grown)} grown, {len(comparison.loose)} loose, "
+                       f"{len(comparison.stale)} stale; {len(findings)} rule findings; {errors} errors",
+                       err=failed)
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+@_guard
+def gate(
+    base: str = typer.Option(..., "--base", metavar="REF", help="The git ref to compare the allowlist with."),
+    allow_growth: bool = typer.Option(False, "--allow-growth", help="Pass even if the allowlist grew (prints it)."),
+    allow_new_allowlist: bool = typer.Option(False, "--allow-new-allowlist",
+                                             help="Pass when the base has no allowlist yet (first introduction)."),
+    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f", help="text or github (workflow commands)."),
+    config_path: Optional[Path] = CONFIG,
+    jobs: Optional[int] = JOBS,
+    no_cache: bool = NO_CACHE,
+    cache_dir: Optional[Path] = CACHE_DIR,
+    debug: bool = DEBUG,
+) -> None:
+    """CI gate: fail if the allowlist grew since --base, listing what grew and the sites that need it.
+
+    Reads the allowlist at REF through git (no checkout) and compares it
+    with the working tree's: an added entry or a raised count fails; an
+    entry that moved with a renamed file does not. Then runs `check` on the
+    whole project. Run it on the merge result too: two green branches can
+    merge into a red one without any textual conflict.
+
+    Examples:
+
+      alloc-audit gate --base origin/main
+
+      alloc-audit gate --base HEAD~1 --format github
+    """
+    from .allowlist import compare, compare_allowlists, load_texts
+    from .gitio import list_tree, require_ref, show
+    from .keys import site_key
+    from .report.checks import allowlist_problems, finding_problems, gate_problems, render as render_checks
+
+    config, catalog = load_project(None, config_path)
+    require_ref(config.root, base)
+    names = [n for n in list_tree(config.root, base, config.allowlist) if n.endswith(".allowlist")
+             and not Path(n).name.startswith(".")]
+    now_entries = _require_allowlist(config)
+    out: list[str] = []
+    problems = []
+    grew = False
+    if not names:
+        message = (f"there is no allowlist under {config.allowlist}/ at {base}: this change introduces it "
+                   f"({len(now_entries)} entries)")
+        if not allow_new_allowlist:
+            typer.echo(f"alloc-audit gate: {message}; pass --allow-new-allowlist to accept the introduction",
+                       err=True)
+            raise typer.Exit(1)
+        out.append(f"alloc-audit gate: {message}; accepted (--allow-new-allowlist)\n")
+        result = None
+    else:
+        texts = []
+        for name in names:
+            blob = show(config.root, base, name)
+            texts.append((f"{base}:{name}", (blob or b"").decode("utf-8", "replace")))
+        try:
+            base_entries = load_texts(texts)
+        except UsageError as exc:
+            raise UsageError(f"the allowlist at {base} cannot be read: {exc}") from None
+        result = compare_allowlists(base_entries, now_entries)
+    scan = run_project_scan(config, catalog, None, jobs, no_cache, cache_dir, None, False, debug)
+    if result is not None:
+        sites_by_key: dict[tuple[str, str, str], list[Any]] = {}
+        for site in scan.sites:
+            sites_by_key.setdefault(site_key(site), []).append(site)
+        problems += gate_problems(result, sites_by_key, allow_growth)
+        grew = result.failed
+    comparison = compare(scan.sites, now_entries, scan.scanned_paths, ("",))
+    problems += allowlist_problems(comparison)
+    findings = [f for f in scan.findings if not f.suppressed and f.severity.value == "error"]
+    problems += finding_problems(findings, False)
+    problems.sort(key=lambda p: (p.path, p.line, p.title))
+    sys.stdout.write("".join(out) + render_checks(problems, fmt.value))
+    check_failed = comparison.failed or bool(findings)
+    if fmt is CheckFormat.text:
+        if result is not None:
+            summary = (f"alloc-audit gate against {base}: {len(result.grown)} grown, {len(result.shrunk)} lowered, "
+                       f"{len(result.removed)} removed, {len(result.moved)} moved")
+            if grew and allow_growth:
+                summary += " — growth let through by --allow-growth"
+            typer.echo(summary)
+        typer.echo(f"alloc-audit check: {'failed' if check_failed else 'passed'}")
+    if (grew and not allow_growth) or check_failed:
+        raise typer.Exit(1)
+
+
+@allowlist_app.command("init")
+@_guard
+def allowlist_init(
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing allowlist."),
+    split: bool = typer.Option(False, "--split-by-directory",
+                               help="One file per top-level directory, to keep merges apart."),
+    config_path: Optional[Path] = CONFIG,
+    jobs: Optional[int] = JOBS,
+    no_cache: bool = NO_CACHE,
+) -> None:
+    """Write the allowlist from the current tree (every site, with its tier).
+
+    Example:
+
+      alloc-audit allowlist init && git add allowlists/
+    """
+    from .allowlist import AllowlistEntry, _tier_of, allowlist_files, write_allowlist
+    from .keys import site_key
+
+    config, catalog = load_project(None, config_path)
+    existing = allowlist_files(config.allowlist_dir)
+    if existing and not force:
+        raise UsageError(f"an allowlist already exists ({', '.join(p.name for p in existing)}); use "
+                         "`alloc-audit allowlist update`, or --force to start over", str(config.allowlist_dir))
+    result = run_project_scan(config, catalog, None, jobs, no_cache, None, None, True, False)
+    groups: dict[tuple[str, str, str], list[Any]] = {}
+    for site in result.sites:
+        if site.kind.value != "release":
+            groups.setdefault(site_key(site), []).append(site)
+    entries = [AllowlistEntry(k[0], k[1], k[2], len(v), _tier_of(v)) for k, v in sorted(groups.items())]
+    if force:
+        for path in existing:
+            path.unlink()
+    written = write_allowlist(config.allowlist_dir, config.root, entries, split_top_level=split)
+    sites = sum(e.count for e in entries)
+    typer.echo(f"alloc-audit: wrote {len(entries)} entries ({sites} sites) to {', '.join(written) or 'nothing'}")
+
+
+@allowlist_app.command("update")
+@_guard
+def allowlist_update(
+    add_new: bool = typer.Option(False, "--add-new", help="Also add new sites and raise grown counts."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would change; write nothing."),
+    config_path: Optional[Path] = CONFIG,
+    jobs: Optional[int] = JOBS,
+    no_cache: bool = NO_CACHE,
+) -> None:
+    """Rewrite the allowlist from the tree: prune stale entries, lower counts, keep reasons and pins.
+
+    Adds nothing unless --add-new is given. A renamed file's entries move
+    with it (never above their old counts). Prints what changed.
+
+    Examples:
+
+      alloc-audit allowlist update
+
+      alloc-audit allowlist update --add-new --dry-run
+    """
+    from .allowlist import compare, plan_update, write_allowlist
+
+    config, catalog = load_project(None, config_path)
+    entries = _require_allowlist(config)
+    result = run_project_scan(config, catalog, None, jobs, no_cache, None, None, True, False)
+    plan = plan_update(compare(result.sites, entries, result.scanned_paths, ("",)), add_new)
+    lines = _update_summary(plan)
+    if dry_run:
+        typer.echo("".join(lines) + "alloc-audit: dry run, nothing written")
+        return
+    written = write_allowlist(config.allowlist_dir, config.root, plan.entries)
+    typer.echo("".join(lines) + (f"alloc-audit: wrote {', '.join(written)}" if written else
+                                 "alloc-audit: the allowlist is up to date"))
+
+
+def _update_summary(plan: Any) -> list[str]:
+    from .keys import key_text
+
+    out = []
+    for e in plan.removed:
+        out.append(f"- removed  {key_text(e.key)} (matches nothing)\n")
+    for old, new in plan.lowered:
+        out.append(f"- lowered  {key_text(old.key)} x{old.count} -> x{new.count}\n")
+    for old, new in plan.retiered:
+        out.append(f"~ retiered {key_text(old.key)} {old.tier} -> {new.tier}\n")
+    for rename in plan.renamed:
+        out.append(f"> renamed  {rename.old} -> {rename.new} ({len(rename.keys)} entries, reasons kept)\n")
+    for e in plan.added:
+        out.append(f"+ added    {key_text(e.key)} x{e.count} {e.tier}\n")
+    for e, found in plan.still_grown:
+        out.append(f"! grown    {key_text(e.key)} accepts {e.count}, the code has {found} (use --add-new to accept)\n")
+    for key, found in plan.not_added:
+        out.append(f"! new      {key_text(key)} x{found} not added (use --add-new to accept)\n")
+    return out
+
+
+@allowlist_app.command("explain")
+@_guard
+def allowlist_explain(
+    what: str = typer.Argument(..., metavar="KEY|PATH:LINE",
+                               help="An entry key ('path scope api') or a source location."),
+    config_path: Optional[Path] = CONFIG,
+    no_cache: bool = NO_CACHE,
+) -> None:
+    """Show which entry covers a site, or which sites an entry covers.
+
+    Examples:
+
+      alloc-audit allowlist explain examples/minigen/worker.py:28
+
+      alloc-audit allowlist explain "examples/minigen/kv_cache.py KVCachePool.__init__ torch.zeros"
+    """
+    from .keys import key_text, parse_key, site_key
+    from .report.checks import entry_line
+
+    config, catalog = load_project(None, config_path)
+    entries = _require_allowlist(config)
+    result = run_project_scan(config, catalog, None, None, no_cache, None, None, False, False)
+    by_key = {e.key: e for e in entries}
+    location = re.fullmatch(r"(.+):(\d+)", what.strip())
+    if location and parse_key(what) is None:
+        path = location.group(1).replace("\\", "/")
+        line = int(location.group(2))
+        hits = [s for s in result.sites if s.path == path and s.span.line <= line <= s.span.end_line]
+        if not hits:
+            raise UsageError(f"no allocation site at {path}:{line}")
+        for site in hits:
+            key = site_key(site)
+            siblings = [s for s in result.sites if site_key(s) == key]
+            entry = by_key.get(key)
+            typer.echo(f"{site.path}:{site.span.line}: {site.api} in {site.scope} ({site.tier.value}: {site.tier_reason})")
+            typer.echo(f"  key: {key_text(key)}")
+            if entry is None:
+                typer.echo("  not on the allowlist (a new site)")
+            else:
+                state = "ok" if entry.count == len(siblings) else f"the code has {len(siblings)}"
+                typer.echo(f"  covered by {entry_line(entry)}  ({state})")
+            if len(siblings) > 1:
+                typer.echo(f"  the key's sites: lines {', '.join(str(s.span.line) for s in siblings)}")
+        return
+    key = parse_key(what)
+    if key is None:
+        raise UsageError(f"{what!r} is neither 'path scope api' nor PATH:LINE")
+    entry = by_key.get(key)
+    sites = [s for s in result.sites if site_key(s) == key]
+    typer.echo(f"{key_text(key)}: " + (entry_line(entry) if entry else "no allowlist entry"))
+    for site in sites:
+        typer.echo(f"  {site.path}:{site.span.line}: {site.api} ({site.tier.value}: {site.tier_reason})")
+    if not sites:
+        typer.echo("  no site matches it (stale)" if entry else "  no site has this key")
+
+
+@allowlist_app.command("merge-driver")
+@_guard
+def allowlist_merge_driver(
+    ancestor: Path = typer.Argument(..., metavar="%O"),
+    ours: Path = typer.Argument(..., metavar="%A"),
+    theirs: Path = typer.Argument(..., metavar="%B"),
+) -> None:
+    """A git merge driver that resolves allowlist conflicts fail-closed.
+
+    Per key the smaller count wins, an entry deleted on either side stays
+    deleted, reasons are kept. Set it up once per clone:
+
+      git config merge.alloc-audit.driver "alloc-audit allowlist merge-driver %O %A %B"
+
+    and in .gitattributes:
+
+      allowlists/*.allowlist merge=alloc-audit
+    """
+    from .allowlist import merge_entries, parse_allowlist, render_file
+    from .cache import atomic_write_bytes
+
+    def read(path: Path, label: str) -> list[Any]:
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read {label} version: {exc}", str(path)) from None
+        return parse_allowlist(text, f"{label} ({path})")
+
+    try:
+        merged = merge_entries(read(ancestor, "base"), read(ours, "ours"), read(theirs, "theirs"))
+    except UsageError as exc:
+        # leave %A as it is: git reports a conflict for a hand merge
+        typer.echo(f"alloc-audit merge-driver: {exc}", err=True)
+        raise typer.Exit(1) from None
+    atomic_write_bytes(ours, render_file(merged).encode("utf-8"))
+
+
 def entry() -> None:
     """Console-script entry point."""
     app(prog_name="alloc-audit")
+

@@ -149,8 +149,7 @@ def load_config(root: Path, config_file: Path | None) -> Config:
     except UnicodeDecodeError:
         raise UsageError("configuration is not valid UTF-8", display) from None
     except tomllib.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None)
-        raise UsageError(f"invalid TOML: {exc}", display, line) from None
+        raise UsageError(f"invalid TOML: {exc}", display, toml_error_line(exc)) from None
     if config_file.name == "pyproject.toml":
         table = data.get("tool", {}).get("alloc-audit")
         section = "[tool.alloc-audit]"
@@ -159,6 +158,15 @@ def load_config(root: Path, config_file: Path | None) -> Config:
     else:
         table, section = data, CONFIG_NAME
     return _validate(table, raw_text, root, display, section, config_file.parent)
+
+
+def toml_error_line(exc: Exception) -> int | None:
+    """The line a TOML error names (tomllib says "(at line 3, column 5)")."""
+    line = getattr(exc, "lineno", None)
+    if isinstance(line, int):
+        return line
+    m = re.search(r"at line (\d+)", str(exc))
+    return int(m.group(1)) if m else None
 
 
 def _display(path: Path, root: Path) -> str:

@@ -15,7 +15,6 @@ import re
 from .model import Site
 
 _UNSAFE = re.compile(r"[\s#%]")
-_ESCAPED = re.compile(r"%([0-9A-Fa-f]{2})")
 
 
 def escape(field: str) -> str:
@@ -23,10 +22,12 @@ def escape(field: str) -> str:
 
 
 def unescape(field: str) -> str:
+    """The inverse of :func:`escape` (percent sequences are UTF-8 bytes)."""
     if "%" not in field:
         return field
-    raw = _ESCAPED.sub(lambda m: chr(int(m.group(1), 16)), field)
-    return raw.encode("latin-1", "replace").decode("utf-8", "replace") if any(ord(c) > 127 for c in raw) else raw
+    from urllib.parse import unquote
+
+    return unquote(field, errors="strict")
 
 
 def site_key(site: Site) -> tuple[str, str, str]:

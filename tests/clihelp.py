@@ -1,0 +1,56 @@
+"""Running the installed CLI in a subprocess, and building small projects in
+real git repositories, for the tests of the real surfaces."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def cli_command() -> list[str]:
+    exe = shutil.which("alloc-audit")
+    return [exe] if exe else [sys.executable, "-m", "alloc_audit"]
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Run:
+    full_env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120", **(env or {})}
+    proc = subprocess.run([*cli_command(), *args], cwd=cwd, capture_output=True, text=True, env=full_env)
+    return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+def git(cwd: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+                               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"})
+    assert proc.returncode == 0, f"git {' '.join(args)} failed: {proc.stderr}"
+    return proc.stdout
+
+
+def write(root: Path, rel: str, text: str) -> Path:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+def make_repo(root: Path, files: dict[str, str], config: str = "") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    git(root, "init", "-q", "-b", "main")
+    write(root, "alloc-audit.toml", config or "# alloc-audit configuration\n")
+    for rel, text in files.items():
+        write(root, rel, text)
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "initial")
+    return root
