@@ -777,6 +777,98 @@ def allowlist_merge_driver(
     atomic_write_bytes(ours, render_file(merged).encode("utf-8"))
 
 
+
+# ---------------------------------------------------------------- annotate and audit
+
+
+def _apply_decisions(config: Config, catalog: Catalog, decisions: list[Any]) -> list[str]:
+    """Write decisions into the sources; returns what was written."""
+    from .annotate import Edit, apply_edits, validate
+    from .discover import language_of
+    from .rules import known_rule_names
+
+    known = known_rule_names()
+    for decision in decisions:
+        validate(decision, known)
+    files = sorted({d.path for d in decisions})
+    for rel in files:
+        if not (config.root / rel).is_file():
+            raise UsageError(f"no such file in the project: {rel}")
+    result = run_project_scan(config, catalog, [config.root / f for f in files], None, True, None, None, False, False)
+    by_file: dict[str, list[Edit]] = {}
+    written: list[str] = []
+    for d in decisions:
+        covering = [s for s in result.sites if s.path == d.path and s.stmt_line <= d.line <= s.span.end_line]
+        finding = next((f for f in result.findings if f.path == d.path and f.line == d.line), None)
+        line = covering[0].stmt_line if covering else (finding.stmt_line if finding else d.line)
+        by_file.setdefault(d.path, []).append(Edit(line, d.comment_body(), d.kind, d.ignore))
+        written.append(f"{d.path}:{line}: # {d.comment_body()}")
+    for rel, edits in sorted(by_file.items()):
+        lang = language_of(rel)
+        apply_edits(config.root / rel, "python" if lang is not None and lang.value == "python" else "native", edits)
+    return written
+
+
+@app.command()
+@_guard
+def annotate(
+    site: Optional[str] = typer.Option(None, "--site", metavar="PATH:LINE", help="The site to annotate."),
+    tier: Optional[str] = typer.Option(None, "--tier", help="Override the tier: T1, T2, T3, T4, T5a or T5b."),
+    ignore: Optional[List[str]] = typer.Option(None, "--ignore", metavar="RULE", help="Suppress a rule (repeatable)."),
+    reason: str = typer.Option("", "--reason", help="Why (required)."),
+    decisions: Optional[Path] = typer.Option(None, "--decisions", help="Apply decisions from a JSON or TOML file."),
+    config_path: Optional[Path] = CONFIG,
+) -> None:
+    """Write a tier override or a suppression, with its reason, into the source above a site.
+
+    Python is rewritten with libcst (formatting and encoding kept); C++/CUDA
+    gets a // line at the statement's indentation.
+
+    Examples:
+
+      alloc-audit annotate --site src/kv.py:42 --tier T3 --reason "pooled KV blocks"
+
+      alloc-audit annotate --site src/ops.cu:88 --ignore grow-on-demand --reason "warm-up only"
+
+      alloc-audit annotate --decisions decisions.json
+    """
+    from .annotate import load_decisions, parse_decision
+
+    config, catalog = load_project(None, config_path)
+    items = []
+    if decisions is not None:
+        items += load_decisions(decisions)
+    if site is not None:
+        items.append(parse_decision(site, reason, tier, list(ignore or ())))
+    if not items:
+        raise UsageError("nothing to do: give --site with --tier or --ignore and --reason, or --decisions FILE")
+    for line in _apply_decisions(config, catalog, items):
+        typer.echo(f"annotated {line}")
+
+
+@app.command()
+@_guard
+def audit(
+    paths: Optional[List[Path]] = PATHS,
+    config_path: Optional[Path] = CONFIG,
+) -> None:
+    """Walk the sites that are not on the allowlist or have an unknown tier, one by one.
+
+    For each: the code, the proposed tier and its reason, and any findings.
+    Accept it (onto the allowlist), set its tier, suppress a finding with a
+    reason, skip, or quit; decisions are written with `annotate`.
+
+    Example:
+
+      alloc-audit audit src/engine
+    """
+    from .audit import run_audit
+
+    config, catalog = load_project(paths, config_path)
+    result = run_project_scan(config, catalog, paths, None, False, None, None, False, False)
+    run_audit(config, result, lambda decisions: _apply_decisions(config, catalog, decisions))
+
+
 def entry() -> None:
     """Console-script entry point."""
     app(prog_name="alloc-audit")

@@ -20,6 +20,17 @@ class ScratchPlan:
     def get_scores(self, rows: int) -> torch.Tensor:
         return self.slab[: rows * self.topk * 4].view(torch.float32).view(rows, self.topk)
 
+    def get_simultaneous(self, *shapes: tuple[int, ...]) -> list[torch.Tensor]:
+        """Several views at once, laid out one after another in the slab."""
+        views, offset = [], 0
+        for shape in shapes:
+            numel = 1
+            for dim in shape:
+                numel *= dim
+            views.append(self.slab[offset : offset + 4 * numel].view(torch.float32).view(shape))
+            offset += 4 * numel
+        return views
+
     def get_indices(self, rows: int) -> torch.Tensor:
         start = self._offsets["indices"]
         return self.slab[start : start + rows * self.topk * 4].view(torch.int32).view(rows, self.topk)

@@ -15,6 +15,12 @@ def sparse_attention(hidden: torch.Tensor, scratch, rows: int, slices: int = 4) 
     return hidden
 
 
+def gated_mlp(x: torch.Tensor, scratch, hidden: int) -> torch.Tensor:
+    gate, up = scratch.get_simultaneous((x.shape[0], hidden), (x.shape[0], hidden))
+    torch.matmul(x, x.new_ones(x.shape[1], hidden), out=gate)
+    return gate * up
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     out = torch.empty_like(x)
     torch.ops.minigen.rms_norm(out, x, weight, eps)
