@@ -197,7 +197,8 @@ def run_project_scan(
         from .gitio import changed_since as changed
 
         report_paths = changed(config.root, changed_since)
-    bar = _progress_bar() if progress and sys.stderr.isatty() else None
+    # never in piped output: both streams must be a terminal
+    bar = _progress_bar() if progress and sys.stderr.isatty() and sys.stdout.isatty() else None
     try:
         return run_scan(
             config,
@@ -249,11 +250,15 @@ class _progress_bar:
 
 
 def make_context(result: ScanResult, config: Config, comparison: Comparison | None = None, verbose: bool = False,
-                 pivot: str = "tier", base: Any = None) -> ReportContext:
+                 pivot: str = "tier", base: Any = None,
+                 bindings: tuple[tuple[str, int], ...] = ()) -> ReportContext:
     from .report.context import ReportContext
 
+    merged = dict(config.bindings)
+    merged.update(bindings)
     return ReportContext(result=result, root_display=root_display(config.root), allowlist=comparison,
-                         verbose=verbose, pivot=pivot, width=_width(), base=base)
+                         verbose=verbose, pivot=pivot, width=_width(), base=base,
+                         bindings=tuple(sorted(merged.items())))
 
 
 def render(fmt: Format, ctx: ReportContext, command: str = "scan") -> str:
@@ -361,6 +366,105 @@ def _comparison_if_present(config: Config, result: ScanResult) -> Comparison | N
     if entries is None:
         return None
     return compare(result.sites, entries, result.scanned_paths)
+
+
+# ---------------------------------------------------------------- report
+
+
+class Pivot(str, Enum):
+    dir = "dir"
+    file = "file"
+    tier = "tier"
+    rule = "rule"
+    api = "api"
+
+
+@app.command()
+@_guard
+def report(
+    paths: Optional[List[Path]] = PATHS,
+    by: Pivot = typer.Option(Pivot.dir, "--by", help="Pivot the main table by directory, file, tier, rule or API."),
+    fmt: Format = typer.Option(Format.table, "--format", "-f",
+                               help="table (terminal), markdown, html, sarif, github or json."),
+    output: Optional[Path] = OUTPUT,
+    base: Optional[str] = typer.Option(None, "--base", metavar="REF",
+                                       help="Also scan REF (through git, no checkout) and show the delta: sites "
+                                            "added/removed by tier, findings new/fixed.", show_default=False),
+    bind: Optional[List[str]] = typer.Option(None, "--bind", metavar="NAME=VALUE",
+                                             help="A value for a size symbol, for estimated bytes "
+                                                  "(repeatable; adds to [tool.alloc-audit] bindings).",
+                                             show_default=False),
+    verbose: bool = VERBOSE,
+    config_path: Optional[Path] = CONFIG,
+    jobs: Optional[int] = JOBS,
+    no_cache: bool = NO_CACHE,
+    cache_dir: Optional[Path] = CACHE_DIR,
+    changed_since: Optional[str] = CHANGED,
+    progress: bool = PROGRESS,
+    debug: bool = DEBUG,
+) -> None:
+    """The developer report: totals by tier and kind, top directories, hazards by rule, allowlist status, next steps.
+
+    Examples:
+
+      alloc-audit report examples
+
+      alloc-audit report --by file --bind max_num_tokens=8192 --bind hidden_size=4096
+
+      alloc-audit report --format markdown --base origin/main >> "$GITHUB_STEP_SUMMARY"
+
+      alloc-audit report --format html -o alloc-report.html
+
+      alloc-audit report --format sarif -o alloc-audit.sarif
+    """
+    from .sizes import parse_binding
+
+    bindings = []
+    for text in bind or ():
+        try:
+            bindings.append(parse_binding(text))
+        except ValueError as exc:
+            raise UsageError(f"--bind: {exc}") from None
+    config, catalog = load_project(paths, config_path)
+    result = run_project_scan(config, catalog, paths, jobs, no_cache, cache_dir, changed_since, progress, debug)
+    comparison = _comparison_if_present(config, result)
+    delta = None
+    if base is not None:
+        delta = _delta_against(base, config, catalog, paths, result, jobs, no_cache, cache_dir)
+    ctx = make_context(result, config, comparison, verbose, by.value, delta, tuple(bindings))
+    emit(render(fmt, ctx, "report"), output, one_line_summary(result))
+
+
+def _delta_against(ref: str, config: Config, catalog: Catalog, paths: list[Path] | None, result: ScanResult,
+                   jobs: int | None, no_cache: bool, cache_dir: Path | None) -> Any:
+    """Scan the tree at ``ref`` with today's configuration and rules (so the
+    delta is the code's change, not the tool's) and compare."""
+    import dataclasses
+    import tempfile
+
+    from .gitio import export_tree, require_ref
+    from .pipeline import ScanOptions, run_scan
+    from .report.delta import compute
+
+    commit = require_ref(config.root, ref)
+    with tempfile.TemporaryDirectory(prefix="alloc-audit-base-") as tmp:
+        base_root = export_tree(config.root, ref, Path(tmp))
+        base_paths = []
+        for p in paths or ():
+            rel = p.resolve().relative_to(config.root.resolve())
+            if (base_root / rel).exists():
+                base_paths.append(base_root / rel)
+        if paths and not base_paths:
+            base_result = None
+        else:
+            base_result = run_scan(
+                dataclasses.replace(config, root=base_root),
+                catalog,
+                ScanOptions(paths=tuple(base_paths), jobs=jobs, use_cache=not no_cache,
+                            cache_dir=cache_dir or config.root / config.cache_dir),
+            )
+    return compute(ref, commit, base_result.sites if base_result else (),
+                   base_result.findings if base_result else (), result.sites, result.findings)
 
 
 # ---------------------------------------------------------------- rules

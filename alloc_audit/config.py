@@ -78,6 +78,7 @@ _KNOWN = (
     "class-tiers",
     "severity",
     "default-pack",
+    "bindings",
 )
 
 
@@ -104,6 +105,8 @@ class Config:
     enable: tuple[str, ...] = ()
     disable: tuple[str, ...] = ()
     severity: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    # name -> integer, for the report's size estimates (sizes.py)
+    bindings: tuple[tuple[str, int], ...] = ()
 
     @property
     def allowlist_dir(self) -> Path:
@@ -240,6 +243,13 @@ def _validate(
         if sev not in ("error", "warning"):
             raise fail("severity", f"'severity': rule '{rule}' has {sev!r}; use \"error\" or \"warning\"")
 
+    bindings_raw = table.get("bindings", {})
+    if not isinstance(bindings_raw, dict):
+        raise fail("bindings", f"'bindings' must be a table of name = integer, got {_type_name(bindings_raw)}")
+    for name, number in bindings_raw.items():
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise fail("bindings", f"'bindings': '{name}' must be an integer, got {_type_name(number)}")
+
     default_pack = table.get("default-pack", True)
     if not isinstance(default_pack, bool):
         raise fail("default-pack", f"'default-pack' must be true or false, got {_type_name(default_pack)}")
@@ -268,6 +278,7 @@ def _validate(
         enable=str_list("enable"),
         disable=str_list("disable"),
         severity=tuple(sorted(severity_raw.items())),
+        bindings=tuple(sorted(bindings_raw.items())),
     )
 
 

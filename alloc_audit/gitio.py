@@ -82,3 +82,25 @@ def changed_since(root: Path, ref: str) -> frozenset[str]:
     untracked = _git(root, "ls-files", "-z", "--others", "--exclude-standard")
     names = {p.decode("utf-8", "surrogateescape") for p in (diff.stdout + b"\0" + untracked.stdout).split(b"\0") if p}
     return frozenset(names)
+
+
+def export_tree(root: Path, ref: str, dest: Path) -> Path:
+    """Write the files of ``root`` as they are at ``ref`` under ``dest`` (no
+    checkout, the work tree is untouched); returns the directory that
+    corresponds to ``root``."""
+    import io
+    import tarfile
+
+    commit = require_ref(root, ref)
+    top = toplevel(root)
+    rel = root.resolve().relative_to(top.resolve()).as_posix()
+    args = ["archive", "--format=tar", commit]
+    if rel not in ("", "."):
+        args += ["--", rel]
+    proc = _git(root, *args)
+    with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as archive:
+        if hasattr(tarfile, "data_filter"):
+            archive.extractall(dest, filter="data")
+        else:  # pragma: no cover - Python < 3.10.12
+            archive.extractall(dest)  # noqa: S202 - our own repository's tree
+    return dest if rel in ("", ".") else dest / rel

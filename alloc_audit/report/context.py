@@ -22,7 +22,9 @@ class ReportContext:
     verbose: bool = False
     pivot: str = "tier"
     width: int | None = None
-    base: Any = None  # a BaseDelta for markdown --base
+    base: Any = None  # a delta.Delta, when --base REF was given
+    bindings: tuple[tuple[str, int], ...] = ()  # for size estimates (sizes.py)
+    limit: int = 20  # rows per table and findings per rule, unless verbose
 
     def allowlisted(self, site: Site) -> bool | None:
         if self.allowlist is None:

@@ -9,6 +9,8 @@ from collections import Counter
 from typing import Iterable
 
 from ..model import TIER_NAMES, Finding, Severity, Site, SiteKind, Tier
+from ..sizes import human
+from . import summary
 from .context import ReportContext
 
 TIER_ORDER = [Tier.T1, Tier.T2, Tier.T3, Tier.T4, Tier.T5A, Tier.T5B, Tier.UNKNOWN]
@@ -37,6 +39,15 @@ def console(color: bool, width: int | None):  # type: ignore[no-untyped-def]
         emoji=False,
         soft_wrap=False,
     )
+
+
+def finish(out, color: bool) -> str:  # type: ignore[no-untyped-def]
+    """The rendered text; without colour, lines lose the padding rich adds
+    (piped output and files get no trailing whitespace)."""
+    text: str = out.file.getvalue()
+    if color:
+        return text
+    return "".join(line.rstrip() + "\n" for line in text.splitlines())
 
 
 def header_line(ctx: ReportContext) -> str:
@@ -177,4 +188,198 @@ def render_scan(ctx: ReportContext, color: bool) -> str:
             out.print(f"  {e.path}: {_escape(e.message)}")
         if len(shown) < len(errors):
             out.print(f"  [dim]… {len(errors) - len(shown)} more (use --verbose)[/]")
-    return out.file.getvalue()  # type: ignore[attr-defined,no-any-return]
+    return finish(out, color)
+
+
+# ---------------------------------------------------------------- report
+
+WIDE = 120  # from this width on, one column per tier
+
+
+def render_report(ctx: ReportContext, color: bool) -> str:
+    """The developer report: one screen of totals, the pivot, hazards by
+    rule, the allowlist status and what to do next."""
+    from rich.padding import Padding
+
+    out = console(color, ctx.width)
+    known = summary.sizes(ctx)
+    sites = summary.counted(ctx.result.sites)
+    out.print(header_line(ctx))
+    out.print()
+    if not sites:
+        out.print("No allocation sites found.")
+    else:
+        out.print(totals_table(ctx, sites, known))
+        sized = sum(1 for s in sites if id(s) in known)
+        if sized:
+            out.print(f"[dim]est. bytes: {sized} of {len(sites)} sites have a size from literals or bindings; "
+                      "≥ marks a partial sum.[/]")
+        out.print()
+        by = ctx.pivot if ctx.pivot in summary.PIVOTS else "dir"
+        out.print(rules_table(ctx) if by == "rule" else pivot_table(ctx, by, known))
+    groups = [g for g in summary.rule_groups(ctx) if g.findings]
+    if groups:
+        out.print()
+        out.print("[bold]Hazards[/]" + ("" if ctx.verbose else " [dim](messages and every location: --verbose)[/]"))
+        for group in groups:
+            hazard_group(out, ctx, group)
+    status = summary.allowlist_status(ctx)
+    if status is not None:
+        out.print()
+        state = "[green]clean[/]" if status.clean else "[red]out of date[/]"
+        out.print(f"[bold]Allowlist[/] {state}: {status.entries} entries accept {status.accepted} sites; "
+                  f"{status.new} new sites, {status.grown} grown, {status.loose} too-high counts, "
+                  f"{status.stale} stale")
+    if ctx.result.errors:
+        out.print()
+        out.print(f"[bold]Files with problems[/]: {len(ctx.result.errors)}")
+        shown_errors = ctx.result.errors if ctx.verbose else ctx.result.errors[:5]
+        for e in shown_errors:
+            out.print(Padding(f"{e.path}: {_escape(e.message)}", (0, 0, 0, 2)))
+        if len(shown_errors) < len(ctx.result.errors):
+            out.print(f"  [dim]… {len(ctx.result.errors) - len(shown_errors)} more (--verbose)[/]")
+    actions = summary.next_actions(ctx, known)
+    if actions:
+        out.print()
+        out.print("[bold]Next[/]")
+        for i, action in enumerate(actions, 1):
+            out.print(Padding(f"{i}. {_escape(action)}", (0, 0, 0, 2)))
+    return finish(out, color)
+
+
+def hazard_group(out, ctx: ReportContext, group: summary.RuleGroup) -> None:  # type: ignore[no-untyped-def]
+    """A rule's findings; wrapped lines keep their indentation."""
+    from rich.padding import Padding
+
+    def line(text: str, indent: int) -> None:
+        out.print(Padding(text, (0, 0, 0, indent)) if indent else text)
+
+    colour = "red" if group.severity is Severity.ERROR else "yellow"
+    files = f"{group.files} file{'s' if group.files != 1 else ''}"
+    line(f"[{colour}]{group.rule}[/] {len(group.findings)} in {files} [dim]— {_escape(group.summary)}[/]", 0)
+    shown = group.findings if ctx.verbose else group.findings[:3]
+    for f in shown:
+        line(f"{f.path}:{f.line} [dim]in[/] {_escape(f.scope)}", 2)
+        if ctx.verbose:
+            line(_escape(f.message), 4)
+        related = f.related if ctx.verbose else f.related[:1]
+        for r in related:
+            more = len(f.related) - len(related)
+            tail = f" [dim](+{more} more)[/]" if more and r is related[-1] else ""
+            line(f"[dim]↳ {r.path}:{r.line} {_escape(r.note)}[/]{tail}", 4)
+    if len(shown) < len(group.findings):
+        line(f"[dim]… {len(group.findings) - len(shown)} more[/]", 2)
+
+
+def bytes_cell(total: int, sized: int, of: int) -> str:
+    """'36.0 MiB' when every site is sized, '≥ 36.0 MiB' when only some are."""
+    if not sized:
+        return ""
+    return human(total) if sized == of else f"≥ {human(total)}"
+
+
+def tier_mix(tiers: tuple[int, ...]) -> str:
+    """'T2 5 · T4 3': the tier counts of a row, in tier order."""
+    return " · ".join(f"[{TIER_STYLE[t]}]{t.value}[/] {n}" for t, n in zip(summary.TIER_ORDER, tiers) if n)
+
+
+def totals_table(ctx: ReportContext, sites: list[Site], known: dict[int, int]):  # type: ignore[no-untyped-def]
+    from rich.table import Table
+
+    kinds, counts = summary.tier_kind_counts(sites)
+    derived = summary.derived(ctx.result.sites)
+    dcounts = Counter(s.tier for s in derived)
+    sized = summary.tier_bytes(sites, known)
+    table = Table(title="Sites by tier", title_justify="left", show_edge=False, pad_edge=False)
+    table.add_column("tier", no_wrap=True)
+    table.add_column("sites", justify="right", style="bold", no_wrap=True)
+    table.add_column("derived", justify="right", no_wrap=True)
+    if sized:
+        table.add_column("est. bytes", justify="right", no_wrap=True)
+    table.add_column("kinds", overflow="fold", ratio=1)
+    per_tier = Counter(s.tier for s in sites)
+    for tier in summary.TIER_ORDER:
+        if not per_tier[tier] and not dcounts[tier]:
+            continue
+        label = f"[{TIER_STYLE[tier]}]{tier.value}[/]" + ("" if tier is Tier.UNKNOWN else f" {TIER_NAMES[tier]}")
+        row = [label, str(per_tier[tier]), str(dcounts[tier] or "")]
+        if sized:
+            total, n = sized.get(tier, (0, 0))
+            row.append(bytes_cell(total, n, per_tier[tier]))
+        row.append(", ".join(f"{k.value} {counts[(tier, k)]}" for k in kinds if counts.get((tier, k))))
+        table.add_row(*row)
+    footer = ["total", str(len(sites)), str(len(derived) or "")]
+    if sized:
+        footer.append(bytes_cell(sum(t for t, _ in sized.values()), sum(n for _, n in sized.values()), len(sites)))
+    footer.append(", ".join(f"{k.value} {sum(v for (_, kk), v in counts.items() if kk is k)}" for k in kinds))
+    table.add_row(*footer, style="bold")
+    return table
+
+
+PIVOT_TITLES = {"dir": ("directory", "directories"), "file": ("file", "files"), "tier": ("tier", "tiers"),
+                "api": ("API", "APIs")}
+
+
+def pivot_table(ctx: ReportContext, by: str, known: dict[int, int]):  # type: ignore[no-untyped-def]
+    from rich.table import Table
+
+    rows = summary.pivot(ctx, by, known)
+    limit = len(rows) if ctx.verbose or by == "tier" else ctx.limit
+    wide = (ctx.width or 100) >= WIDE
+    tiers = [i for i, t in enumerate(summary.TIER_ORDER) if any(r.tiers[i] for r in rows)]
+    any_bytes = any(r.sized for r in rows)
+    one, many = PIVOT_TITLES[by]
+    shown = rows[:limit]
+    more = f", top {len(shown)}" if len(shown) < len(rows) else ""
+    table = Table(title=f"Sites by {one} ({len(rows)} {many}{more})", title_justify="left", show_edge=False,
+                  pad_edge=False)
+    table.add_column(one.lower(), overflow="fold", ratio=3)
+    table.add_column("sites", justify="right", style="bold", no_wrap=True)
+    if by != "tier":
+        if wide:
+            for i in tiers:
+                tier = summary.TIER_ORDER[i]
+                table.add_column(f"[{TIER_STYLE[tier]}]{tier.value}[/]", justify="right", no_wrap=True)
+        else:
+            table.add_column("tiers", overflow="fold", ratio=2)
+    if any_bytes:
+        table.add_column("est. bytes", justify="right", no_wrap=True)
+    if by in ("dir", "file"):
+        table.add_column("findings", justify="right", no_wrap=True)
+    for row in shown:
+        name = summary.tier_label(Tier(row.name)) if by == "tier" else row.name
+        cells = [_escape(name), str(row.sites)]
+        if by != "tier":
+            cells += [str(row.tiers[i] or "") for i in tiers] if wide else [tier_mix(row.tiers)]
+        if any_bytes:
+            cells.append(bytes_cell(row.bytes, row.sized, row.sites))
+        if by in ("dir", "file"):
+            cells.append(str(row.findings or ""))
+        table.add_row(*cells)
+    if len(shown) < len(rows):
+        rest = rows[len(shown):]
+        table.add_row(f"[dim]… {len(rest)} more (--verbose)[/]", f"[dim]{sum(r.sites for r in rest)}[/]")
+    return table
+
+
+def rules_table(ctx: ReportContext):  # type: ignore[no-untyped-def]
+    from rich.table import Table
+
+    wide = (ctx.width or 100) >= WIDE
+    groups = summary.rule_groups(ctx)
+    table = Table(title="Findings by rule", title_justify="left", show_edge=False, pad_edge=False)
+    table.add_column("rule", no_wrap=True)
+    table.add_column("severity", no_wrap=True)
+    table.add_column("open", justify="right", style="bold", no_wrap=True)
+    table.add_column("suppressed", justify="right", no_wrap=True)
+    table.add_column("files", justify="right", no_wrap=True)
+    if wide:
+        table.add_column("what it flags", overflow="fold", ratio=1)
+    for g in groups:
+        cells = [g.rule, g.severity.value, str(len(g.findings)), str(g.suppressed or ""), str(g.files or "")]
+        if wide:
+            cells.append(_escape(g.summary))
+        table.add_row(*cells)
+    if not groups:
+        table.add_row("[dim]no findings[/]", "", "", "", "")
+    return table
