@@ -220,11 +220,16 @@ def run_project_scan(
 
 class _progress_bar:
     """A rich progress bar on stderr that appears only when a scan takes
-    longer than a moment (0.5 s), and only on a terminal."""
+    longer than a moment (0.5 s; ALLOC_AUDIT_PROGRESS_DELAY overrides it),
+    and only on a terminal."""
 
     def __init__(self) -> None:
         import time
 
+        try:
+            self._delay = float(os.environ.get("ALLOC_AUDIT_PROGRESS_DELAY", "0.5"))
+        except ValueError:
+            self._delay = 0.5
         self._start = time.monotonic()
         self._progress: Any = None
         self._task: Any = None
@@ -233,7 +238,7 @@ class _progress_bar:
         import time
 
         if self._progress is None:
-            if time.monotonic() - self._start < 0.5 or done >= total:
+            if time.monotonic() - self._start < self._delay or done >= total:
                 return
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

@@ -179,16 +179,26 @@ def _display(path: Path, root: Path) -> str:
         return str(path)
 
 
-def _line_of(text: str, key: str) -> int | None:
-    match = re.search(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=", text, re.M)
-    return text.count("\n", 0, match.start()) + 1 if match else None
+def _line_of(text: str, key: str, item: str | None = None) -> int | None:
+    """The line of ``key = ...`` (or of a ``[...key]`` table header); with
+    ``item``, the line of that entry inside the key's table."""
+    quoted = rf"[\"']?{re.escape(key)}[\"']?"
+    match = re.search(rf"^\s*(?:{quoted}\s*=|\[[^\]\n]*\b{re.escape(key)}[\"']?\s*\])", text, re.M)
+    if match is None:
+        return None
+    if item is not None:
+        inner = re.compile(rf"(?:^|[{{,])\s*[\"']?{re.escape(item)}[\"']?\s*=", re.M)
+        found = inner.search(text, match.end())
+        if found is not None:
+            return text.count("\n", 0, found.start()) + 1 + (1 if text[found.start()] == "\n" else 0)
+    return text.count("\n", 0, match.start()) + 1
 
 
 def _validate(
     table: Mapping[str, Any], text: str, root: Path, display: str, section: str, base: Path
 ) -> Config:
-    def fail(key: str, message: str) -> UsageError:
-        return UsageError(message, display, _line_of(text, key))
+    def fail(key: str, message: str, item: str | None = None) -> UsageError:
+        return UsageError(message, display, _line_of(text, key, item))
 
     for key in table:
         if key not in _KNOWN:
@@ -234,21 +244,22 @@ def _validate(
         raise fail("class-tiers", f"'class-tiers' must be a table of class glob = tier, got {_type_name(class_tiers_raw)}")
     for glob, tier in class_tiers_raw.items():
         if tier not in TIERS:
-            raise fail("class-tiers", f"'class-tiers': '{glob}' has unknown tier {tier!r}; use one of {', '.join(TIERS)}")
+            raise fail("class-tiers", f"'class-tiers': '{glob}' has unknown tier {tier!r}; use one of {', '.join(TIERS)}",
+                       glob)
 
     severity_raw = table.get("severity", {})
     if not isinstance(severity_raw, dict):
         raise fail("severity", f"'severity' must be a table of rule = \"error\"|\"warning\", got {_type_name(severity_raw)}")
     for rule, sev in severity_raw.items():
         if sev not in ("error", "warning"):
-            raise fail("severity", f"'severity': rule '{rule}' has {sev!r}; use \"error\" or \"warning\"")
+            raise fail("severity", f"'severity': rule '{rule}' has {sev!r}; use \"error\" or \"warning\"", rule)
 
     bindings_raw = table.get("bindings", {})
     if not isinstance(bindings_raw, dict):
         raise fail("bindings", f"'bindings' must be a table of name = integer, got {_type_name(bindings_raw)}")
     for name, number in bindings_raw.items():
         if isinstance(number, bool) or not isinstance(number, int):
-            raise fail("bindings", f"'bindings': '{name}' must be an integer, got {_type_name(number)}")
+            raise fail("bindings", f"'bindings': '{name}' must be an integer, got {_type_name(number)}", name)
 
     default_pack = table.get("default-pack", True)
     if not isinstance(default_pack, bool):

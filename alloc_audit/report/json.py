@@ -10,11 +10,12 @@ from .. import __version__
 from ..keys import key_text, site_key
 from ..model import Finding, Site
 from .context import ReportContext
+from .summary import sizes
 
 SCHEMA = "alloc-audit/1"
 
 
-def site_json(site: Site, allowlisted: bool | None) -> dict[str, Any]:
+def site_json(site: Site, allowlisted: bool | None, size: int | None = None) -> dict[str, Any]:
     return {
         "path": site.path,
         "line": site.span.line,
@@ -32,6 +33,7 @@ def site_json(site: Site, allowlisted: bool | None) -> dict[str, Any]:
         "dtype": site.dtype,
         "device": site.device,
         "target": site.target,
+        "bytes": size,
         "key": key_text(site_key(site)),
         "allowlisted": allowlisted,
         "via": None if site.via is None else {"api": site.via.api, "path": site.via.path, "line": site.via.line},
@@ -55,6 +57,7 @@ def finding_json(finding: Finding) -> dict[str, Any]:
 
 def document(ctx: ReportContext) -> dict[str, Any]:
     result = ctx.result
+    known = sizes(ctx)
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "tool": {"name": "alloc-audit", "version": __version__},
@@ -66,7 +69,7 @@ def document(ctx: ReportContext) -> dict[str, Any]:
             "seconds": round(result.stats.seconds, 3),
         },
         "errors": [{"path": e.path, "message": e.message} for e in result.errors],
-        "sites": [site_json(s, ctx.allowlisted(s)) for s in result.sites],
+        "sites": [site_json(s, ctx.allowlisted(s), known.get(id(s))) for s in result.sites],
         "findings": [finding_json(f) for f in result.findings],
     }
     if ctx.allowlist is not None:

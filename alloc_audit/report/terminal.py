@@ -5,6 +5,7 @@ is a terminal, so piped output has no escape codes."""
 from __future__ import annotations
 
 import io
+import re
 from collections import Counter
 from typing import Iterable
 
@@ -333,7 +334,17 @@ def pivot_table(ctx: ReportContext, by: str, known: dict[int, int]):  # type: ig
     more = f", top {len(shown)}" if len(shown) < len(rows) else ""
     table = Table(title=f"Sites by {one} ({len(rows)} {many}{more})", title_justify="left", show_edge=False,
                   pad_edge=False)
-    table.add_column(one.lower(), overflow="fold", ratio=3)
+    # explicit widths (rich would truncate the last column instead): the
+    # narrow columns are fixed, the name and the tier mix share the rest
+    longest = max((len(r.name) for r in shown), default=8)
+    widths = [5] + ([10] if any_bytes else []) + ([8] if by in ("dir", "file") else [])
+    if by != "tier" and wide:
+        widths += [max(len(summary.TIER_ORDER[i].value), 3) for i in tiers]
+    mix = by != "tier" and not wide
+    free = (ctx.width or 100) - sum(widths) - 3 * (len(widths) + (1 if mix else 0))
+    name_w = max(8, min(longest, free - (14 if mix else 0)))
+    mix_w = max(8, free - name_w)
+    table.add_column(one.lower(), overflow="fold", width=name_w)
     table.add_column("sites", justify="right", style="bold", no_wrap=True)
     if by != "tier":
         if wide:
@@ -341,7 +352,7 @@ def pivot_table(ctx: ReportContext, by: str, known: dict[int, int]):  # type: ig
                 tier = summary.TIER_ORDER[i]
                 table.add_column(f"[{TIER_STYLE[tier]}]{tier.value}[/]", justify="right", no_wrap=True)
         else:
-            table.add_column("tiers", overflow="fold", ratio=2)
+            table.add_column("tiers", overflow="fold", width=mix_w)
     if any_bytes:
         table.add_column("est. bytes", justify="right", no_wrap=True)
     if by in ("dir", "file"):

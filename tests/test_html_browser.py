@@ -1,0 +1,153 @@
+"""The HTML report in a real headless Chromium (Debian's ``chromium``, driven
+by Playwright): it loads with no console errors, the charts render, the
+table sorts and filters, it follows the colour scheme, and a 10k-site report
+opens within a few seconds without putting 10k rows in the DOM.
+
+Slow; skipped when no Chromium is installed unless ALLOC_AUDIT_REQUIRE_BROWSER
+is set (``.ci/run`` sets it, so CI cannot skip it silently)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from clihelp import make_repo, run_cli
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = os.environ.get("ALLOC_AUDIT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("ALLOC_AUDIT_REQUIRE_BROWSER"):
+            pytest.fail(f"no Chromium at {CHROMIUM} (install Debian's chromium)")
+        pytest.skip("no Chromium installed")
+    playwright = pytest.importorskip("playwright.sync_api")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+def open_report(browser: Any, path: Path, scheme: str = "light") -> tuple[Any, list[str], float]:
+    page = browser.new_page(viewport={"width": 1280, "height": 900}, color_scheme=scheme)
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type in ("error", "warning") else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: errors.append(f"network request: {r.url}") if not r.url.startswith(
+        ("file:", "data:", "about:")) else None)
+    started = time.perf_counter()
+    page.goto(path.as_uri())
+    page.wait_for_selector("html[data-ready='1']", timeout=20000)
+    return page, errors, time.perf_counter() - started
+
+
+def visible_rows(page: Any) -> list[list[str]]:
+    return page.eval_on_selector_all(
+        "#site-rows tr:not(.spacer)", "rows => rows.map(r => Array.from(r.cells).map(c => c.textContent))")
+
+
+def test_demo_report_in_chromium(browser: Any, tmp_path: Path) -> None:
+    out = tmp_path / "demo.html"
+    assert run_cli("report", "examples", "-f", "html", "-o", str(out), cwd=REPO).code == 0
+    page, errors, _ = open_report(browser, out)
+    assert errors == []
+    # the charts drew bars
+    assert page.eval_on_selector_all("#chart-dirs svg rect.bar", "n => n.length") >= 5
+    assert page.eval_on_selector_all("#chart-rules svg rect.bar", "n => n.length") >= 5
+    box = page.eval_on_selector("#chart-dirs svg", "s => s.getBoundingClientRect().height")
+    assert box > 50
+    assert page.inner_text("#site-count") == "46 sites"
+
+    # sort by tier: T1 first; again: descending, unknown first
+    page.click("th[data-key='tier']")
+    assert visible_rows(page)[0][4] == "T1"
+    page.click("th[data-key='tier']")
+    assert visible_rows(page)[0][4] == "unknown"
+    assert page.get_attribute("th[data-key='tier']", "aria-sort") == "descending"
+
+    # sort by bytes, largest first
+    page.click("th[data-key='bytes']")
+    page.click("th[data-key='bytes']")
+    assert visible_rows(page)[0][5] == "1.7 GiB"
+
+    # filter by text, then by tier and kind
+    page.fill("#f-text", "kv_cache.py:")
+    page.wait_for_function("document.getElementById('site-count').textContent.includes(' of ')")
+    rows = visible_rows(page)
+    assert page.inner_text("#site-count") == f"{len(rows)} of 46 sites" and len(rows) >= 2
+    assert all("kv_cache.py:" in " ".join(row) for row in rows)
+    page.fill("#f-text", "kv_cache.py KVCachePool.__init__")
+    page.wait_for_function("document.getElementById('site-count').textContent.startsWith('2 of')")
+    assert all(row[0].startswith("examples/minigen/kv_cache.py:") for row in visible_rows(page))
+    page.fill("#f-text", "")
+    page.select_option("#f-tier", "T5b")
+    page.wait_for_function("document.getElementById('site-count').textContent.startsWith('3 of')")
+    assert {row[4] for row in visible_rows(page)} == {"T5b"}
+    page.select_option("#f-tier", "")
+    page.select_option("#f-kind", "ipc")
+    assert {row[3] for row in visible_rows(page)} == {"ipc"}
+    page.select_option("#f-kind", "")
+    page.select_option("#f-allow", "no")
+    assert page.inner_text("#site-count").startswith("0 of")
+    assert "No site matches" in page.inner_text("#site-rows")
+
+    # the findings list the related locations
+    text = page.inner_text("#findings")
+    assert "examples/minigen/model_runner.py:79" in text and "capture starts here" in text
+
+    # the theme switch and the dark scheme change the colours
+    light_bg = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    page.click("#theme")
+    dark_bg = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert light_bg != dark_bg
+    dark_page, dark_errors, _ = open_report(browser, out, "dark")
+    assert dark_errors == []
+    assert dark_page.evaluate("getComputedStyle(document.body).backgroundColor") == dark_bg
+
+
+def _big_project(root: Path, files: int, per_file: int) -> Path:
+    sources = {}
+    for f in range(files):
+        lines = ["import torch", "", ""]
+        lines.append(f"class Holder{f}:")
+        lines.append("    def __init__(self, n):")
+        for i in range(per_file // 2):
+            lines.append(f"        self.b{i} = torch.empty(n, {i + 1}, device='cuda')")
+        lines += ["", "    def step(self, x):"]
+        for i in range(per_file - per_file // 2):
+            lines.append(f"        t{i} = torch.zeros_like(x)")
+        lines.append("        return x")
+        sources[f"pkg{f % 20}/mod{f}.py"] = "\n".join(lines) + "\n"
+    return make_repo(root, sources)
+
+
+def test_ten_thousand_sites_open_within_seconds(browser: Any, tmp_path: Path) -> None:
+    root = _big_project(tmp_path / "big", files=200, per_file=52)
+    out = tmp_path / "big.html"
+    result = run_cli("report", "-f", "html", "-o", str(out), cwd=root)
+    assert result.code == 0, result.err
+    assert "10400 sites" in result.out
+    page, errors, seconds = open_report(browser, out)
+    assert errors == []
+    assert seconds < 8, f"10k-site report took {seconds:.1f} s to become ready"
+    assert page.inner_text("#site-count") == "10400 sites"
+    # virtualised: only the rows in view (plus a margin) are in the DOM
+    assert len(visible_rows(page)) < 120
+    # scrolling to the end renders the last rows
+    page.eval_on_selector("#site-box", "b => { b.scrollTop = b.scrollHeight; b.dispatchEvent(new Event('scroll')); }")
+    page.wait_for_timeout(200)
+    assert any("pkg" in row[0] for row in visible_rows(page))
+    started = time.perf_counter()
+    page.click("th[data-key='location']")
+    page.fill("#f-text", "mod199.py")
+    page.wait_for_function("document.getElementById('site-count').textContent.startsWith('52 of')")
+    assert time.perf_counter() - started < 3
+    assert errors == []
