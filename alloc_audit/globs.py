@@ -6,6 +6,8 @@ names like ``pkg.ops.*``. Rules match callee names by the hundred thousand,
 so a matcher first looks at the name's last component: patterns whose last
 component is literal are a set lookup, and only names that pass that test
 (or a pattern with a wildcard in its last component) reach the full regex.
+Answers are memoised per pattern list: the same callee names recur across
+thousands of functions.
 """
 
 from __future__ import annotations
@@ -38,13 +40,24 @@ def _compile(patterns: tuple[str, ...]) -> Callable[[str], bool]:
             literal_leaves.add(leaf)
     leaf_regex = re.compile("|".join(f"(?:{fnmatch.translate(w)})" for w in wild_leaves)) if wild_leaves else None
 
+    memo: dict[str, bool] = {}
+
     def match(name: str) -> bool:
+        found = memo.get(name)
+        if found is not None:
+            return found
+        if len(memo) > 500_000:  # a bound, for very long-lived processes
+            memo.clear()
+        key = name
         if "->" in name:  # a C++ member call through a pointer matches `.` patterns
             name = name.replace("->", ".")
         leaf = _last(name)
         if leaf not in literal_leaves and (leaf_regex is None or leaf_regex.match(leaf) is None):
-            return False
-        return full.match(name) is not None
+            found = False
+        else:
+            found = full.match(name) is not None
+        memo[key] = found
+        return found
 
     return match
 

@@ -73,6 +73,11 @@ class Func:
         return [table.callees[i] for i in self.call_ix] if table is not None else []
 
     @property
+    def arglists(self) -> list[str]:
+        table = self.table
+        return [table.arglists[i] for i in self.call_ix] if table is not None else []
+
+    @property
     def span(self) -> Span | None:
         return self.scope.span if self.scope is not None else None
 

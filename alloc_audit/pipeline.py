@@ -373,6 +373,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
                 if wants.mentions.intersection(idents)
                 or (wants.wants_module(module_name(p)) if p.endswith(".py") else wants.definitions.intersection(defs))
             )
+            LOG.debug("expansion round %d: %d of %d skipped files wanted", _round + 1, len(chosen), len(skipped))
             if not chosen:
                 break
             before = set(facts)

@@ -184,7 +184,7 @@ def reading_roots(index: ProjectIndex, is_reading: Callable[[str], bool], attrib
         if any(is_reading(c) for c in func.callees):
             roots.append(func)
         elif attr is not None and (any(attr.search(a.value) for a in func.assigns)
-                                   or any(attr.search(c.arglist) for c in func.calls)):
+                                   or any(attr.search(a) for a in func.arglists)):
             roots.append(func)
     return roots
 
