@@ -138,7 +138,7 @@ def _facts_or_skip(source: SourceFile, data: bytes, digest: str, catalog: Catalo
     if cached is not None:
         return cached[0], cached[1], cached[2]
     if b"\0" in data[:8192]:
-        return SKIP, (), None  # binary: nothing to read
+        return SKIP, ((), ()), "binary content (a NUL byte in the first 8 KiB); skipped"
     warning = None
     try:
         data.decode("utf-8")
@@ -349,6 +349,9 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
 
     # On-demand expansion: parse skipped files that define a callee the rules
     # follow, or mention a buffer factory, until nothing new is wanted.
+    # the index is built in path order: arrival order from the workers must
+    # not decide anything (ambiguous names resolve to the first definition)
+    facts = dict(sorted(facts.items()))
     index = build_index(facts)
     phases.mark("index")
     if options.with_rules and skipped:
@@ -381,7 +384,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
                 absorb(outcome)
             for p in chosen:
                 skipped.pop(p, None)
-            index.add({p: facts[p] for p in facts if p not in before})
+            index.add({p: facts[p] for p in sorted(facts) if p not in before})
+            facts = dict(sorted(facts.items()))
     phases.mark("expansion")
     for path, f in facts.items():
         if f.errors:

@@ -37,7 +37,7 @@ from ..model import (
 )
 from ..parse import language
 from .annotations import MARKER, next_code_line, parse_annotation
-from .nodes import Containers, Source, comment_nodes, inside_error
+from .nodes import Containers, Source, comment_nodes, inside_error, ordered_captures
 
 _QUERY_TEXT = """
 (function_definition) @def
@@ -158,7 +158,7 @@ class _Extractor:
         self.apis = apis
 
     def run(self, grammar: Language) -> FileFacts:
-        caps = ts.QueryCursor(_query(grammar)).captures(self.tree.root_node)
+        caps = ordered_captures(_query(grammar), self.tree.root_node)
         get = caps.get
         self._containers(get("def", ()), get("class", ()), get("ns", ()), get("lambda", ()))
         calls: list[Call] = []

@@ -98,6 +98,19 @@ class Containers:
         return order[k] if k >= 0 else -1
 
 
+def _position(node: Any) -> tuple[int, int]:
+    return node.start_byte, -node.end_byte
+
+
+def ordered_captures(query: Any, root: Any) -> dict[str, list[Any]]:
+    """A query's captures by name, each list in document order (outer node
+    first). py-tree-sitter does not promise an order for ``captures()`` (it
+    varies from run to run), and facts must be identical across runs."""
+    import tree_sitter as ts
+
+    return {name: sorted(nodes, key=_position) for name, nodes in ts.QueryCursor(query).captures(root).items()}
+
+
 def comment_nodes(root: Any, data: bytes, marker: bytes = b"alloc-audit:") -> list[Any]:
     """Comment nodes that contain ``marker``, found by a byte search and a
     descent to the node at each hit (capturing every comment would cost more

@@ -34,7 +34,7 @@ from ..model import (
 )
 from ..parse import language
 from .annotations import MARKER, next_code_line, parse_annotation
-from .nodes import Containers, Source, comment_nodes, inside_error
+from .nodes import Containers, Source, comment_nodes, inside_error, ordered_captures
 
 _QUERY_TEXT = """
 (function_definition) @def
@@ -117,7 +117,7 @@ class _Extractor:
 
     # ------------------------------------------------------------ entry point
     def run(self) -> FileFacts:
-        caps = ts.QueryCursor(_get_query()).captures(self.tree.root_node)
+        caps = ordered_captures(_get_query(), self.tree.root_node)
         get = caps.get
         imports = self._imports(get("import", ()))
         self._scopes(get("def", ()), get("class", ()), get("lambda", ()))

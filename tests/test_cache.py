@@ -1,0 +1,199 @@
+"""The content-hash cache and the process pool, through the real CLI:
+invalidation on content, catalogue and tool-version change; identical output
+for --jobs 1 and 2, cold and warm; a killed run leaves a usable cache; two
+concurrent runs agree. Nothing here is timed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from clihelp import cli_command, make_repo, run_cli, write
+
+
+def fact_entries(cache: Path) -> set[str]:
+    return {p.name for p in (cache / "v1" / "facts").rglob("*") if p.is_file() and not p.name.startswith(".")}
+
+
+def scan(root: Path, *args: str) -> dict:
+    result = run_cli("scan", "--format", "json", *args, cwd=root)
+    assert result.code == 0, result.err
+    doc = json.loads(result.out)
+    doc["stats"].pop("seconds")
+    return doc
+
+
+def apis(doc: dict) -> list[tuple[str, int, str]]:
+    return [(s["path"], s["line"], s["api"]) for s in doc["sites"]]
+
+
+SMALL = {
+    "eng/a.py": 'import torch\n\n\nclass A:\n    def __init__(self, n):\n        self.x = torch.empty(n, device="cuda")\n',
+    "eng/b.py": 'import mylib\n\n\ndef grab(n):\n    return mylib.grab(n)\n',
+    "eng/c.py": "def pure(n):\n    return n + 1\n",
+}
+
+
+def test_content_change_misses_only_for_that_file(tmp_path: Path) -> None:
+    root = make_repo(tmp_path / "p", SMALL)
+    cache = tmp_path / "cache"
+    first = scan(root, "--cache-dir", str(cache))
+    entries = fact_entries(cache)
+    assert len(entries) == 3
+    assert scan(root, "--cache-dir", str(cache)) == first  # warm
+    assert fact_entries(cache) == entries
+    write(root, "eng/a.py", SMALL["eng/a.py"] + '        self.y = torch.zeros(n, device="cuda")\n')
+    changed = scan(root, "--cache-dir", str(cache))
+    assert ("eng/a.py", 7, "torch.zeros") in apis(changed)
+    assert len(fact_entries(cache) - entries) == 1, "only the edited file is analysed again"
+    assert changed == scan(root, "--no-cache")
+
+
+def test_catalogue_change_invalidates(tmp_path: Path) -> None:
+    root = make_repo(tmp_path / "p", SMALL)
+    cache = tmp_path / "cache"
+    before = scan(root, "--cache-dir", str(cache))
+    assert not any(s["api"] == "mylib.grab" for s in before["sites"])
+    write(root, "alloc-audit.toml", """
+        [[apis]]
+        names = ["mylib.grab"]
+        kind = "device"
+        device = "cuda"
+        shape = "first"
+        """)
+    after = scan(root, "--cache-dir", str(cache))
+    assert ("eng/b.py", 5, "mylib.grab") in apis(after)
+    assert after == scan(root, "--no-cache")
+
+
+def test_tool_version_change_invalidates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In process: the salt of every key includes the version."""
+    from alloc_audit import pipeline
+    from alloc_audit.catalog import load_catalog
+    from alloc_audit.config import find_project, load_config
+
+    root = make_repo(tmp_path / "p", SMALL)
+    cache = tmp_path / "cache"
+    config = load_config(*find_project(root))
+    catalog = load_catalog(config)
+    options = pipeline.ScanOptions(cache_dir=cache, jobs=1)
+    first = pipeline.run_scan(config, catalog, options)
+    entries = fact_entries(cache)
+    pipeline.run_scan(config, catalog, options)
+    assert fact_entries(cache) == entries
+    monkeypatch.setattr(pipeline, "__version__", "999.0.0")
+    again = pipeline.run_scan(config, catalog, options)
+    assert len(fact_entries(cache)) == 2 * len(entries), "a new version must not read the old facts"
+    assert [s.sort_key for s in again.sites] == [s.sort_key for s in first.sites]
+
+
+def big_project(root: Path, files: int = 48) -> Path:
+    """Enough source (> 1 MB, > 16 files) for the process pool to be used,
+    with cross-file calls so the index and the rules have work."""
+    sources = {}
+    for i in range(files):
+        body = [
+            "import torch",
+            f"from pkg.mod{(i + 1) % files} import helper{(i + 1) % files}",
+            "",
+            "",
+            f"def helper{i}(x):",
+            "    scratch = torch.empty(x.shape[0], device=\"cuda\")",
+            "    return x.add_(scratch)",
+            "",
+            "",
+            f"class Runner{i}:",
+            "    def __init__(self, n):",
+            '        self.keep = torch.empty(n, device="cuda")',
+            "",
+            "    def capture(self, graph, x):",
+            "        with torch.cuda.graph(graph):",
+            f"            return helper{(i + 1) % files}(x)",
+            "",
+        ]
+        filler = [f"def filler_{i}_{k}(a, b):\n    return a * {k} + b  # padding to make the file large\n"
+                  for k in range(400)]
+        sources[f"pkg/mod{i}.py"] = "\n".join(body) + "\n" + "\n".join(filler)
+    return make_repo(root, sources)
+
+
+def test_jobs_and_cache_do_not_change_the_output(tmp_path: Path) -> None:
+    root = big_project(tmp_path / "big")
+    assert sum(p.stat().st_size for p in root.rglob("*.py")) > 1_000_000
+    cache = tmp_path / "cache"
+    one = scan(root, "--jobs", "1", "--no-cache")
+    two_cold = scan(root, "--jobs", "2", "--cache-dir", str(cache))
+    two_warm = scan(root, "--jobs", "2", "--cache-dir", str(cache))
+    one_warm = scan(root, "--jobs", "1", "--cache-dir", str(cache))
+    assert one == two_cold == two_warm == one_warm
+    assert len(one["findings"]) == 48 and {f["rule"] for f in one["findings"]} == {"alloc-in-capture"}
+
+
+def test_a_killed_run_leaves_a_usable_cache(tmp_path: Path) -> None:
+    root = big_project(tmp_path / "big", files=96)
+    cache = tmp_path / "cache"
+    expected = scan(root, "--no-cache", "--jobs", "1")
+    killed = 0
+    for delay in (0.3, 0.6, 0.9, 1.2):
+        proc = subprocess.Popen([*cli_command(), "scan", "--jobs", "2", "--cache-dir", str(cache)], cwd=root,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        time.sleep(delay)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            killed += 1
+        proc.wait()
+    assert killed, "the scan always finished before it could be killed; make the project larger"
+    assert scan(root, "--jobs", "2", "--cache-dir", str(cache)) == expected
+    assert scan(root, "--jobs", "2", "--cache-dir", str(cache)) == expected
+
+
+def test_two_concurrent_runs_agree(tmp_path: Path) -> None:
+    root = big_project(tmp_path / "big")
+    cache = tmp_path / "cache"
+    expected = scan(root, "--no-cache", "--jobs", "1")
+    env = {**os.environ, "NO_COLOR": "1"}
+    procs = [subprocess.Popen([*cli_command(), "scan", "--format", "json", "--jobs", "2", "--cache-dir", str(cache)],
+                              cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(2)]
+    outputs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        doc = json.loads(out)
+        doc["stats"].pop("seconds")
+        outputs.append(doc)
+    assert outputs[0] == outputs[1] == expected
+    assert scan(root, "--cache-dir", str(cache)) == expected
+
+
+def test_facts_do_not_depend_on_the_process(tmp_path: Path) -> None:
+    """Extraction order must not follow hash seeds or node addresses (it once
+    followed py-tree-sitter's unordered captures): the same file gives the
+    same facts in every process."""
+    root = big_project(tmp_path / "big", files=4)
+    outputs = set()
+    for seed in ("1", "2", "3", "4"):
+        proc = subprocess.run([*cli_command(), "scan", "--format", "json", "--no-cache", "--jobs", "1"], cwd=root,
+                              capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": seed})
+        doc = json.loads(proc.stdout)
+        doc["stats"].pop("seconds")
+        outputs.add(json.dumps(doc))
+    assert len(outputs) == 1
+    from alloc_audit.catalog import load_catalog
+    from alloc_audit.config import find_project, load_config
+    from alloc_audit.extract import extract_facts
+    from alloc_audit.model import Language
+    from alloc_audit.parse import parse_source
+
+    apis = load_catalog(load_config(*find_project(root))).apis
+    data = (root / "pkg" / "mod0.py").read_bytes()
+    facts = {repr(extract_facts("pkg/mod0.py", Language.PYTHON,
+                                parse_source(data, Language.PYTHON, apis.attribute_macros, apis.specifier_macros,
+                                             apis.lone_macro_lines), apis))
+             for _ in range(5)}
+    assert len(facts) == 1
