@@ -22,7 +22,6 @@ import os
 import re
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -33,7 +32,6 @@ from .catalog import Catalog, passes_prefilter
 from .classify import classify_sites
 from .config import Config
 from .discover import SourceFile, discover_files
-from .extract.python import module_name
 from .globs import matcher
 from .index import ProjectIndex, build_index, expansion_wants
 from .model import FileError, FileFacts, Finding, Language, Site, Tier
@@ -237,6 +235,7 @@ def _run_files(items: list[tuple[SourceFile, bool]], catalog: Catalog, cache: Ca
             yield process_file(source, catalog, cache, force)
         return
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
     context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     cache_dir = str(cache.directory) if cache.enabled and cache.directory is not None else None
@@ -355,6 +354,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     index = build_index(facts)
     phases.mark("index")
     if options.with_rules and skipped:
+        from .extract.python import module_name
         from .rules import root_predicate
 
         pack = catalog.pack
