@@ -87,6 +87,7 @@ class RulePack:
     capture_end: tuple[str, ...] = ()
     capture_depth: int = 3
     captured: tuple[str, ...] = ()
+    capture_checks: tuple[str, ...] = ()
     scratch_accessors: tuple[str, ...] = ()
     measurements: tuple[str, ...] = ()
     free_memory_readings: tuple[str, ...] = ()
@@ -115,6 +116,7 @@ _PACK_FIELDS: dict[tuple[str, str], str] = {
     ("capture", "end"): "capture_end",
     ("capture", "depth"): "capture_depth",
     ("capture", "captured"): "captured",
+    ("capture", "checks"): "capture_checks",
     ("plan", "accessors"): "scratch_accessors",
     ("measure", "calls"): "measurements",
     ("free-memory", "calls"): "free_memory_readings",

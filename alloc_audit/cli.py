@@ -342,6 +342,7 @@ def scan(
     changed_since: Optional[str] = CHANGED,
     progress: bool = PROGRESS,
     debug: bool = DEBUG,
+    rules: bool = typer.Option(True, "--rules/--no-rules", help="Run the hazard rules (--no-rules: the census only)."),
 ) -> None:
     """Census of allocation sites (tier, kind, reason) and hazard findings.
 
@@ -354,7 +355,8 @@ def scan(
       alloc-audit scan --changed-since origin/main --verbose
     """
     config, catalog = load_project(paths, config_path)
-    result = run_project_scan(config, catalog, paths, jobs, no_cache, cache_dir, changed_since, progress, debug)
+    result = run_project_scan(config, catalog, paths, jobs, no_cache, cache_dir, changed_since, progress, debug,
+                              with_rules=rules)
     comparison = _comparison_if_present(config, result)
     ctx = make_context(result, config, comparison, verbose)
     emit(render(fmt, ctx), output, one_line_summary(result))

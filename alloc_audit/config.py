@@ -34,6 +34,7 @@ PACK_KNOBS: dict[str, tuple[str, str]] = {
     "capture-begin": ("capture", "begin"),
     "capture-end": ("capture", "end"),
     "captured": ("capture", "captured"),
+    "capture-checks": ("capture", "checks"),
     "scratch-accessors": ("plan", "accessors"),
     "measurements": ("measure", "calls"),
     "free-memory-readings": ("free-memory", "calls"),

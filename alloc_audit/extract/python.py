@@ -523,6 +523,12 @@ class _Extractor:
                 rhs[right.start_byte] = self.src.text(left)
                 if type_node is None:
                     continue
+            if right is not None and right.type == "conditional_expression":
+                # `out = output if output is not None else torch.empty(...)`
+                branches = right.named_children
+                for branch in (branches[0], branches[-1]) if len(branches) >= 3 else ():
+                    if branch.type == "call":
+                        rhs[branch.start_byte] = self.src.text(left)
             if left.type in ("pattern_list", "tuple_pattern", "list_pattern"):
                 targets = tuple(self.src.text(c) for c in left.named_children)
             else:

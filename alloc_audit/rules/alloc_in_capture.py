@@ -40,10 +40,17 @@ A tensor that a function reached from the region allocates and *returns*
 (an op's output) is not reported: it becomes a static output of the graph,
 which is how captured ops work. Scratch it allocates and drops is reported.
 
+A function reached from the region that asks whether capture is active
+(`torch.cuda.is_current_stream_capturing()`, `ensure_not_capturing()`,
+`cudaStreamIsCapturing`; the `capture-checks` list) is capture-aware: it
+raises or takes another branch under capture, so its allocations are not
+reported. A returned tuple or list, either branch of a conditional
+(`return out, (lse if lse is not None else lse_k)`) and a name with `out` in
+it that the return passes on (`return op(output, x)`) count as returned.
+
 ## Known false positives
-A capture region is lexical: an allocation in a branch that never runs
-during capture (e.g. guarded by `torch.cuda.is_current_stream_capturing()`)
-is still reported. Calls are resolved by declared types, so an overridden
+Inside the capture region itself, a branch that never runs during capture is
+still reported (the region is lexical). Calls are resolved by declared types, so an overridden
 method may be followed into the base class's implementation.
 
 ## Known false negatives
@@ -55,17 +62,42 @@ begun in one function and ended in another is not seen, except through
 
 from __future__ import annotations
 
-from typing import Iterator
+import re
+from typing import Callable, Iterator
 
 from ..model import Finding, Related, Severity
 from .base import Rule, RuleContext
 from ..arglists import split_top_level
-from ..index import ProjectIndex
+from ..globs import matcher
+from ..index import Func, ProjectIndex
 from ..model import Site
 from .findings import hop_notes, is_device_allocation, is_returned, is_tensor_factory, path_text, site_finding
 from .regions import calls_in, capture_regions
 
 NAME = "alloc-in-capture"
+
+
+def _returned_names(func: Func) -> set[str]:
+    """Names a function returns: the items of a returned tuple or list, both
+    branches of a conditional, and any name with ``out`` in it that the return
+    expression passes on (``return op(output, x)``: kernels return their
+    output argument)."""
+    names: set[str] = set()
+    for r in func.returns:
+        value = r.value.strip()
+        for item in split_top_level(value.strip("()[]")):
+            item = item.strip().strip("()[] ")
+            branches = _CONDITIONAL.fullmatch(item)
+            if branches is not None:
+                names.update(b.strip("() ") for b in branches.groups())
+            else:
+                names.add(item)
+        names.update(n for n in _IDENTIFIER.findall(value) if "out" in n.lower())
+    return names
+
+
+_CONDITIONAL = re.compile(r"(.+?)\s+if\s+.+?\s+else\s+(.+)", re.S)
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
 def _is_output(index: ProjectIndex, site: Site) -> bool:
@@ -77,14 +109,22 @@ def _is_output(index: ProjectIndex, site: Site) -> bool:
     func = index.func(site.path, site.scope)
     if func is None:
         return False
-    names = {n.strip("() ") for r in func.returns for n in split_top_level(r.value.strip("()"))}
-    return is_returned(({r.line for r in func.returns}, names), site)
+    return is_returned(({r.line for r in func.returns}, _returned_names(func)), site)
+
+
+def _capture_aware(func: Func, checks: Callable[[str], bool]) -> bool:
+    """A function that asks whether capture is active (and raises, or takes
+    another branch) knows about capture: its allocations are on the path it
+    keeps for eager execution."""
+    return any(checks(c) for c in func.callees)
 
 
 def check(ctx: RuleContext) -> Iterator[Finding]:
     pack = ctx.pack
     index = ctx.index
     regions = capture_regions(index, pack.capture_contexts, pack.capture_begin, pack.capture_end, pack.captured)
+    checks = matcher(pack.capture_checks)
+    aware: dict[str, bool] = {}
     reported: set[tuple[str, int, int]] = set()
     for region in regions:
         func = region.func
@@ -108,6 +148,12 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
                     site = reach.site
                     if not is_device_allocation(site) or _is_output(index, site):
                         continue
+                    owner = index.func(site.path, site.scope)
+                    if owner is not None:
+                        if owner.id not in aware:
+                            aware[owner.id] = _capture_aware(owner, checks)
+                        if aware[owner.id]:
+                            continue
                     key = (site.path, site.span.line, site.span.col)
                     if key in reported:
                         continue
