@@ -20,13 +20,14 @@ go to the file whose entries share the longest path prefix with them.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .cache import atomic_write_bytes
 from .errors import UsageError
@@ -206,17 +207,28 @@ class Comparison:
 
 def in_coverage(path: str, coverage: Sequence[str]) -> bool:
     """Whether ``path`` lies under one of the scanned roots ("" is the whole root)."""
-    for prefix in coverage:
-        if prefix in ("", ".") or path == prefix or path.startswith(prefix.rstrip("/") + "/"):
-            return True
-    return False
+    return coverage_test(coverage)(path)
+
+
+def coverage_test(coverage: Sequence[str]) -> Callable[[str], bool]:
+    """``in_coverage`` compiled once for many paths (an allowlist has thousands)."""
+    if any(prefix in ("", ".") for prefix in coverage):
+        return lambda _path: True
+    exact = frozenset(coverage)
+    prefixes = tuple(prefix.rstrip("/") + "/" for prefix in coverage)
+    return lambda path: path in exact or path.startswith(prefixes)
 
 
 def compare(sites: Iterable[Site], entries: Sequence[AllowlistEntry], scanned: Iterable[str],
-            coverage: Sequence[str] = ("",)) -> Comparison:
+            coverage: Sequence[str] = ("",), partial_apis: frozenset[str] | None = None) -> Comparison:
     """Entries are judged only where the run looked: a file that was scanned,
     or a path under the scanned roots that no longer exists (deleted or
-    renamed: its entries are stale, not silently carried)."""
+    renamed: its entries are stale, not silently carried).
+
+    ``partial_apis``: the run saw only some files (pre-commit), so a derived
+    site (a call to a project factory defined elsewhere) may be invisible:
+    entries whose api is not one of these direct-site apis can then be
+    found grown or new, never loose or stale. Full runs judge them all."""
     scanned_set = set(scanned)
     by_key: dict[Key, list[Site]] = {}
     for site in sites:
@@ -232,17 +244,20 @@ def compare(sites: Iterable[Site], entries: Sequence[AllowlistEntry], scanned: I
             new.append((key, found))
         elif len(found) > entry.count:
             grown.append((entry, found))
-        elif len(found) < entry.count:
+        elif len(found) < entry.count and (partial_apis is None or entry.api in partial_apis):
             loose.append((entry, found))
             covered.add(key)
         else:
             ok.append((entry, found))
             covered.add(key)
     stale = []
+    covers = coverage_test(coverage)
     for entry in sorted(entries, key=lambda e: e.key):
         if entry.key in by_key:
             continue
-        if entry.path in scanned_set or (in_coverage(entry.path, coverage)):
+        if partial_apis is not None and entry.api not in partial_apis:
+            continue
+        if entry.path in scanned_set or covers(entry.path):
             stale.append(entry)
     return Comparison(tuple(new), tuple(grown), tuple(loose), tuple(stale), tuple(ok), tuple(entries),
                       frozenset(covered))
@@ -387,22 +402,40 @@ def render_file(entries: Iterable[AllowlistEntry]) -> str:
 
 def assign_files(entries: Sequence[AllowlistEntry], existing: Sequence[str], default: str) -> dict[str, list[AllowlistEntry]]:
     """Which file each entry is written to: the file it came from; for a new
-    entry, the file whose entries share the longest path prefix with it."""
+    entry, the file whose entries share the longest path prefix with it
+    (ties: the first file in order). Each file keeps its paths sorted, so the
+    longest shared prefix is with a neighbour found by bisection."""
     out: dict[str, list[AllowlistEntry]] = {name: [] for name in existing}
     for entry in entries:
         if entry.file and entry.file in out:
             out[entry.file].append(entry)
+    paths = {name: sorted({e.path for e in members}) for name, members in out.items()}
     for entry in entries:
         if entry.file and entry.file in out:
             continue
         best, best_len = default, -1
-        for name, members in out.items():
-            for other in members:
-                common = len(os.path.commonprefix([other.path, entry.path]))
-                if common > best_len:
-                    best, best_len = name, common
+        for name, sorted_paths in paths.items():
+            common = _longest_shared_prefix(sorted_paths, entry.path)
+            if common > best_len:
+                best, best_len = name, common
         out.setdefault(best, []).append(dataclasses.replace(entry, file=best))
+        known = paths.setdefault(best, [])
+        at = bisect.bisect_left(known, entry.path)
+        if at == len(known) or known[at] != entry.path:
+            known.insert(at, entry.path)
     return out
+
+
+def _longest_shared_prefix(sorted_paths: list[str], path: str) -> int:
+    """The longest common prefix of ``path`` with any of ``sorted_paths``
+    (-1 when there are none): it is shared with a sorted neighbour."""
+    if not sorted_paths:
+        return -1
+    at = bisect.bisect_left(sorted_paths, path)
+    best = 0
+    for neighbour in sorted_paths[max(0, at - 1):at + 1]:
+        best = max(best, len(os.path.commonprefix([neighbour, path])))
+    return best
 
 
 def write_allowlist(directory: Path, root: Path, entries: Sequence[AllowlistEntry],

@@ -69,6 +69,13 @@ class ApiCatalog:
     specifier_macros: tuple[str, ...] = ()
     lone_macro_lines: bool = True
 
+    def api_names(self) -> frozenset[str]:
+        """Every api a direct site can have (a derived site's api is a
+        project factory's name instead)."""
+        specs = (*self.py_names.values(), *self.py_leaf.values(), *self.py_methods.values(),
+                 *self.cpp_names.values(), *self.cpp_types.values(), *self.cpp_methods.values())
+        return frozenset(spec.api for spec in specs)
+
     def cpp_lookup(self, callee: str) -> ApiSpec | None:
         """Match a qualified C++ callee against the catalogue (see cpp.toml)."""
         name = callee[2:] if callee.startswith("::") else callee

@@ -51,8 +51,11 @@ CLI = [sys.executable, "-m", "alloc_audit"]
 
 
 def sh(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess[str]]:
+    # as installed software runs: with byte-compiled modules (some sandboxes
+    # set PYTHONDONTWRITEBYTECODE, which adds ~0.05 s of compiling per run)
+    full = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     started = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env={**full, **(env or {})})
     return time.perf_counter() - started, proc
 
 
@@ -247,9 +250,9 @@ def main() -> None:
         "",
         "| goal (issue 6) | measured | met |",
         "|---|---|---|",
-        f"| 1. cold scan >= 10x faster than semgrep | {ratio(semgrep_s, cold)} | "
+        f"| 1. cold scan >= 10x faster than semgrep | {ratio(semgrep_s, cold)} faster | "
         f"{'yes' if semgrep_s and semgrep_s / cold >= 10 else 'no'} |",
-        f"| 1. cold scan faster than a 1-process parse of every file | {ratio(parse_s, cold)} faster | "
+        f"| 1. cold scan faster than a 1-process parse of every file | cold = {cold / parse_s:.2f}x the parse | "
         f"{'yes' if cold < parse_s else 'no'} |",
         f"| 2. warm <= 10 % of cold | {100 * statistics.median(warm) / cold:.1f} % | "
         f"{'yes' if statistics.median(warm) <= 0.1 * cold else 'no'} |",

@@ -278,3 +278,35 @@ def test_split_allowlists_keep_entries_in_their_files(tmp_path: Path) -> None:
     write(root, "ops/k2.py", 'import torch\n\n\ndef k2(n):\n    return torch.zeros(n, device="cuda")\n')
     assert run_cli("allowlist", "update", "--add-new", cwd=root).code == 0
     assert "ops/k2.py k2 torch.zeros T4" in (root / "allowlists" / "ops.allowlist").read_text()
+
+
+def test_checking_staged_files_keeps_derived_sites_whose_factory_is_elsewhere(tmp_path: Path) -> None:
+    """The pre-commit path sees only the staged files: a derived site (a call
+    to a factory defined in another file) is invisible there, and its entry
+    must not be called stale; growth is still caught."""
+    root = make_repo(tmp_path / "p", {
+        "eng/buffers.py": '''
+            import torch
+
+
+            class Staging:
+                def __init__(self, n):
+                    self.buf = torch.empty(n, device="cuda")
+            ''',
+        "eng/runner.py": '''
+            from eng.buffers import Staging
+
+
+            class Runner:
+                def __init__(self, n):
+                    self.staging = Staging(n)
+            ''',
+    })
+    assert run_cli("allowlist", "init", cwd=root).code == 0
+    assert "eng/runner.py Runner.__init__ Staging T2" in (root / "allowlists" / "alloc-audit.allowlist").read_text()
+    staged = run_cli("check", "eng/runner.py", cwd=root)
+    assert staged.code == 0, staged.out + staged.err
+    # the whole tree still judges the derived entry: remove the call and it is stale
+    write(root, "eng/runner.py", "class Runner:\n    def __init__(self, n):\n        self.staging = None\n")
+    full = run_cli("check", cwd=root)
+    assert full.code == 1 and "stale allowlist entry" in full.out + full.err

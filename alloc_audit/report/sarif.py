@@ -64,9 +64,11 @@ def _fingerprint(*parts: str) -> str:
 
 
 def _first_paragraph(doc: str) -> str:
+    """The first paragraph of prose (headings dropped): what the rule flags."""
     for block in doc.strip().split("\n\n"):
-        text = " ".join(block.split())
-        if text and not text.startswith("#"):
+        lines = [line for line in block.splitlines() if not line.lstrip().startswith("#")]
+        text = " ".join(" ".join(lines).split())
+        if text and not text.startswith("```"):
             return text
     return ""
 

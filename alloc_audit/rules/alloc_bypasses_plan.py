@@ -24,13 +24,17 @@ Add the buffer to the plan (give the plan a `get_partial(rows)`), sized for
 the largest call.
 
 ## How to suppress
-`# alloc-audit: ignore[alloc-bypasses-plan] output tensor returned to the caller`
+`# alloc-audit: ignore[alloc-bypasses-plan] written into the caller's batch, kept across steps`
 on the allocation's line or the line above.
 
-## Known false positives
-The output of an op, deliberately handed to the caller, looks the same as a
-scratch buffer; say so in a suppression. Data creation (`torch.randn`,
+The op's output is the caller's, not scratch: an allocation the function
+returns (directly, in a tuple or list, or passed to the returned call as an
+`out`-named argument) is not reported. Data creation (`torch.randn`,
 `torch.arange`, `torch.tensor`) is not counted as a buffer.
+
+## Known false positives
+An output handed to the caller in another way (stored into a structure the
+caller passed in) still looks like scratch; say so in a suppression.
 
 ## Known false negatives
 Plans reached through other names than the configured accessor patterns, and
@@ -44,7 +48,7 @@ from typing import Iterator
 from ..globs import matcher
 from ..model import Finding, Related, Severity
 from .base import Rule, RuleContext
-from .findings import is_buffer_allocation, site_finding
+from .findings import is_buffer_allocation, is_returned, returned_names, site_finding
 
 NAME = "alloc-bypasses-plan"
 
@@ -60,6 +64,9 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
         planned = [c for c in func.calls if is_accessor(c.callee)]
         if not planned:
             continue
+        # the op's output is the caller's, not scratch: only scratch belongs in the plan
+        returned = ({r.line for r in func.returns}, returned_names(func))
+        direct = [s for s in direct if not is_returned(returned, s)]
         names = ", ".join(sorted({c.callee for c in planned}))
         related = tuple(Related(func.path, c.span.line, f"planned buffer from {c.callee}") for c in planned[:5])
         for site in direct:

@@ -62,42 +62,25 @@ begun in one function and ended in another is not seen, except through
 
 from __future__ import annotations
 
-import re
 from typing import Callable, Iterator
 
 from ..model import Finding, Related, Severity
 from .base import Rule, RuleContext
-from ..arglists import split_top_level
 from ..globs import matcher
 from ..index import Func, ProjectIndex
 from ..model import Site
-from .findings import hop_notes, is_device_allocation, is_returned, is_tensor_factory, path_text, site_finding
+from .findings import (
+    hop_notes,
+    is_device_allocation,
+    is_returned,
+    is_tensor_factory,
+    path_text,
+    returned_names,
+    site_finding,
+)
 from .regions import calls_in, capture_regions
 
 NAME = "alloc-in-capture"
-
-
-def _returned_names(func: Func) -> set[str]:
-    """Names a function returns: the items of a returned tuple or list, both
-    branches of a conditional, and any name with ``out`` in it that the return
-    expression passes on (``return op(output, x)``: kernels return their
-    output argument)."""
-    names: set[str] = set()
-    for r in func.returns:
-        value = r.value.strip()
-        for item in split_top_level(value.strip("()[]")):
-            item = item.strip().strip("()[] ")
-            branches = _CONDITIONAL.fullmatch(item)
-            if branches is not None:
-                names.update(b.strip("() ") for b in branches.groups())
-            else:
-                names.add(item)
-        names.update(n for n in _IDENTIFIER.findall(value) if "out" in n.lower())
-    return names
-
-
-_CONDITIONAL = re.compile(r"(.+?)\s+if\s+.+?\s+else\s+(.+)", re.S)
-_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
 def _is_output(index: ProjectIndex, site: Site) -> bool:
@@ -109,7 +92,7 @@ def _is_output(index: ProjectIndex, site: Site) -> bool:
     func = index.func(site.path, site.scope)
     if func is None:
         return False
-    return is_returned(({r.line for r in func.returns}, _returned_names(func)), site)
+    return is_returned(({r.line for r in func.returns}, returned_names(func)), site)
 
 
 def _capture_aware(func: Func, checks: Callable[[str], bool]) -> bool:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from ..index import Hop
+from ..arglists import split_top_level
+from ..index import Func, Hop
 from ..keys import key_text
 from ..model import Finding, Related, Severity, Site, SiteKind
 
@@ -72,6 +73,29 @@ def is_buffer_allocation(site: Site) -> bool:
 
 
 _TENSOR_FACTORY = re.compile(r"^(?:torch\.|Tensor[.:]|at::|torch::|cupy\.|c10::)")
+
+
+def returned_names(func: Func) -> set[str]:
+    """Names a function returns: the items of a returned tuple or list, both
+    branches of a conditional, and any name with ``out`` in it that the return
+    expression passes on (``return op(output, x)``: kernels return their
+    output argument)."""
+    names: set[str] = set()
+    for r in func.returns:
+        value = r.value.strip()
+        for item in split_top_level(value.strip("()[]")):
+            item = item.strip().strip("()[] ")
+            branches = _CONDITIONAL.fullmatch(item)
+            if branches is not None:
+                names.update(b.strip("() ") for b in branches.groups())
+            else:
+                names.add(item)
+        names.update(n for n in _IDENTIFIER.findall(value) if "out" in n.lower())
+    return names
+
+
+_CONDITIONAL = re.compile(r"(.+?)\s+if\s+.+?\s+else\s+(.+)", re.S)
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
 def is_returned(func_sites_returns: tuple[set[int], set[str]], site: Site) -> bool:

@@ -38,7 +38,8 @@ loudly if a call needs more).
 on the allocation's line or the line above.
 
 Lazy initialisation (`if self._ws is None: self._ws = torch.empty(n)`, the
-test compares no sizes) allocates once and is not reported.
+test compares no sizes) allocates once and is not reported, nor is a move to
+another device (`or self._ws.device != x.device`).
 
 ## Known false positives
 Growth that provably happens only during warm-up (before serving starts) is
@@ -64,8 +65,9 @@ from .taint import chains
 
 NAME = "grow-on-demand"
 # a test that compares sizes: `if self._ws is None` alone is lazy
-# initialisation (allocated once), not growth
-_GROWS = re.compile(r"<|>|!=|\bnumel\b|\bshape\b|\bsize\b|\blen\(|\bcapacity\b")
+# initialisation (allocated once), and neither is a device check
+# (`self._ws.device != x.device`); `->` is a C++ member access, not a comparison
+_GROWS = re.compile(r"<|(?<!-)>|\bnumel\b|\bshape\b|\bsize\b|\blen\(|\bcapacity\b")
 
 
 def _persistent(func: Func, target: str) -> bool:
