@@ -866,6 +866,16 @@ class ProjectIndex:
         reach: Reach | None = None
         if cls is not None:
             reach = self.class_allocates(cls, depth)
+            if reach is not None and len(set(cls.paths)) > 1:
+                # one C++ name, several definitions (a device-side view and a
+                # host class, in different headers): a caller in one of those
+                # files means its own; elsewhere, which one is not known
+                # without the includes, so say nothing
+                if func.path not in cls.paths:
+                    return None
+                own = [r for ctor in self.constructors(cls) if ctor.path == func.path
+                       for r in self.reach(ctor, depth) if not _weight(r.site)]
+                reach = min(own, key=_significance) if own else None
         else:
             targets = self.resolve(func, call)
             if not targets:
