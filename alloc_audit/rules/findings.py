@@ -77,9 +77,10 @@ _TENSOR_FACTORY = re.compile(r"^(?:torch\.|Tensor[.:]|at::|torch::|cupy\.|c10::)
 
 def returned_names(func: Func) -> set[str]:
     """Names a function returns: the items of a returned tuple or list, both
-    branches of a conditional, and any name with ``out`` in it that the return
+    branches of a conditional, any name with ``out`` in it that the return
     expression passes on (``return op(output, x)``: kernels return their
-    output argument)."""
+    output argument), and ``out``-named parameters (an optional output the
+    function allocates when the caller passed none)."""
     names: set[str] = set()
     for r in func.returns:
         value = r.value.strip()
@@ -91,6 +92,12 @@ def returned_names(func: Func) -> set[str]:
             else:
                 names.add(item)
         names.update(n for n in _IDENTIFIER.findall(value) if "out" in n.lower())
+    # an optional out-argument filled in when the caller passed none
+    # (`if out_indices is None: out_indices = torch.empty(...)`) is the output
+    scope = func.scope
+    if scope is not None and any(r.value for r in func.returns):
+        names.update(p.split("=")[0].split(":")[0].strip().lstrip("*") for p in scope.params
+                     if "out" in p.lower())
     return names
 
 
