@@ -156,7 +156,7 @@ class TierPattern:
 
 Needle = tuple[bytes, tuple[bytes, ...]]  # (gate, alternatives): see _needles
 
-TIER_CRITERIA = ("kind", "function", "class", "scope", "path", "role", "api", "wrapper")
+TIER_CRITERIA = ("kind", "function", "class", "scope", "path", "role", "api", "wrapper", "target")
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,8 @@ class TierMatcher:
         self._memo: dict[tuple[object, ...], int] = {}
 
     def first(self, site: Site, ctx: SiteContext) -> TierPattern | None:
-        key = (site.kind, ctx.functions, ctx.class_name, site.scope, site.path, ctx.role, site.api, site.wrapper)
+        key = (site.kind, ctx.functions, ctx.class_name, site.scope, site.path, ctx.role, site.api, site.wrapper,
+               site.target)
         found = self._memo.get(key)
         if found is None:
             values = {
@@ -90,6 +91,7 @@ class TierMatcher:
                 "role": (ctx.role,),
                 "api": (site.api,),
                 "wrapper": (site.wrapper,) if site.wrapper else (),
+                "target": (site.target,) if site.target else (),
             }
             found = next((i for i, tests in enumerate(self.tests)
                           if all(any(test(v) for v in values[k]) for k, test in tests.items())), -1)
@@ -130,7 +132,7 @@ def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation
     if pattern is not None:
         reason = pattern.reason.format(
             scope=site.scope, function=ctx.function, **{"class": ctx.class_name or "?"},
-            path=site.path, api=site.api,
+            path=site.path, api=site.api, target=site.target or "?",
         )
         return dataclasses.replace(site, tier=Tier(pattern.tier), tier_reason=reason)
     return dataclasses.replace(site, tier=Tier.UNKNOWN,
