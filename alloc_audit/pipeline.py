@@ -385,7 +385,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
             for p in chosen:
                 skipped.pop(p, None)
             index.add({p: facts[p] for p in sorted(facts) if p not in before})
-            facts = dict(sorted(facts.items()))
+        facts = dict(sorted(facts.items()))
     phases.mark("expansion")
     for path, f in facts.items():
         if f.errors:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import ast
 import re
 from functools import lru_cache
-from typing import Mapping
 
 from .model import Language, Site, SiteKind
 
@@ -53,31 +52,31 @@ _SIZEOF = re.compile(r"sizeof\s*\(\s*([A-Za-z_][\w:]*(?:\s+[A-Za-z_]\w*)*\s*\*?)
 _CASTS = re.compile(r"\b(?:static_cast|reinterpret_cast)\s*<\s*[\w:]+\s*>")
 
 
-def estimate_bytes(site: Site, bindings: Mapping[str, int]) -> int | None:
-    """Bytes the site allocates, or None when that is not known statically."""
+def estimate_bytes(site: Site, bindings: tuple[tuple[str, int], ...]) -> int | None:
+    """Bytes the site allocates, or None when that is not known statically.
+    ``bindings`` are (name, value) pairs, sorted (the memo key of ``evaluate``)."""
     if site.via is not None or site.kind in (SiteKind.RELEASE, SiteKind.GRAPH_POOL):
         return None
     if site.language is Language.PYTHON:
         default = DIMENSION_FACTORIES.get(site.api)
         if default is None or not site.shape:
             return None
-        key = _key(bindings)
         element = default
         if site.dtype:
             # a known dtype, or a dtype expression the user bound to its element size
-            element = dtype_bytes(site.dtype) or evaluate(site.dtype, key)
+            element = dtype_bytes(site.dtype) or evaluate(site.dtype, bindings)
         if not element or element < 0:
             return None
         numel = 1
         for dim in site.shape:
-            value = evaluate(dim, key)
+            value = evaluate(dim, bindings)
             if value is None or value < 0:
                 return None
             numel *= value
         return numel * element
     if site.api not in NATIVE_BYTE_APIS or site.size is None:
         return None
-    value = evaluate(_native(site.size), _key(bindings))
+    value = evaluate(_native(site.size), bindings)
     return value if value is not None and value >= 0 else None
 
 
@@ -109,10 +108,6 @@ def parse_binding(text: str) -> tuple[str, int]:
     except ValueError:
         raise ValueError(f"{name}: {value.strip()!r} is not an integer") from None
     return name, number
-
-
-def _key(bindings: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
-    return tuple(sorted(bindings.items()))
 
 
 def _native(text: str) -> str:

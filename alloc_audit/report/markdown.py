@@ -9,7 +9,6 @@ from typing import Iterable, Sequence
 
 from .. import __version__
 from ..model import Finding, Severity, Site, SiteKind
-from ..sizes import human
 from . import summary
 from .context import ReportContext
 from .delta import Delta
@@ -46,9 +45,7 @@ def _plural(n: int, word: str) -> str:
 
 
 def _bytes(total: int, sized: int, of: int) -> str:
-    if not sized:
-        return ""
-    return human(total) if sized == of else f"≥ {human(total)} ({sized}/{of})"
+    return summary.bytes_text(total, sized, of, fraction=True)
 
 
 def render(ctx: ReportContext) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -29,6 +30,7 @@ from .. import __version__
 from ..keys import key_text, site_key
 from ..model import Finding, Severity, Site
 from .context import ReportContext
+from .summary import counted
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 FINGERPRINT = "allocAudit/v1"
@@ -201,11 +203,7 @@ def document(ctx: ReportContext) -> dict[str, Any]:
 
 
 def _site_counts(sites: Iterable[Site]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for s in sites:
-        if s.via is None and s.kind.value != "release":
-            counts[s.tier.value] = counts.get(s.tier.value, 0) + 1
-    return dict(sorted(counts.items()))
+    return dict(sorted(Counter(s.tier.value for s in counted(sites)).items()))
 
 
 def render(ctx: ReportContext) -> str:

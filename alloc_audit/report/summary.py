@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from ..model import TIER_NAMES, Finding, Severity, Site, SiteKind, Tier
-from ..sizes import estimate_bytes
+from ..sizes import estimate_bytes, human
 from .context import ReportContext
 
 TIER_ORDER = (Tier.T1, Tier.T2, Tier.T3, Tier.T4, Tier.T5A, Tier.T5B, Tier.UNKNOWN)
@@ -68,10 +68,9 @@ def derived(sites: Iterable[Site]) -> list[Site]:
 
 def sizes(ctx: ReportContext) -> dict[int, int]:
     """id(site) -> estimated bytes, for the sites whose size is known."""
-    bindings = dict(ctx.bindings)
     out = {}
     for site in ctx.result.sites:
-        value = estimate_bytes(site, bindings)
+        value = estimate_bytes(site, ctx.bindings)
         if value is not None:
             out[id(site)] = value
     return out
@@ -200,6 +199,16 @@ def next_actions(ctx: ReportContext, known: dict[int, int]) -> list[str]:
         out.append("Sizes are unknown: bind the symbols they use (`--bind hidden_size=4096`, or "
                    "`[tool.alloc-audit.bindings]`) to see estimated bytes per tier.")
     return out
+
+
+def bytes_text(total: int, sized: int, of: int, fraction: bool = False) -> str:
+    """'36.0 MiB' when every site is sized, '≥ 36.0 MiB' (with ``fraction``:
+    '≥ 36.0 MiB (3/5)') when only some are, '' when none is."""
+    if not sized:
+        return ""
+    if sized == of:
+        return human(total)
+    return f"≥ {human(total)} ({sized}/{of})" if fraction else f"≥ {human(total)}"
 
 
 def tier_label(tier: Tier) -> str:

@@ -5,12 +5,10 @@ is a terminal, so piped output has no escape codes."""
 from __future__ import annotations
 
 import io
-import re
 from collections import Counter
 from typing import Iterable
 
 from ..model import TIER_NAMES, Finding, Severity, Site, SiteKind, Tier
-from ..sizes import human
 from . import summary
 from .context import ReportContext
 
@@ -272,11 +270,7 @@ def hazard_group(out, ctx: ReportContext, group: summary.RuleGroup) -> None:  # 
         line(f"[dim]… {len(group.findings) - len(shown)} more[/]", 2)
 
 
-def bytes_cell(total: int, sized: int, of: int) -> str:
-    """'36.0 MiB' when every site is sized, '≥ 36.0 MiB' when only some are."""
-    if not sized:
-        return ""
-    return human(total) if sized == of else f"≥ {human(total)}"
+bytes_cell = summary.bytes_text
 
 
 def tier_mix(tiers: tuple[int, ...]) -> str:
