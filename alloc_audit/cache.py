@@ -44,6 +44,7 @@ class Cache:
         self.salt = salt
         self.base = directory / _FORMAT if directory is not None else None
         self._ready = False
+        self._dirs: set[Path] = set()
 
     @property
     def enabled(self) -> bool:
@@ -81,8 +82,21 @@ class Cache:
             return
         self._prepare()
         path = self._fact_path(key)
-        path.parent.mkdir(exist_ok=True)
-        self._write(path, value)
+        if path.parent not in self._dirs:
+            path.parent.mkdir(exist_ok=True)
+            self._dirs.add(path.parent)
+        # entries are many and small: a temp name per process is enough
+        # (concurrent runs are other processes), no mode to keep, no fsync
+        tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(marshal.dumps((_MAGIC, self.salt, value)))
+            os.replace(tmp, path)
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
     # ------------------------------------------------------------ stat cache and results
     def _named(self, kind: str, key: str) -> Path:

@@ -487,7 +487,9 @@ def _cpp_needles(apis: ApiCatalog, pack: RulePack) -> set[tuple[str, ...]]:
     for name in apis.cpp_names:
         leaf = name.rsplit("::", 1)[-1]
         needles.add((f"::{leaf}",) if "::" in name else (leaf,))
-    needles |= {(n.rsplit("::", 1)[-1],) for n in apis.cpp_types}
+    # a type is matched by its last two components at least (`cuda::vector`
+    # for `thrust::cuda::vector`, never a bare `vector`): so is the needle
+    needles |= {("::".join(n.split("::")[-2:]),) for n in apis.cpp_types}
     needles |= {(f"{m}(",) for m in apis.cpp_methods} | {(n,) for n in apis.cpp_exports}
     return needles | _trigger_needles(pack)
 

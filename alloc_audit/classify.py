@@ -69,34 +69,45 @@ def annotation_for(site: Site, annotations: Sequence[Annotation], kind: str) -> 
 
 class TierMatcher:
     """The ordered tier patterns, compiled, with a memo: many sites share
-    every value a pattern looks at (same scope, api and kind), so each
-    combination is matched once."""
+    every value a pattern looks at, so each combination is matched once. The
+    memo key holds only the criteria some pattern uses (the shipped patterns
+    never ask for the scope or the api, so those do not split the memo)."""
 
     def __init__(self, patterns: Sequence[TierPattern]) -> None:
         self.patterns = list(patterns)
-        self.tests = [{key: matcher(globs) for key, globs in p.criteria} for p in self.patterns]
+        self.tests = [tuple((key, matcher(globs)) for key, globs in p.criteria) for p in self.patterns]
+        self.used = tuple(sorted({key for p in self.patterns for key, _globs in p.criteria}))
         self._memo: dict[tuple[object, ...], int] = {}
 
     def first(self, site: Site, ctx: SiteContext) -> TierPattern | None:
-        key = (site.kind, ctx.functions, ctx.class_name, site.scope, site.path, ctx.role, site.api, site.wrapper,
-               site.target)
+        values = {
+            "kind": (site.kind.value,),
+            "function": ctx.functions,
+            "class": (ctx.class_name,) if ctx.class_name else (),
+            "scope": (site.scope,),
+            "path": (site.path,),
+            "role": (ctx.role,),
+            "api": (site.api,),
+            "wrapper": (site.wrapper,) if site.wrapper else (),
+            "target": (site.target,) if site.target else (),
+        }
+        key = tuple(values[k] for k in self.used)
         found = self._memo.get(key)
         if found is None:
-            values = {
-                "kind": (site.kind.value,),
-                "function": ctx.functions,
-                "class": (ctx.class_name,) if ctx.class_name else (),
-                "scope": (site.scope,),
-                "path": (site.path,),
-                "role": (ctx.role,),
-                "api": (site.api,),
-                "wrapper": (site.wrapper,) if site.wrapper else (),
-                "target": (site.target,) if site.target else (),
-            }
-            found = next((i for i, tests in enumerate(self.tests)
-                          if all(any(test(v) for v in values[k]) for k, test in tests.items())), -1)
-            self._memo[key] = found
+            found = self._memo[key] = self._match(values)
         return self.patterns[found] if found >= 0 else None
+
+    def _match(self, values: Mapping[str, tuple[str, ...]]) -> int:
+        for i, tests in enumerate(self.tests):
+            for key, test in tests:
+                for value in values[key]:
+                    if test(value):
+                        break
+                else:
+                    break  # this criterion failed: next pattern
+            else:
+                return i
+        return -1
 
 
 @lru_cache(maxsize=8)

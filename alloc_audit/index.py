@@ -21,8 +21,8 @@ into *derived sites* in the caller's scope.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Callable, Collection, Iterable, Iterator, Mapping
 
 from .arglists import split_args
 from .model import Assign, Block, Call, CallTable, FileFacts, Language, Return, Scope, Site, SiteKind, Span, Tier, Via, With
@@ -161,8 +161,8 @@ class ProjectIndex:
         self._resolved: dict[tuple[str, str], tuple[Func, ...]] = {}
         self._reach: dict[tuple[str, int], tuple[Reach, ...]] = {}
         self._local_types: dict[str, dict[str, str]] = {}
-        self._factory: dict[str, Reach | None] = {}
-        self._class_alloc: dict[str, Reach | None] = {}
+        self._factory: dict[tuple[str, int], Reach | None] = {}
+        self._class_alloc: dict[tuple[str, int], Reach | None] = {}
         self._import_roots: dict[str, set[str]] = {}
         for cls in self.classes.values():
             cls.fields = {k: v for k, v in cls.fields.items() if v}  # forget "unknown" memos
@@ -267,6 +267,11 @@ class ProjectIndex:
         if found is None:  # a C++ namespace-level scope, or a class body
             found = self._func(path, scope, None, facts)
         return found
+
+    def native_class_unique(self, name: str) -> bool:
+        """Whether a native class name has one definition in one file."""
+        found = [c for c in self.classes_by_name.get(name, ()) if c.language is not Language.PYTHON]
+        return len(found) == 1 and len(set(found[0].paths)) == 1
 
     def _cpp_class(self, qualname: str) -> ClassInfo | None:
         """A C++ class by qualified name, allowing either side to carry fewer
@@ -636,6 +641,7 @@ class ProjectIndex:
             self._calls_by_leaf = {}
             self._leaf_indexed = set()
         table = self._calls_by_leaf
+        leaves: dict[str, str] = {}  # callee -> leaf: the same callees recur
         for path in self.files:
             if path in self._leaf_indexed:
                 continue
@@ -646,7 +652,11 @@ class ProjectIndex:
                     continue
                 callees = calls.callees
                 for i in func.call_ix:
-                    table.setdefault(split_callee(callees[i])[1], []).append((func, i))
+                    callee = callees[i]
+                    leaf = leaves.get(callee)
+                    if leaf is None:
+                        leaf = leaves[callee] = split_callee(callee)[1]
+                    table.setdefault(leaf, []).append((func, i))
         return table
 
     def callers_within(self, seeds: Iterable[Func], depth: int) -> dict[str, int]:
@@ -724,24 +734,26 @@ class ProjectIndex:
     def class_allocates(self, cls: ClassInfo, depth: int = 3) -> Reach | None:
         """The first allocation a construction of ``cls`` executes (through its
         constructors and what they call), or None."""
-        if cls.key in self._class_alloc:
-            return self._class_alloc[cls.key]
-        self._class_alloc[cls.key] = None  # cycle guard
+        key = (cls.key, depth)
+        if key in self._class_alloc:
+            return self._class_alloc[key]
+        self._class_alloc[key] = None  # cycle guard
         found: Reach | None = None
         reached = [r for ctor in self.constructors(cls) for r in self.reach(ctor, depth) if not _weight(r.site)]
         if reached:
             found = min(reached, key=_significance)
-        self._class_alloc[cls.key] = found
+        self._class_alloc[key] = found
         return found
 
     def factory_allocation(self, func: Func, depth: int = 3) -> Reach | None:
         """When ``func`` hands an allocation back to its caller (returns it,
         or fills an out-parameter), the first such allocation."""
-        if func.id in self._factory:
-            return self._factory[func.id]
-        self._factory[func.id] = None  # cycle guard
+        key = (func.id, depth)
+        if key in self._factory:
+            return self._factory[key]
+        self._factory[key] = None  # cycle guard
         found = self._find_factory_allocation(func, depth)
-        self._factory[func.id] = found
+        self._factory[key] = found
         return found
 
     def _find_factory_allocation(self, func: Func, depth: int) -> Reach | None:
@@ -796,41 +808,50 @@ class ProjectIndex:
         return tuple(out)
 
     def _factory_names(self, depth: int = 3) -> set[str]:
-        """Names of functions that hand an allocation back and of classes
-        whose construction allocates, found from the allocations outward:
+        return {f.name for f in self.factories(depth)}
+
+    def factories(self, depth: int = 3) -> set[Factory]:
+        """Functions that hand an allocation back and classes whose
+        construction allocates, found from the allocations outward:
         level 0 are functions returning (or filling an out-parameter with) a
-        site of their own and classes whose constructors hold one; each
-        further level adds functions that return a call to a known factory,
-        and classes whose constructors call one. Only calls whose name
-        matches the previous level are looked at."""
-        names: set[str] = set()
+        site of their own and classes whose construction allocates (within
+        ``depth`` calls); each further level adds functions that return a
+        call to a known factory. Only calls whose name matches the previous
+        level are looked at."""
+        names: set[Factory] = set()
         frontier: list[Func] = []
         for func in self.funcs.values():
             scope = func.scope
-            if scope is None or scope.kind != "function" or not func.sites:
+            if scope is None or scope.kind != "function" or scope.role == "constructor" or not func.sites:
                 continue
-            if scope.role == "constructor" and func.owner is not None:
-                if any(s.kind is not SiteKind.RELEASE and not _weight(s) for s in func.sites):
-                    frontier.append(func)
-            elif self.factory_allocation(func, 0) is not None:
+            if self.factory_allocation(func, 0) is not None:
                 frontier.append(func)
+        # classes whose construction allocates, however deep (what a derived
+        # site of a construction requires), in a stable order
+        for key in sorted(self.classes):
+            cls = self.classes[key]
+            if self.class_allocates(cls, depth) is not None:
+                frontier += self.constructors(cls)
         by_leaf = self.calls_by_leaf()
+        subclasses: dict[str, list[ClassInfo]] = {}
+        for cls in self.classes.values():
+            for base in {b.rsplit(".", 1)[-1].rsplit("::", 1)[-1] for b in cls.bases}:
+                subclasses.setdefault(base, []).append(cls)
         seen: set[str] = set()
         for _level in range(depth + 1):
-            level_names: set[str] = set()
+            level_names: set[Factory] = set()
             for func in frontier:
                 if func.id in seen:
                     continue
                 seen.add(func.id)
                 if func.scope is not None and func.scope.role == "constructor" and func.owner is not None:
-                    level_names.add(func.owner.name)
-                    level_names |= {c.name for c in self.classes.values()
-                                    if func.owner.name in {b.rsplit(".", 1)[-1].rsplit("::", 1)[-1] for b in c.bases}}
+                    level_names.add(Factory.of_class(func.owner))
+                    level_names |= {Factory.of_class(c) for c in subclasses.get(func.owner.name, ())}
                 else:
-                    level_names.add(func.name)
+                    level_names.add(Factory.of_function(func))
             names |= level_names
             next_frontier: list[Func] = []
-            for name in sorted(level_names):
+            for name in sorted({f.name for f in level_names}):
                 for caller, i in by_leaf.get(name, ()):
                     if caller.id in seen or caller.scope is None or caller.scope.kind != "function":
                         continue
@@ -956,19 +977,73 @@ def build_index(files: Mapping[str, FileFacts]) -> ProjectIndex:
     return ProjectIndex(files)
 
 
+@dataclass(frozen=True, order=True)
+class Factory:
+    """A buffer factory as the expansion looks for its callers: its name,
+    language, kind (class, function or method) and where a caller must
+    point to reach it: for Python the defining module, for a native method
+    its class (a caller declares a variable of that type)."""
+
+    name: str
+    python: bool
+    kind: str
+    home: str
+
+    @staticmethod
+    def of_class(cls: ClassInfo) -> Factory:
+        return Factory(cls.name, cls.language is Language.PYTHON, "class", cls.module)
+
+    @staticmethod
+    def of_function(func: Func) -> Factory:
+        python = func.language is Language.PYTHON
+        if func.owner is None:
+            return Factory(func.name, python, "function", func.module)
+        return Factory(func.name, python, "method", func.module if python else func.owner.name)
+
+
 @dataclass(frozen=True)
 class Wants:
-    """What the on-demand expansion should parse next: files that define one
-    of ``definitions`` (callees the rules follow but could not resolve), and
-    files that mention one of ``mentions`` (buffer factories, whose callers
-    are derived sites)."""
+    """What the on-demand expansion should parse next: native files that
+    define one of ``definitions`` (callees the rules follow but could not
+    resolve), Python files of ``modules`` (the same, by import), and files
+    that may call a buffer factory (its callers are derived sites).
+
+    Calls resolve within a language, so a CUDA header that says `workspace`
+    cannot call a Python factory of that name. A Python file reaches a
+    factory through an import, which names the factory's module or a package
+    above it, or from its own package (`from . import make`): ``mentions``
+    maps each Python factory name to those names and its packages.
+    ``native_mentions`` are native factory names (a method's class name:
+    calling a method needs an object of that type)."""
 
     definitions: frozenset[str]
-    mentions: frozenset[str]
+    mentions: Mapping[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
     modules: frozenset[str] = frozenset()
+    native_mentions: frozenset[str] = frozenset()
 
     def __bool__(self) -> bool:
-        return bool(self.definitions or self.mentions or self.modules)
+        return bool(self.definitions or self.mentions or self.modules or self.native_mentions)
+
+    def wants_file(self, path: str, identifiers: Collection[str],
+                   definitions_of: Callable[[], Collection[str]]) -> bool:
+        """Whether a skipped file (the identifiers it mentions; for a native
+        file, what it defines, asked only when it mentions a wanted
+        definition) is one the rules need."""
+        if not path.endswith(".py"):
+            if not self.native_mentions.isdisjoint(identifiers):
+                return True
+            return not self.definitions.isdisjoint(identifiers) and not self.definitions.isdisjoint(definitions_of())
+        from .extract.python import module_name
+
+        module = module_name(path)
+        if self.wants_module(module):
+            return True
+        package = module.rpartition(".")[0]
+        for name in self.mentions.keys() & set(identifiers):
+            parts, home_packages = self.mentions[name]
+            if package in home_packages or not parts.isdisjoint(identifiers):
+                return True
+        return False
 
     def wants_module(self, module: str) -> bool:
         """Whether a skipped Python file's module is one the rules need
@@ -1002,16 +1077,26 @@ def expansion_wants(index: ProjectIndex, is_root: Callable[[Func], bool], is_fac
                 else:
                     definitions |= index.missing_names(func, callee)
         frontier = next_frontier
-    mentions: set[str] = set()
-    for cls in index.classes.values():
-        if cls.name not in mentions and index.class_allocates(cls, 1) is not None:
-            mentions.add(cls.name)
-    for func in index.funcs.values():
-        scope = func.scope
-        if scope is not None and scope.kind == "function" and func.owner is None and is_factory_name(func.name) \
-                and index.factory_allocation(func, 1) is not None:
-            mentions.add(func.name)
+    # the factories derived sites are made of (the same depth), so a caller
+    # is found whether or not its file passed the pre-filter; Python
+    # functions only by the configured factory names: their results count
+    # only when kept (on an object, at module level), which names say best
+    mentions: dict[str, set[str]] = {}
+    packages: dict[str, set[str]] = {}
+    native: set[str] = set()
+    for factory in sorted(index.factories()):
+        if not factory.python:
+            # a class name defined in several places is not resolved from
+            # elsewhere (see ``_derive``): its callers cannot be derived sites
+            owner = factory.home if factory.kind == "method" else factory.name
+            if factory.kind == "function" or index.native_class_unique(owner):
+                native.add(owner)
+        elif factory.kind == "class" or (factory.kind == "function" and is_factory_name(factory.name)):
+            mentions.setdefault(factory.name, set()).update(factory.home.split("."))
+            packages.setdefault(factory.name, set()).add(factory.home.rpartition(".")[0])
     modules = frozenset(d[len("module:"):] for d in definitions if d.startswith("module:"))
     names = {d for d in definitions if not d.startswith("module:")}
     keep = lambda n: len(n) >= 3 and not n.startswith("__") and n not in ("<module>", "<lambda>")  # noqa: E731
-    return Wants(frozenset(filter(keep, names)), frozenset(filter(keep, mentions)), modules)
+    return Wants(frozenset(filter(keep, names)),
+                 {n: (frozenset(parts), frozenset(packages[n])) for n, parts in mentions.items() if keep(n)},
+                 modules, frozenset(filter(keep, native)))

@@ -41,7 +41,8 @@ LOG = logging.getLogger("alloc_audit")
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{2,}")
 # Names a native file defines, roughly: `type name(` starting a line (function
 # definitions and declarations start at column 0; statements are indented),
-# and class/struct names.
+# and class/struct names. Read only from skipped files that mention a wanted
+# name (a file defines a subset of the names it mentions).
 _CPP_DEFINITION = re.compile(
     rb"^(?:template\s*<[^>\n]*>\s*)?[A-Za-z_][\w:<>,*& ]*?\b(?:[A-Za-z_]\w*::)*([A-Za-z_~]\w*)\s*\("
     rb"|\b(?:class|struct)\s+(?:[A-Z_]+\s+)?([A-Za-z_]\w*)\s*[:{\n]", re.M)
@@ -136,7 +137,7 @@ def _facts_or_skip(source: SourceFile, data: bytes, digest: str, catalog: Catalo
     if cached is not None:
         return cached[0], cached[1], cached[2]
     if b"\0" in data[:8192]:
-        return SKIP, ((), ()), "binary content (a NUL byte in the first 8 KiB); skipped"
+        return SKIP, (), "binary content (a NUL byte in the first 8 KiB); skipped"
     warning = None
     try:
         data.decode("utf-8")
@@ -148,16 +149,12 @@ def _facts_or_skip(source: SourceFile, data: bytes, digest: str, catalog: Catalo
     aliasable = catalog.py_aliasable if source.language is Language.PYTHON else frozenset()
     if not force and not passes_prefilter(data, needles, aliasable):
         # What the on-demand expansion asks of a skipped file: the names it
-        # mentions, and (native code) the names it defines; Python files are
+        # mentions (what a native file defines is read only when one of
+        # them is wanted, see native_definitions); Python files are also
         # wanted by module name.
-        identifiers = tuple(sorted({m.decode("ascii") for m in _IDENTIFIER.findall(data)}))
-        definitions: tuple[str, ...] = ()
-        if source.language is not Language.PYTHON:
-            found = {a or b for a, b in _CPP_DEFINITION.findall(data)}
-            definitions = tuple(sorted(n.decode("ascii", "replace") for n in found if n))
-        payload = (identifiers, definitions)
-        cache.store(key, (SKIP, payload, warning))
-        return SKIP, payload, warning
+        identifiers = tuple(sorted(m.decode("ascii") for m in set(_IDENTIFIER.findall(data))))
+        cache.store(key, (SKIP, identifiers, warning))
+        return SKIP, identifiers, warning
     apis = catalog.apis
     parsed = parse_source(data, source.language, apis.attribute_macros, apis.specifier_macros,
                           apis.lone_macro_lines)
@@ -170,6 +167,18 @@ def _facts_or_skip(source: SourceFile, data: bytes, digest: str, catalog: Catalo
     encoded = serial.encode(facts)
     cache.store(key, (FACTS, encoded, None))
     return FACTS, encoded, None
+
+
+def native_definitions(source: SourceFile) -> frozenset[str]:
+    """The names a native file defines (see ``_CPP_DEFINITION``); empty when
+    it cannot be read."""
+    try:
+        with open(source.abspath, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return frozenset()
+    found = {a or b for a, b in _CPP_DEFINITION.findall(data)}
+    return frozenset(n.decode("ascii", "replace") for n in found if n)
 
 
 def _with(facts: FileFacts, **changes: Any) -> FileFacts:
@@ -319,7 +328,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     jobs = _jobs(options, config)
     by_path = {f.path: f for f in files}
     facts: dict[str, FileFacts] = {}
-    skipped: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+    skipped: dict[str, tuple[str, ...]] = {}  # path -> the identifiers it mentions
     errors: list[FileError] = list(discovery.errors)
     new_digests: dict[str, str] = {}
 
@@ -354,7 +363,6 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     index = build_index(facts)
     phases.mark("index")
     if options.with_rules and skipped:
-        from .extract.python import module_name
         from .rules import root_predicate
 
         pack = catalog.pack
@@ -370,13 +378,12 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         is_factory = matcher(pack.factory_names)
         depth = max(pack.capture_depth, pack.flow_depth, 1)
         for _round in range(depth):
+            asked = time.perf_counter()
             wants = expansion_wants(index, is_root, is_factory, depth)
-            chosen = sorted(
-                p for p, (idents, defs) in skipped.items()
-                if wants.mentions.intersection(idents)
-                or (wants.wants_module(module_name(p)) if p.endswith(".py") else wants.definitions.intersection(defs))
-            )
-            LOG.debug("expansion round %d: %d of %d skipped files wanted", _round + 1, len(chosen), len(skipped))
+            chosen = sorted(p for p, idents in skipped.items()
+                            if wants.wants_file(p, idents, lambda p=p: native_definitions(by_path[p])))
+            LOG.debug("expansion round %d: %d of %d skipped files wanted (%d bytes; chosen in %.3f s)", _round + 1,
+                      len(chosen), len(skipped), sum(by_path[p].size for p in chosen), time.perf_counter() - asked)
             if not chosen:
                 break
             before = set(facts)
