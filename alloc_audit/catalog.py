@@ -113,7 +113,6 @@ class RulePack:
     contextmanagers: tuple[str, ...] = ()
     initialisers: tuple[str, ...] = ()
     hot_paths: tuple[str, ...] = ()
-    factory_names: tuple[str, ...] = ()
 
 
 # pack (section, key) -> RulePack field
@@ -142,7 +141,6 @@ _PACK_FIELDS: dict[tuple[str, str], str] = {
     ("retain", "contextmanagers"): "contextmanagers",
     ("grow", "initialisers"): "initialisers",
     ("hot", "paths"): "hot_paths",
-    ("derived", "factories"): "factory_names",
 }
 
 

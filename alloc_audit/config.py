@@ -49,7 +49,6 @@ PACK_KNOBS: dict[str, tuple[str, str]] = {
     "per-entry-hooks": ("retain", "hooks"),
     "initialisers": ("grow", "initialisers"),
     "hot-paths": ("hot", "paths"),
-    "factory-names": ("derived", "factories"),
 }
 PACK_DEPTHS: dict[str, tuple[str, str]] = {
     "capture-depth": ("capture", "depth"),

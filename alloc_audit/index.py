@@ -164,6 +164,7 @@ class ProjectIndex:
         self._factory: dict[tuple[str, int], Reach | None] = {}
         self._class_alloc: dict[tuple[str, int], Reach | None] = {}
         self._import_roots: dict[str, set[str]] = {}
+        self._subclass_map: dict[str, set[str]] = {}
         for cls in self.classes.values():
             cls.fields = {k: v for k, v in cls.fields.items() if v}  # forget "unknown" memos
 
@@ -268,10 +269,35 @@ class ProjectIndex:
             found = self._func(path, scope, None, facts)
         return found
 
-    def native_class_unique(self, name: str) -> bool:
-        """Whether a native class name has one definition in one file."""
-        found = [c for c in self.classes_by_name.get(name, ()) if c.language is not Language.PYTHON]
-        return len(found) == 1 and len(set(found[0].paths)) == 1
+    def subclass_names(self, name: str) -> list[str]:
+        """Names of the known classes that derive from a class name, however
+        indirectly (bases are matched by their last name)."""
+        children: dict[str, set[str]] = self._subclass_map
+        if not children:
+            for cls in self.classes.values():
+                for base in cls.bases:
+                    children.setdefault(base.rsplit(".", 1)[-1].rsplit("::", 1)[-1], set()).add(cls.name)
+        out: list[str] = []
+        seen = {name}
+        stack = [name]
+        while stack:
+            for child in sorted(children.get(stack.pop(), ())):
+                if child not in seen:
+                    seen.add(child)
+                    out.append(child)
+                    stack.append(child)
+        return out
+
+    def unattached_owners(self) -> set[str]:
+        """Names of native classes defined out of line (constructors, or
+        methods that allocate) whose class definition (a header, often) has
+        not been analysed: once it is, the class can be a factory."""
+        out = set()
+        for func in self._unattached:
+            owner = func.scope.owner.rsplit("::", 1)[-1] if func.scope is not None and func.scope.owner else ""
+            if owner and (func.sites or func.name == owner):
+                out.add(owner)
+        return out
 
     def _cpp_class(self, qualname: str) -> ClassInfo | None:
         """A C++ class by qualified name, allowing either side to carry fewer
@@ -613,7 +639,25 @@ class ProjectIndex:
             return module_of(callee)
         # callee names are alias-resolved, so a dotted callee names a module
         # only when its head is a package this file imports from
-        return _dotted_modules(callee) if parts[0] in roots else set()
+        return _dotted_modules(callee) | self._reexported_from(callee) if parts[0] in roots else set()
+
+    def _reexported_from(self, dotted: str, depth: int = 0) -> set[str]:
+        """Modules a dotted name reaches through re-exports in modules
+        already analysed (`pkg/__init__.py`: `from .impl import run`), as
+        ``resolve_symbol`` would follow them once they are analysed too."""
+        parts = dotted.split(".")
+        for i in range(len(parts) - 1, 0, -1):
+            path = self.module_path(".".join(parts[:i]))
+            if path is None:
+                continue
+            if parts[i] in self.module_symbols.get(path, {}) or depth > 4:
+                return set()
+            target = self.module_imports.get(path, {}).get(parts[i])
+            if target is None or target == dotted:
+                return set()
+            full = ".".join([target, *parts[i + 1:]])
+            return _dotted_modules(full) | self._reexported_from(full, depth + 1)
+        return set()
 
     def _free_function(self, func: Func, name: str) -> list[Func]:
         candidates = self.cpp_functions.get(name, [])
@@ -760,7 +804,6 @@ class ProjectIndex:
         scope = func.scope
         if scope is None or scope.kind != "function" or scope.role == "constructor":
             return None
-        params = {p.lstrip("*&") for p in scope.params}
         returned_lines = {r.line for r in func.returns}
         returned_names = {r.value for r in func.returns if r.value}
         for site in func.sites:
@@ -768,7 +811,8 @@ class ProjectIndex:
                 continue
             if site.stmt_line in returned_lines or (site.target and site.target in returned_names):
                 return Reach(site, ())
-            if site.target and site.target.startswith("*") and site.target[1:] in params:
+            if site.target and site.target.startswith("*") and \
+                    site.target[1:] in {p.lstrip("*&") for p in scope.params}:
                 return Reach(site, ())
         if depth <= 0:
             return None
@@ -817,7 +861,8 @@ class ProjectIndex:
         site of their own and classes whose construction allocates (within
         ``depth`` calls); each further level adds functions that return a
         call to a known factory. Only calls whose name matches the previous
-        level are looked at."""
+        level are looked at, and only what is a factory when resolved (what
+        ``_derive`` accepts) is returned."""
         names: set[Factory] = set()
         frontier: list[Func] = []
         for func in self.funcs.values():
@@ -839,19 +884,22 @@ class ProjectIndex:
                 subclasses.setdefault(base, []).append(cls)
         seen: set[str] = set()
         for _level in range(depth + 1):
-            level_names: set[Factory] = set()
+            level_names: set[str] = set()
             for func in frontier:
                 if func.id in seen:
                     continue
                 seen.add(func.id)
                 if func.scope is not None and func.scope.role == "constructor" and func.owner is not None:
-                    level_names.add(Factory.of_class(func.owner))
-                    level_names |= {Factory.of_class(c) for c in subclasses.get(func.owner.name, ())}
+                    for cls in (func.owner, *subclasses.get(func.owner.name, ())):
+                        level_names.add(cls.name)
+                        if self.class_allocates(cls, depth) is not None:
+                            names.add(Factory.of_class(cls))
                 else:
-                    level_names.add(Factory.of_function(func))
-            names |= level_names
+                    level_names.add(func.name)
+                    if self.factory_allocation(func, depth) is not None:
+                        names.add(Factory.of_function(func))
             next_frontier: list[Func] = []
-            for name in sorted({f.name for f in level_names}):
+            for name in sorted(level_names):
                 for caller, i in by_leaf.get(name, ()):
                     if caller.id in seen or caller.scope is None or caller.scope.kind != "function":
                         continue
@@ -988,17 +1036,22 @@ class Factory:
     python: bool
     kind: str
     home: str
+    everywhere: bool = True  # False: a native class defined in several files
+    owner: str = ""  # a method's class
 
     @staticmethod
     def of_class(cls: ClassInfo) -> Factory:
-        return Factory(cls.name, cls.language is Language.PYTHON, "class", cls.module)
+        python = cls.language is Language.PYTHON
+        return Factory(cls.name, python, "class", cls.module, python or len(set(cls.paths)) <= 1)
 
     @staticmethod
     def of_function(func: Func) -> Factory:
         python = func.language is Language.PYTHON
         if func.owner is None:
             return Factory(func.name, python, "function", func.module)
-        return Factory(func.name, python, "method", func.module if python else func.owner.name)
+        owner = func.owner
+        return Factory(func.name, python, "method", func.module if python else owner.name,
+                       python or len(set(owner.paths)) <= 1, owner.name)
 
 
 @dataclass(frozen=True)
@@ -1011,39 +1064,49 @@ class Wants:
     Calls resolve within a language, so a CUDA header that says `workspace`
     cannot call a Python factory of that name. A Python file reaches a
     factory through an import, which names the factory's module or a package
-    above it, or from its own package (`from . import make`): ``mentions``
-    maps each Python factory name to those names and its packages.
+    above it, or from its own package (`from . import make`): ``classes`` and
+    ``functions`` map each Python factory name to those names and its
+    packages. A construction is always a derived site; a factory function's
+    call only where its result is kept (``mentions.python_keeps_call``).
     ``native_mentions`` are native factory names (a method's class name:
     calling a method needs an object of that type)."""
 
     definitions: frozenset[str]
-    mentions: Mapping[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
+    classes: Mapping[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
+    functions: Mapping[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
     modules: frozenset[str] = frozenset()
     native_mentions: frozenset[str] = frozenset()
 
     def __bool__(self) -> bool:
-        return bool(self.definitions or self.mentions or self.modules or self.native_mentions)
+        return bool(self.definitions or self.classes or self.functions or self.modules or self.native_mentions)
 
-    def wants_file(self, path: str, identifiers: Collection[str],
-                   definitions_of: Callable[[], Collection[str]]) -> bool:
-        """Whether a skipped file (the identifiers it mentions; for a native
-        file, what it defines, asked only when it mentions a wanted
-        definition) is one the rules need."""
+    def wants_file(self, path: str, identifiers: Collection[str], read: Callable[[], bytes]) -> bool:
+        """Whether a skipped file (the identifiers it mentions; its bytes,
+        read only when a wanted name is among them) is one the rules need."""
+        from . import mentions
+
         if not path.endswith(".py"):
             if not self.native_mentions.isdisjoint(identifiers):
                 return True
-            return not self.definitions.isdisjoint(identifiers) and not self.definitions.isdisjoint(definitions_of())
+            return not self.definitions.isdisjoint(identifiers) and \
+                not self.definitions.isdisjoint(mentions.native_definitions(read()))
         from .extract.python import module_name
 
         module = module_name(path)
         if self.wants_module(module):
             return True
         package = module.rpartition(".")[0]
-        for name in self.mentions.keys() & set(identifiers):
-            parts, home_packages = self.mentions[name]
-            if package in home_packages or not parts.isdisjoint(identifiers):
-                return True
-        return False
+        named = set(identifiers)
+
+        def reachable(table: Mapping[str, tuple[frozenset[str], frozenset[str]]]) -> list[str]:
+            return sorted(n for n in table.keys() & named
+                          if package in table[n][1] or not table[n][0].isdisjoint(named))
+
+        if reachable(self.classes):
+            return True
+        functions = reachable(self.functions)
+        modules = {part for n in functions for part in self.functions[n][0]}
+        return bool(functions) and mentions.python_keeps_call(read(), functions, modules)
 
     def wants_module(self, module: str) -> bool:
         """Whether a skipped Python file's module is one the rules need
@@ -1055,8 +1118,7 @@ class Wants:
         return any(".".join(parts[i:]) in self.modules for i in range(1, len(parts)))
 
 
-def expansion_wants(index: ProjectIndex, is_root: Callable[[Func], bool], is_factory_name: Callable[[str], bool],
-                    depth: int) -> Wants:
+def expansion_wants(index: ProjectIndex, is_root: Callable[[Func], bool], depth: int) -> Wants:
     """Downward from the functions the rules start at (captures, readings,
     context managers...), the names of callees that could not be resolved;
     upward, the names of buffer factories. Names a file must define or
@@ -1078,25 +1140,29 @@ def expansion_wants(index: ProjectIndex, is_root: Callable[[Func], bool], is_fac
                     definitions |= index.missing_names(func, callee)
         frontier = next_frontier
     # the factories derived sites are made of (the same depth), so a caller
-    # is found whether or not its file passed the pre-filter; Python
-    # functions only by the configured factory names: their results count
-    # only when kept (on an object, at module level), which names say best
-    mentions: dict[str, set[str]] = {}
+    # is found whether or not its file passed the pre-filter
+    python: dict[str, dict[str, set[str]]] = {"class": {}, "function": {}}  # kind -> name -> module parts
     packages: dict[str, set[str]] = {}
     native: set[str] = set()
     for factory in sorted(index.factories()):
         if not factory.python:
             # a class name defined in several places is not resolved from
             # elsewhere (see ``_derive``): its callers cannot be derived sites
-            owner = factory.home if factory.kind == "method" else factory.name
-            if factory.kind == "function" or index.native_class_unique(owner):
-                native.add(owner)
-        elif factory.kind == "class" or (factory.kind == "function" and is_factory_name(factory.name)):
-            mentions.setdefault(factory.name, set()).update(factory.home.split("."))
-            packages.setdefault(factory.name, set()).add(factory.home.rpartition(".")[0])
+            if factory.everywhere:
+                native.add(factory.home if factory.kind == "method" else factory.name)
+        else:
+            # a Python method is called on self/cls (from its class or a
+            # subclass) or on an object of its class: the caller names one
+            named = [factory.name] if factory.kind != "method" else [factory.owner, *index.subclass_names(factory.owner)]
+            table = python["function" if factory.kind == "function" else "class"]
+            for name in named:
+                table.setdefault(name, set()).update(factory.home.split("."))
+                packages.setdefault(name, set()).add(factory.home.rpartition(".")[0])
+    definitions |= index.unattached_owners()
     modules = frozenset(d[len("module:"):] for d in definitions if d.startswith("module:"))
     names = {d for d in definitions if not d.startswith("module:")}
     keep = lambda n: len(n) >= 3 and not n.startswith("__") and n not in ("<module>", "<lambda>")  # noqa: E731
-    return Wants(frozenset(filter(keep, names)),
-                 {n: (frozenset(parts), frozenset(packages[n])) for n, parts in mentions.items() if keep(n)},
-                 modules, frozenset(filter(keep, native)))
+    reach = {kind: {n: (frozenset(parts), frozenset(packages[n])) for n, parts in table.items() if keep(n)}
+             for kind, table in python.items()}
+    return Wants(frozenset(filter(keep, names)), reach["class"], reach["function"], modules,
+                 frozenset(filter(keep, native)))

@@ -4,9 +4,11 @@
              -> on-demand expansion -> index -> classify -> rules -> result
 
 A file is parsed when the byte pre-filter says it can hold a site or a rule
-trigger. Files that fail it are parsed later only if they mention a name on a
-path the rules follow (``index.expansion_names``), for up to the configured
-depth: the call graph gets the files it needs without parsing the rest.
+trigger. Files that fail it are parsed later only if the rules or the derived
+sites could need them (``index.expansion_wants``: they define a callee the
+rules follow, or call a buffer factory; ``mentions`` reads that from their
+bytes), round by round up to the configured depth: the call graph gets the
+files it needs without parsing the rest.
 
 The universe of a run is the set of discovered files (the given paths, or the
 whole root); ``report_paths`` narrows what is reported (``--changed-since``)
@@ -19,34 +21,23 @@ import dataclasses
 import hashlib
 import logging
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from . import __version__, serial
+from . import __version__, mentions, serial
 from .cache import Cache, content_digest
 from .catalog import Catalog, passes_prefilter
 from .classify import classify_sites
 from .config import Config
 from .discover import SourceFile, discover_files
-from .globs import matcher
 from .index import ProjectIndex, build_index, expansion_wants
 from .model import FileError, FileFacts, Finding, Language, Site, Tier
 from .parse import error_summary, grammar_versions, parse_source
 
 LOG = logging.getLogger("alloc_audit")
-_IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{2,}")
-# Names a native file defines, roughly: `type name(` starting a line (function
-# definitions and declarations start at column 0; statements are indented),
-# and class/struct names. Read only from skipped files that mention a wanted
-# name (a file defines a subset of the names it mentions).
-_CPP_DEFINITION = re.compile(
-    rb"^(?:template\s*<[^>\n]*>\s*)?[A-Za-z_][\w:<>,*& ]*?\b(?:[A-Za-z_]\w*::)*([A-Za-z_~]\w*)\s*\("
-    rb"|\b(?:class|struct)\s+(?:[A-Z_]+\s+)?([A-Za-z_]\w*)\s*[:{\n]", re.M)
-
 # A worker returns one of these per file.
 FACTS, SKIP, FAILED = "facts", "skip", "failed"
 
@@ -148,11 +139,10 @@ def _facts_or_skip(source: SourceFile, data: bytes, digest: str, catalog: Catalo
     needles = catalog.py_needles if source.language is Language.PYTHON else catalog.cpp_needles
     aliasable = catalog.py_aliasable if source.language is Language.PYTHON else frozenset()
     if not force and not passes_prefilter(data, needles, aliasable):
-        # What the on-demand expansion asks of a skipped file: the names it
-        # mentions (what a native file defines is read only when one of
-        # them is wanted, see native_definitions); Python files are also
-        # wanted by module name.
-        identifiers = tuple(sorted(m.decode("ascii") for m in set(_IDENTIFIER.findall(data))))
+        # What the on-demand expansion asks of a skipped file first: the
+        # names it mentions (see mentions.py); Python files are also wanted
+        # by module name.
+        identifiers = mentions.identifiers(data)
         cache.store(key, (SKIP, identifiers, warning))
         return SKIP, identifiers, warning
     apis = catalog.apis
@@ -169,16 +159,14 @@ def _facts_or_skip(source: SourceFile, data: bytes, digest: str, catalog: Catalo
     return FACTS, encoded, None
 
 
-def native_definitions(source: SourceFile) -> frozenset[str]:
-    """The names a native file defines (see ``_CPP_DEFINITION``); empty when
-    it cannot be read."""
+def _read_bytes(source: SourceFile) -> bytes:
+    """A skipped file's bytes, read again for the expansion; empty when it
+    cannot be read (it was read a moment ago: its error is reported then)."""
     try:
         with open(source.abspath, "rb") as fh:
-            data = fh.read()
+            return fh.read()
     except OSError:
-        return frozenset()
-    found = {a or b for a, b in _CPP_DEFINITION.findall(data)}
-    return frozenset(n.decode("ascii", "replace") for n in found if n)
+        return b""
 
 
 def _with(facts: FileFacts, **changes: Any) -> FileFacts:
@@ -375,13 +363,12 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
                 found = root_memo[func.id] = root_test(func)
             return found
 
-        is_factory = matcher(pack.factory_names)
         depth = max(pack.capture_depth, pack.flow_depth, 1)
         for _round in range(depth):
             asked = time.perf_counter()
-            wants = expansion_wants(index, is_root, is_factory, depth)
+            wants = expansion_wants(index, is_root, depth)
             chosen = sorted(p for p, idents in skipped.items()
-                            if wants.wants_file(p, idents, lambda p=p: native_definitions(by_path[p])))
+                            if wants.wants_file(p, idents, lambda p=p: _read_bytes(by_path[p])))
             LOG.debug("expansion round %d: %d of %d skipped files wanted (%d bytes; chosen in %.3f s)", _round + 1,
                       len(chosen), len(skipped), sum(by_path[p].size for p in chosen), time.perf_counter() - asked)
             if not chosen:

@@ -1,7 +1,9 @@
 """What the on-demand expansion parses: files the pre-filter skipped are
 parsed only when the rules or the derived sites could need them, judged from
-the names they mention. Pure functions, no CLI: the end-to-end behaviour is
-pinned by the ``project-cross-file`` fixture (``pkg/service.py``)."""
+the names they mention and, for the few that mention one, a look at their
+bytes. The end-to-end behaviour is pinned by the ``project-cross-file``
+fixture (``pkg/service.py`` is parsed on demand, ``pkg/notes.py`` is not
+needed)."""
 
 from __future__ import annotations
 
@@ -10,44 +12,87 @@ from pathlib import Path
 from alloc_audit.catalog import load_catalog, passes_prefilter
 from alloc_audit.config import load_config
 from alloc_audit.index import Wants
+from alloc_audit.mentions import identifiers, native_definitions, python_keeps_call
 
-PY_FACTORIES = {"make_workspace": (frozenset({"engine", "buffers"}), frozenset({"engine"}))}
+ENGINE = (frozenset({"engine", "buffers"}), frozenset({"engine"}))  # module parts, packages
 
 
-def never_read() -> frozenset[str]:
-    raise AssertionError("a native file's definitions are read only when it mentions a wanted name")
+def never_read() -> bytes:
+    raise AssertionError("a file's bytes are read again only when it mentions a wanted name")
+
+
+def reads(text: str):
+    return lambda: text.encode()
 
 
 def test_a_native_file_never_calls_a_python_factory():
-    wants = Wants(definitions=frozenset(), mentions=PY_FACTORIES)
-    assert not wants.wants_file("csrc/kernel.cuh", ("make_workspace", "engine", "buffers"), never_read)
+    wants = Wants(definitions=frozenset(), classes={"Arena": ENGINE}, functions={"make_workspace": ENGINE})
+    assert not wants.wants_file("csrc/kernel.cuh", ("Arena", "make_workspace", "engine", "buffers"), never_read)
 
 
 def test_a_python_file_reaches_a_factory_through_its_module_or_package():
-    wants = Wants(definitions=frozenset(), mentions=PY_FACTORIES)
-    # `from engine.buffers import make_workspace`, or a re-export from `engine`
-    assert wants.wants_file("app/serve.py", ("buffers", "make_workspace"), never_read)
-    assert wants.wants_file("app/serve.py", ("engine", "make_workspace"), never_read)
-    # `from . import make_workspace` inside the same package
-    assert wants.wants_file("engine/serve.py", ("make_workspace",), never_read)
-    # a local variable or a pytest fixture of the same name elsewhere
-    assert not wants.wants_file("tests/test_serve.py", ("make_workspace", "torch"), never_read)
+    wants = Wants(definitions=frozenset(), classes={"Arena": ENGINE})
+    # `from engine.buffers import Arena`, or a re-export from `engine`
+    assert wants.wants_file("app/serve.py", ("buffers", "Arena"), never_read)
+    assert wants.wants_file("app/serve.py", ("engine", "Arena"), never_read)
+    # `from . import Arena` inside the same package
+    assert wants.wants_file("engine/serve.py", ("Arena",), never_read)
+    # a local class or a pytest fixture of the same name elsewhere
+    assert not wants.wants_file("tests/test_serve.py", ("Arena", "torch"), never_read)
+
+
+def test_a_factory_function_counts_where_its_result_is_kept():
+    wants = Wants(definitions=frozenset(), functions={"make_workspace": ENGINE})
+    local = "from engine import make_workspace\n\ndef test_it():\n    ws = make_workspace(4)\n    check(ws)\n"
+    kept = "from engine import make_workspace\n\nclass Runner:\n    def __init__(self):\n" \
+           "        self.ws = make_workspace(4)\n"
+    assert not wants.wants_file("tests/test_ws.py", identifiers(local.encode()), reads(local))
+    assert wants.wants_file("app/runner.py", identifiers(kept.encode()), reads(kept))
+
+
+def test_python_keeps_call():
+    names = ["make"]
+    kept = [
+        "buf = make(4)\n",  # module level
+        "class A:\n    buf = make(4)\n",  # class body
+        "class A:\n    def f(self):\n        self.buf = make(4)\n",
+        "def build():\n    return make(4)\n",  # a factory of its own
+        "def f(self):\n    self.a, self.b = make(4)\n",
+        "def f():\n    out = (\n        make(4)\n    )\n",  # a continuation line: cannot tell, parse
+        "def f():\n    if x:\n        pass\n    cache[k] = make(4)\n",
+        "def f():\n    out = make(4)\n    out.zero_()\n    return out\n",  # handed back through a local
+    ]
+    dropped = [
+        "def f():\n    out = make(4)\n\ndef g(out):\n    return out\n",
+        "def f():\n    x: Tensor = make(4)\n",
+        "def f():\n    check(make(4))\n",
+        "def f():\n    for _ in range(3):\n        assert make(4) is not None\n",
+        "from engine import make\n",
+        "def f():\n    return cute.make(4)\n",  # another module's function of the same name
+    ]
+    assert python_keeps_call(b"import engine.buffers as eb\n\ndef f():\n    return eb.make(4)\n", names,
+                             ["engine", "buffers"])
+    assert python_keeps_call(b"def f():\n    return buffers.make(4)\n", names, ["engine", "buffers"])
+    assert python_keeps_call(b"from engine import buffers as eb\n\ndef f():\n    return eb.make(4)\n", names,
+                             ["engine", "buffers"])
+    assert not python_keeps_call(b"import cutlass.cute as cute\n\ndef f():\n    return cute.make(4)\n", names,
+                                 ["engine", "buffers"])
+    for text in kept:
+        assert python_keeps_call(text.encode(), names), text
+    for text in dropped:
+        assert not python_keeps_call(text.encode(), names), text
 
 
 def test_native_mentions_and_definitions():
-    read: list[str] = []
-
-    def definitions() -> frozenset[str]:
-        read.append("x")
-        return frozenset({"launch_plan"})
-
     wants = Wants(definitions=frozenset({"launch_plan"}), native_mentions=frozenset({"DeviceArena"}))
     assert wants.wants_file("csrc/arena_user.cc", ("DeviceArena", "int"), never_read)
     assert not wants.wants_file("csrc/other.cc", ("int", "size_t"), never_read)
-    assert wants.wants_file("csrc/plan.cc", ("launch_plan", "int"), definitions)
-    assert read == ["x"]
+    assert wants.wants_file("csrc/plan.cc", ("launch_plan", "int"), reads("void launch_plan(int n) {\n}\n"))
     # a file that calls launch_plan but does not define it is not wanted
-    assert not wants.wants_file("csrc/caller.cc", ("launch_plan",), lambda: frozenset({"main"}))
+    assert not wants.wants_file("csrc/caller.cc", ("launch_plan", "main"),
+                                reads("int main() {\n  launch_plan(4);\n}\n"))
+    assert native_definitions(b"struct DeviceArena {\n};\nclass Pool : public Base {\n};\n") == \
+        {"DeviceArena", "Pool"}
 
 
 def test_a_qualified_allocating_type_is_not_found_by_its_last_name(tmp_path: Path):
