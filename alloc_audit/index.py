@@ -152,8 +152,10 @@ class ProjectIndex:
         self.module_imports: dict[str, dict[str, str]] = {}
         self.cpp_functions: dict[str, list[Func]] = {}  # simple name -> free functions
         self._unattached: list[Func] = []
-        self._calls_by_leaf: dict[str, list[tuple[Func, int]]] | None = None
-        self._leaf_indexed: set[str] = set()
+        self._calls_by_leaf: dict[str, list[tuple[Func, int]]] = {}
+        self._by_callee: dict[str, list[str]] = {}  # callee -> ids of the functions calling it
+        self._leaves: dict[str, str] = {}  # callee -> its last name
+        self._calls_indexed: set[str] = set()
         self._reset_caches()
         self.add(files)
 
@@ -681,27 +683,39 @@ class ProjectIndex:
         """Every call as (function, index in its file's CallTable), grouped
         by the last name of its callee; read from the columns, no objects.
         Kept up to date as files are added."""
-        if self._calls_by_leaf is None:
-            self._calls_by_leaf = {}
-            self._leaf_indexed = set()
-        table = self._calls_by_leaf
-        leaves: dict[str, str] = {}  # callee -> leaf: the same callees recur
+        self._index_calls()
+        return self._calls_by_leaf
+
+    def callers_matching(self, predicate: Callable[[str], bool]) -> frozenset[str]:
+        """Ids of the functions with a call whose callee satisfies
+        ``predicate``. Each distinct callee is asked once: the rules ask
+        this of every function, and callees repeat across thousands."""
+        self._index_calls()
+        return frozenset(fid for callee, fids in self._by_callee.items() if predicate(callee) for fid in fids)
+
+    def _index_calls(self) -> None:
+        """Group the calls of the files added since the last time by callee
+        leaf and by callee (a file's functions never change once added)."""
+        by_leaf, by_callee, leaves = self._calls_by_leaf, self._by_callee, self._leaves
         for path in self.files:
-            if path in self._leaf_indexed:
+            if path in self._calls_indexed:
                 continue
-            self._leaf_indexed.add(path)
+            self._calls_indexed.add(path)
             for func in self.by_path.get(path, {}).values():
                 calls = func.table
                 if calls is None:
                     continue
                 callees = calls.callees
+                seen: set[str] = set()
                 for i in func.call_ix:
                     callee = callees[i]
                     leaf = leaves.get(callee)
                     if leaf is None:
                         leaf = leaves[callee] = split_callee(callee)[1]
-                    table.setdefault(leaf, []).append((func, i))
-        return table
+                    by_leaf.setdefault(leaf, []).append((func, i))
+                    if callee not in seen:
+                        seen.add(callee)
+                        by_callee.setdefault(callee, []).append(func.id)
 
     def callers_within(self, seeds: Iterable[Func], depth: int) -> dict[str, int]:
         """Functions that reach one of ``seeds`` through at most ``depth``
@@ -1118,14 +1132,14 @@ class Wants:
         return any(".".join(parts[i:]) in self.modules for i in range(1, len(parts)))
 
 
-def expansion_wants(index: ProjectIndex, is_root: Callable[[Func], bool], depth: int) -> Wants:
+def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Func]], depth: int) -> Wants:
     """Downward from the functions the rules start at (captures, readings,
     context managers...), the names of callees that could not be resolved;
     upward, the names of buffer factories. Names a file must define or
     mention to matter; everything else can stay unparsed."""
     definitions: set[str] = set()
     seen: set[str] = set()
-    frontier = [f for f in index.funcs.values() if is_root(f)]
+    frontier = roots(index)
     for _level in range(depth + 1):
         next_frontier: list[Func] = []
         for func in frontier:

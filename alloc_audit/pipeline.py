@@ -351,22 +351,14 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     index = build_index(facts)
     phases.mark("index")
     if options.with_rules and skipped:
-        from .rules import root_predicate
+        from .rules import root_finder
 
         pack = catalog.pack
-        root_test = root_predicate(pack)
-        root_memo: dict[str, bool] = {}
-
-        def is_root(func: Any) -> bool:
-            found = root_memo.get(func.id)
-            if found is None:
-                found = root_memo[func.id] = root_test(func)
-            return found
-
+        roots = root_finder(pack)
         depth = max(pack.capture_depth, pack.flow_depth, 1)
         for _round in range(depth):
             asked = time.perf_counter()
-            wants = expansion_wants(index, is_root, depth)
+            wants = expansion_wants(index, roots, depth)
             chosen = sorted(p for p, idents in skipped.items()
                             if wants.wants_file(p, idents, lambda p=p: _read_bytes(by_path[p])))
             LOG.debug("expansion round %d: %d of %d skipped files wanted (%d bytes; chosen in %.3f s)", _round + 1,

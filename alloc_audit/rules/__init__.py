@@ -49,11 +49,11 @@ def enabled_rules(config: Config) -> tuple[Rule, ...]:
     return tuple(r for r in ALL_RULES if (r.default_on or r.name in enable) and r.name not in disable)
 
 
-def root_predicate(pack: RulePack) -> Callable[[Func], bool]:
+def root_finder(pack: RulePack) -> Callable[[ProjectIndex], list[Func]]:
     """Functions where some rule starts looking (the on-demand expansion
     parses what they call): captures, memory readings, fresh pools, planned
     scratch, context managers and other per-entry hooks, declared captured
-    functions and hot paths."""
+    functions and hot paths. Returns a function of the index, in its order."""
     calls = matcher((*pack.capture_begin, *pack.measurements, *pack.free_memory_readings, *pack.fresh_pools,
                      *pack.scratch_accessors))
     contexts = matcher((*pack.capture_contexts, *pack.minting_contexts))
@@ -61,19 +61,21 @@ def root_predicate(pack: RulePack) -> Callable[[Func], bool]:
     hooks = matcher(("__enter__", *pack.per_entry_hooks))
     declared = matcher((*pack.captured, *pack.hot_paths))
 
-    def is_root(func: Func) -> bool:
+    def otherwise_root(func: Func) -> bool:
+        if any(contexts(i.callee) for w in func.withs for i in w.items):
+            return True
         scope = func.scope
-        if scope is None:
-            return any(calls(c) for c in func.callees) or any(contexts(i.callee) for w in func.withs for i in w.items)
-        return (
-            any(calls(c) for c in func.callees)
-            or any(contexts(i.callee) for w in func.withs for i in w.items)
-            or any(decorators(d) for d in scope.decorators)
+        return scope is not None and (
+            any(decorators(d) for d in scope.decorators)
             or hooks(scope.name)
             or declared(func.qualname.replace("::", "."))
         )
 
-    return is_root
+    def roots(index: ProjectIndex) -> list[Func]:
+        calling = index.callers_matching(calls)
+        return [f for f in index.funcs.values() if f.id in calling or otherwise_root(f)]
+
+    return roots
 
 
 def known_rule_names() -> dict[str, str]:

@@ -55,8 +55,9 @@ NAME = "alloc-bypasses-plan"
 
 def check(ctx: RuleContext) -> Iterator[Finding]:
     is_accessor = matcher(ctx.pack.scratch_accessors)
+    planning = ctx.index.callers_matching(is_accessor)
     for func in ctx.index.funcs.values():
-        if not func.sites or func.scope is None:
+        if not func.sites or func.scope is None or func.id not in planning:
             continue
         direct = [s for s in func.sites if is_buffer_allocation(s)]
         if not direct:

@@ -41,11 +41,11 @@ def capture_regions(index: ProjectIndex, contexts: tuple[str, ...], begin: tuple
     is_end = matcher(end)
     is_captured = matcher(captured)
     regions: list[CaptureRegion] = []
+    beginning = index.callers_matching(is_begin)
     for func in index.funcs.values():
         for w, name in with_items(func, is_context):
             regions.append(CaptureRegion(func, w.span, w.body, name))
-        callees = func.callees
-        if any(is_begin(c) for c in callees):
+        if func.id in beginning:
             calls = sorted(func.calls, key=lambda c: (c.span.line, c.span.col))
             for i, call in enumerate(calls):
                 if not is_begin(call.callee):

@@ -120,11 +120,9 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
     is_measurement = matcher(ctx.pack.measurements)
     index = ctx.index
     depth = max(ctx.pack.capture_depth, 3)
+    measuring = index.callers_matching(is_measurement)
     for func in index.funcs.values():
-        if func.scope is None:
-            continue
-        callees = func.callees
-        if not any(is_measurement(c) for c in callees):
+        if func.scope is None or func.id not in measuring:
             continue
         calls = sorted(func.calls, key=lambda c: (c.span.line, c.span.col))
         for i, snap in enumerate(calls):

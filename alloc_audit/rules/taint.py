@@ -178,10 +178,11 @@ class TaintAnalysis:
 def reading_roots(index: ProjectIndex, is_reading: Callable[[str], bool], attributes: tuple[str, ...]) -> list[Func]:
     attr = re.compile(r"\.(?:" + "|".join(re.escape(a) for a in attributes) + r")\b") if attributes else None
     roots = []
+    reading = index.callers_matching(is_reading)
     for func in index.funcs.values():
         if func.scope is None:
             continue
-        if any(is_reading(c) for c in func.callees):
+        if func.id in reading:
             roots.append(func)
         elif attr is not None and (any(attr.search(a.value) for a in func.assigns)
                                    or any(attr.search(a) for a in func.arglists)):

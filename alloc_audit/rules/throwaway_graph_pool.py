@@ -89,8 +89,9 @@ def _captured_into(func: Func, pool: Call, attributes: tuple[str, ...]) -> tuple
 def check(ctx: RuleContext) -> Iterator[Finding]:
     pack = ctx.pack
     is_fresh = matcher(pack.fresh_pools)
+    minting = ctx.index.callers_matching(is_fresh)
     for func in ctx.index.funcs.values():
-        if func.scope is None or not any(is_fresh(c) for c in func.callees):
+        if func.scope is None or func.id not in minting:
             continue
         evidence = None
         for call in sorted(func.calls, key=lambda c: (c.span.line, c.span.col)):
