@@ -503,6 +503,18 @@ def _needles(groups: Iterable[tuple[str, ...]]) -> tuple[Needle, ...]:
     for group in groups:
         gate, word = (group[0], group[1]) if len(group) == 2 else ("", group[0])
         by_gate.setdefault(gate, set()).add(word)
+    # Gate-less words that share a prefix (`cuMemAlloc(`, `cuMemFree(`, ...)
+    # are gated by it: a file without `cuMem` costs one search, not twelve.
+    # The prefix is part of every word, so nothing the words find is lost.
+    loose = by_gate.get("", set())
+    by_prefix: dict[str, set[str]] = {}
+    for word in loose:
+        if len(word) > _PREFIX:
+            by_prefix.setdefault(word[:_PREFIX], set()).add(word)
+    for words in by_prefix.values():
+        if len(words) >= 3:
+            loose -= words
+            by_gate.setdefault(_common_prefix(words), set()).update(words)
     out: list[Needle] = []
     for gate in sorted(by_gate, key=lambda g: (g != "", g)):
         kept: list[str] = []
@@ -511,6 +523,18 @@ def _needles(groups: Iterable[tuple[str, ...]]) -> tuple[Needle, ...]:
                 kept.append(word)
         out.append((gate.encode(), tuple(w.encode() for w in kept)))
     return tuple(out)
+
+
+_PREFIX = 4
+
+
+def _common_prefix(words: Iterable[str]) -> str:
+    first, *rest = sorted(words)
+    last = rest[-1] if rest else first
+    n = 0
+    while n < min(len(first), len(last)) and first[n] == last[n]:
+        n += 1
+    return first[:n]
 
 
 _ALIAS_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+)?import[ \t][^\n]*\bas\b[^\n]*", re.M)

@@ -7,10 +7,6 @@ needed)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from alloc_audit.catalog import load_catalog, passes_prefilter
-from alloc_audit.config import load_config
 from alloc_audit.index import Wants
 from alloc_audit.mentions import identifiers, native_definitions, python_keeps_call
 
@@ -93,13 +89,3 @@ def test_native_mentions_and_definitions():
                                 reads("int main() {\n  launch_plan(4);\n}\n"))
     assert native_definitions(b"struct DeviceArena {\n};\nclass Pool : public Base {\n};\n") == \
         {"DeviceArena", "Pool"}
-
-
-def test_a_qualified_allocating_type_is_not_found_by_its_last_name(tmp_path: Path):
-    catalog = load_catalog(load_config(tmp_path, None))
-    std_only = b"#include <vector>\nstd::vector<int> sizes(16);\nint main() { return sizes.size(); }\n"
-    thrust = b"#include <thrust/device_vector.h>\nthrust::device_vector<float> buf(1 << 20);\n"
-    nested = b"thrust::cuda::vector<float> buf(16);\n"
-    assert not passes_prefilter(std_only, catalog.cpp_needles)
-    assert passes_prefilter(thrust, catalog.cpp_needles)
-    assert passes_prefilter(nested, catalog.cpp_needles)
