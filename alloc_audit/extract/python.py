@@ -15,6 +15,7 @@ from typing import Any
 
 import tree_sitter as ts
 
+from ..arglists import split_args
 from ..catalog import ApiCatalog, ApiSpec
 from ..model import (
     Annotation,
@@ -130,7 +131,8 @@ class _Extractor:
             language=Language.PYTHON,
             digest="",
             module=self.module,
-            sites=tuple(sorted(self._mark_exports(sites, calls), key=lambda s: (s.span.line, s.span.col))),
+            sites=tuple(sorted(self._mark_handed(self._mark_exports(sites, calls), calls),
+                               key=lambda s: (s.span.line, s.span.col))),
             scopes=tuple(self._scope_facts()),
             calls=calls,
             assigns=tuple(assigns),
@@ -484,6 +486,29 @@ class _Extractor:
             return None
         fn = outer.child_by_field_name("function")
         return self.callee_of(fn)[0] if fn is not None else None
+
+    def _mark_handed(self, sites: list[Site], calls: CallTable) -> list[Site]:
+        """An allocation kept in a local and then passed whole to a call in
+        the same scope is handed to that call, as if wrapped by it
+        (`w = torch.empty(...)` ... `self.register_all_parameters(w)` is
+        `nn.Parameter(torch.empty(...))` in two steps): the first such call
+        after it becomes its ``wrapper``."""
+        pending = [s for s in sites if s.wrapper is None and s.target and s.target.isidentifier()]
+        if not pending:
+            return sites
+        by_scope: dict[str, list[int]] = {}
+        for i, scope in enumerate(calls.scopes):
+            by_scope.setdefault(scope, []).append(i)
+        handed: dict[int, str] = {}
+        for site in pending:
+            for i in by_scope.get(site.scope, ()):
+                arglist = calls.arglists[i]
+                if site.target not in arglist or calls.line(i) <= site.span.end_line:
+                    continue
+                if site.target in {a.text for a in split_args(arglist, False)}:
+                    handed[id(site)] = calls.callees[i]
+                    break
+        return [dataclasses.replace(s, wrapper=handed[id(s)]) if id(s) in handed else s for s in sites]
 
     def _mark_exports(self, sites: list[Site], calls: CallTable) -> list[Site]:
         """A site whose memory is passed to an export call in its scope is IPC."""
