@@ -20,12 +20,21 @@ class Source:
     spans with code-point columns. Columns need decoding only on a line with
     a non-ASCII byte before the node, found with one sorted offset list."""
 
-    __slots__ = ("data", "ascii", "_wide")
+    __slots__ = ("data", "ascii", "_wide", "_wide_rows")
 
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.ascii = data.isascii()
         self._wide: list[int] | None = None
+        self._wide_rows: frozenset[int] | None = None
+
+    def wide_rows(self) -> frozenset[int]:
+        """0-based rows that hold a non-ASCII byte: elsewhere a byte column
+        is the code-point column."""
+        if self._wide_rows is None:
+            self._wide_rows = frozenset() if self.ascii else frozenset(
+                i for i, line in enumerate(self.data.split(b"\n")) if not line.isascii())
+        return self._wide_rows
 
     def col(self, byte_col: int, byte: int) -> int:
         """1-based code-point column of a byte position (tree-sitter gives bytes)."""

@@ -322,8 +322,10 @@ class _Extractor:
             dotted = self.resolve(raw)
             return dotted, dotted, raw
         if fn.type == "attribute":
-            flat = raw.replace(" ", "").replace("\n", "").replace("\t", "").replace("\\", "")
-            if _DOTTED.fullmatch(flat):
+            # `torch.empty` as written, mostly; else without spaces and line breaks
+            flat = raw if _DOTTED.fullmatch(raw) else \
+                raw.replace(" ", "").replace("\n", "").replace("\t", "").replace("\\", "")
+            if flat is raw or _DOTTED.fullmatch(flat):
                 dotted = self.resolve(flat)
                 return dotted, dotted, flat.rsplit(".", 1)[1]
             obj = fn.child_by_field_name("object")
@@ -356,6 +358,7 @@ class _Extractor:
         span_of = src.span
         col = src.col
         ascii_file = src.ascii
+        wide_rows = src.wide_rows()
         rhs_targets = self.rhs_targets
         for node in call_nodes:
             kids = node.children
@@ -385,7 +388,7 @@ class _Extractor:
             arglists.append(arglist)
             targets.append(target)
             (r0, c0), (r1, c1) = node.start_point, node.end_point
-            if ascii_file:
+            if ascii_file or (r0 not in wide_rows and r1 not in wide_rows):
                 positions += (r0 + 1, c0 + 1, r1 + 1, c1 + 1)
             else:
                 positions += (r0 + 1, col(c0, start), r1 + 1, col(c1, node.end_byte))
@@ -496,9 +499,11 @@ class _Extractor:
         pending = [s for s in sites if s.wrapper is None and s.target and s.target.isidentifier()]
         if not pending:
             return sites
+        wanted = {s.scope for s in pending}
         by_scope: dict[str, list[int]] = {}
         for i, scope in enumerate(calls.scopes):
-            by_scope.setdefault(scope, []).append(i)
+            if scope in wanted:
+                by_scope.setdefault(scope, []).append(i)
         handed: dict[int, str] = {}
         for site in pending:
             for i in by_scope.get(site.scope, ()):
