@@ -1090,6 +1090,10 @@ class Wants:
     functions: Mapping[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
     modules: frozenset[str] = frozenset()
     native_mentions: frozenset[str] = frozenset()
+    python_names: frozenset[str] = field(init=False)  # classes and functions, for a quick no
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "python_names", frozenset(self.classes) | frozenset(self.functions))
 
     def __bool__(self) -> bool:
         return bool(self.definitions or self.classes or self.functions or self.modules or self.native_mentions)
@@ -1109,6 +1113,8 @@ class Wants:
         module = module_name(path)
         if self.wants_module(module):
             return True
+        if self.python_names.isdisjoint(identifiers):
+            return False
         package = module.rpartition(".")[0]
         named = set(identifiers)
 
@@ -1119,8 +1125,8 @@ class Wants:
         if reachable(self.classes):
             return True
         functions = reachable(self.functions)
-        modules = {part for n in functions for part in self.functions[n][0]}
-        return bool(functions) and mentions.python_keeps_call(read(), functions, modules)
+        modules = sorted({part for n in functions for part in self.functions[n][0]})
+        return bool(functions) and mentions.python_keeps_call(read(), tuple(functions), tuple(modules))
 
     def wants_module(self, module: str) -> bool:
         """Whether a skipped Python file's module is one the rules need

@@ -11,7 +11,7 @@ of parsing the file: a wrong "yes" costs a parse, a wrong "no" a site.
 from __future__ import annotations
 
 import re
-from typing import Collection
+from functools import lru_cache
 
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{2,}")
 # Names a native file defines, roughly: `type name(` starting a line (function
@@ -37,13 +37,15 @@ def identifiers(data: bytes) -> tuple[str, ...]:
     return tuple(sorted(m.decode("ascii") for m in set(_IDENTIFIER.findall(data))))
 
 
+@lru_cache(maxsize=4096)  # the expansion asks again each round
 def native_definitions(data: bytes) -> frozenset[str]:
     """The functions and classes a native file defines (see ``_CPP_DEFINITION``)."""
     found = {a or b for a, b in _CPP_DEFINITION.findall(data)}
     return frozenset(n.decode("ascii", "replace") for n in found if n)
 
 
-def python_keeps_call(data: bytes, names: Collection[str], modules: Collection[str] = ()) -> bool:
+@lru_cache(maxsize=4096)
+def python_keeps_call(data: bytes, names: tuple[str, ...], modules: tuple[str, ...] = ()) -> bool:
     """Whether a Python file calls one of the functions ``names`` (defined
     in a module whose dotted parts are ``modules``) where the result can
     outlive the call (what a derived site of a factory function needs:

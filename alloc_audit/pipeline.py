@@ -356,11 +356,19 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         pack = catalog.pack
         roots = root_finder(pack)
         depth = max(pack.capture_depth, pack.flow_depth, 1)
+        reread: dict[str, bytes] = {}  # skipped files read again: the rounds ask the same ones
+
+        def read_again(path: str) -> bytes:
+            found = reread.get(path)
+            if found is None:
+                found = reread[path] = _read_bytes(by_path[path])
+            return found
+
         for _round in range(depth):
             asked = time.perf_counter()
             wants = expansion_wants(index, roots, depth)
             chosen = sorted(p for p, idents in skipped.items()
-                            if wants.wants_file(p, idents, lambda p=p: _read_bytes(by_path[p])))
+                            if wants.wants_file(p, idents, lambda p=p: read_again(p)))
             LOG.debug("expansion round %d: %d of %d skipped files wanted (%d bytes; chosen in %.3f s)", _round + 1,
                       len(chosen), len(skipped), sum(by_path[p].size for p in chosen), time.perf_counter() - asked)
             if not chosen:

@@ -47,7 +47,7 @@ def test_a_factory_function_counts_where_its_result_is_kept():
 
 
 def test_python_keeps_call():
-    names = ["make"]
+    names = ("make",)
     kept = [
         "buf = make(4)\n",  # module level
         "class A:\n    buf = make(4)\n",  # class body
@@ -67,12 +67,12 @@ def test_python_keeps_call():
         "def f():\n    return cute.make(4)\n",  # another module's function of the same name
     ]
     assert python_keeps_call(b"import engine.buffers as eb\n\ndef f():\n    return eb.make(4)\n", names,
-                             ["engine", "buffers"])
-    assert python_keeps_call(b"def f():\n    return buffers.make(4)\n", names, ["engine", "buffers"])
+                             ("engine", "buffers"))
+    assert python_keeps_call(b"def f():\n    return buffers.make(4)\n", names, ("engine", "buffers"))
     assert python_keeps_call(b"from engine import buffers as eb\n\ndef f():\n    return eb.make(4)\n", names,
-                             ["engine", "buffers"])
+                             ("engine", "buffers"))
     assert not python_keeps_call(b"import cutlass.cute as cute\n\ndef f():\n    return cute.make(4)\n", names,
-                                 ["engine", "buffers"])
+                                 ("engine", "buffers"))
     for text in kept:
         assert python_keeps_call(text.encode(), names), text
     for text in dropped:

@@ -61,15 +61,18 @@ def root_finder(pack: RulePack) -> Callable[[ProjectIndex], list[Func]]:
     hooks = matcher(("__enter__", *pack.per_entry_hooks))
     declared = matcher((*pack.captured, *pack.hot_paths))
 
+    memo: dict[str, bool] = {}  # a function's facts never change once indexed
+
     def otherwise_root(func: Func) -> bool:
-        if any(contexts(i.callee) for w in func.withs for i in w.items):
-            return True
-        scope = func.scope
-        return scope is not None and (
-            any(decorators(d) for d in scope.decorators)
-            or hooks(scope.name)
-            or declared(func.qualname.replace("::", "."))
-        )
+        found = memo.get(func.id)
+        if found is None:
+            scope = func.scope
+            found = memo[func.id] = any(contexts(i.callee) for w in func.withs for i in w.items) or (
+                scope is not None and (
+                    any(decorators(d) for d in scope.decorators)
+                    or hooks(scope.name)
+                    or declared(func.qualname.replace("::", "."))))
+        return found
 
     def roots(index: ProjectIndex) -> list[Func]:
         calling = index.callers_matching(calls)
