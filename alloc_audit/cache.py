@@ -115,6 +115,22 @@ class Cache:
         self._prepare()
         self._write(self._named("stat", root_key), table)
 
+    def load_skips(self, root_key: str) -> dict[str, tuple[str, tuple[str, ...], str | None]]:
+        """Files the pre-filter skipped, by fact key: (path, identifiers,
+        warning). One entry per tree rather than a file per skipped file:
+        most files are skipped, and a file per entry costs more to write
+        than the pre-filter costs to run."""
+        if self.base is None:
+            return {}
+        data = self._read(self._named("skips", root_key))
+        return data if isinstance(data, dict) else {}
+
+    def store_skips(self, root_key: str, table: dict[str, tuple[str, tuple[str, ...], str | None]]) -> None:
+        if self.base is None:
+            return
+        self._prepare()
+        self._write(self._named("skips", root_key), table)
+
     def load_result(self, key: str) -> Any | None:
         if self.base is None:
             return None

@@ -141,10 +141,8 @@ def _facts_or_skip(source: SourceFile, data: bytes, digest: str, catalog: Catalo
     if not force and not passes_prefilter(data, needles, aliasable):
         # What the on-demand expansion asks of a skipped file first: the
         # names it mentions (see mentions.py); Python files are also wanted
-        # by module name.
-        identifiers = mentions.identifiers(data)
-        cache.store(key, (SKIP, identifiers, warning))
-        return SKIP, identifiers, warning
+        # by module name. Cached by the parent, in one table (Cache.load_skips).
+        return SKIP, mentions.identifiers(data), warning
     apis = catalog.apis
     parsed = parse_source(data, source.language, apis.attribute_macros, apis.specifier_macros,
                           apis.lone_macro_lines)
@@ -319,11 +317,15 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     skipped: dict[str, tuple[str, ...]] = {}  # path -> the identifiers it mentions
     errors: list[FileError] = list(discovery.errors)
     new_digests: dict[str, str] = {}
+    skip_table = cache.load_skips(root_key) if cache.enabled else {}
+    new_skips: dict[str, tuple[str, tuple[str, ...], str | None]] = {}
 
     def absorb(outcome: tuple[str, str, str, Any, str | None]) -> None:
         path, digest, status, payload, warning = outcome
         if digest:
             new_digests[path] = digest
+        if status == SKIP and digest and cache.enabled:
+            new_skips[cache.fact_key(path, digest, by_path[path].language.value)] = (path, payload, warning)
         if status == FACTS:
             decoded = serial.decode(FileFacts, payload)
             # classify direct sites now: the index tells weights (T1) apart
@@ -338,7 +340,17 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         else:
             errors.append(FileError(path, payload))
 
-    for outcome in _run_files([(f, False) for f in files], catalog, cache, jobs):
+    # files known unchanged and skipped last time need no worker
+    todo: list[tuple[SourceFile, bool]] = []
+    for f in files:
+        digest = digests.get(f.path)
+        known = skip_table.get(cache.fact_key(f.path, digest, f.language.value)) if digest else None
+        if known is not None and known[0] == f.path:
+            absorb((f.path, digest or "", SKIP, known[1], known[2]))
+            tick(1)
+        else:
+            todo.append((f, False))
+    for outcome in _run_files(todo, catalog, cache, jobs):
         absorb(outcome)
         tick(1)
     phases.mark("files")
@@ -421,6 +433,12 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         for path, entry in stat_table.items():
             table.setdefault(path, entry)
         cache.store_stat(root_key, table)
+        # keep the skipped files of paths outside this run
+        ours = {f.path for f in files}
+        for key, entry in skip_table.items():
+            if entry[0] not in ours:
+                new_skips.setdefault(key, entry)
+        cache.store_skips(root_key, new_skips)
         if len(new_digests) == len(files):
             key = _result_key(cache, config, catalog, files, new_digests, options.with_rules)
             cache.store_result(key, _encode_result(result))

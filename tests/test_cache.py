@@ -44,13 +44,40 @@ def test_content_change_misses_only_for_that_file(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     first = scan(root, "--cache-dir", str(cache))
     entries = fact_entries(cache)
-    assert len(entries) == 3
+    assert len(entries) == 1  # eng/a.py; the files the pre-filter skips are kept in one table
     assert scan(root, "--cache-dir", str(cache)) == first  # warm
     assert fact_entries(cache) == entries
     write(root, "eng/a.py", SMALL["eng/a.py"] + '        self.y = torch.zeros(n, device="cuda")\n')
     changed = scan(root, "--cache-dir", str(cache))
     assert ("eng/a.py", 7, "torch.zeros") in apis(changed)
     assert len(fact_entries(cache) - entries) == 1, "only the edited file is analysed again"
+    assert changed == scan(root, "--no-cache")
+
+
+def test_a_file_known_to_be_skipped_is_not_read_again(tmp_path: Path) -> None:
+    """The skipped files of the last run are answered from one table while
+    their size, mtime and inode are unchanged (the same promise the digests
+    of the warm path rely on): shown by changing a file's content behind
+    the tool's back, keeping its stat."""
+    plain = "def pure(n):\n    return n + 1\n"
+    sneaky = 'import torch\nX = torch.empty(1, device="cuda")\n'
+    width = max(len(plain), len(sneaky)) + 10
+    root = make_repo(tmp_path / "p", {**SMALL, "eng/d.py": plain.ljust(width - 1, "#") + "\n"})
+    cache = tmp_path / "cache"
+    scan(root, "--cache-dir", str(cache))
+    write(root, "eng/a.py", SMALL["eng/a.py"] + '        self.y = torch.zeros(n, device="cuda")\n')  # no whole-run result
+    d = root / "eng/d.py"
+    st = d.stat()
+    d.write_text(sneaky.ljust(width - 1, "#") + "\n")
+    os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert d.stat().st_size == st.st_size and d.stat().st_ino == st.st_ino
+    trusted = scan(root, "--cache-dir", str(cache))
+    assert ("eng/a.py", 7, "torch.zeros") in apis(trusted)
+    assert not any(p == "eng/d.py" for p, _, _ in apis(trusted)), "d.py was read again"
+    # a real edit (the mtime moves) is seen
+    d.write_text(sneaky)
+    changed = scan(root, "--cache-dir", str(cache))
+    assert ("eng/d.py", 2, "torch.empty") in apis(changed)
     assert changed == scan(root, "--no-cache")
 
 
