@@ -4,9 +4,12 @@ Layout under the cache directory (``.alloc-audit-cache/`` at the project root
 by default; it writes its own ``.gitignore`` so git never sees it)::
 
     CACHEDIR.TAG, .gitignore
-    v1/facts/ab/<key>      marshal of one file's facts (or of its skip record)
+    v1/facts/ab/<key>      marshal of one parsed file's facts
     v1/stat-<root>         path -> (size, mtime_ns, inode, digest): lets a warm
                            run skip reading files whose stat is unchanged
+    v1/skips-<root>        fact key -> (path, identifiers, warning) of the files
+                           the pre-filter skipped (most files: one table, not
+                           a file each)
     v1/result-<key>        a whole run's output, keyed by every input
 
 A fact key hashes the file's path, content digest and language with the
