@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from operator import attrgetter
 from typing import Any, Sequence
 
 from ..model import Span
@@ -107,17 +108,23 @@ class Containers:
         return order[k] if k >= 0 else -1
 
 
-def _position(node: Any) -> tuple[int, int]:
-    return node.start_byte, -node.end_byte
+_START = attrgetter("start_byte")
+_END = attrgetter("end_byte")
 
 
 def ordered_captures(query: Any, root: Any) -> dict[str, list[Any]]:
     """A query's captures by name, each list in document order (outer node
     first). py-tree-sitter does not promise an order for ``captures()`` (it
-    varies from run to run), and facts must be identical across runs."""
+    varies from run to run), and facts must be identical across runs. Two
+    stable sorts with C-level keys: by end descending, then by start."""
     import tree_sitter as ts
 
-    return {name: sorted(nodes, key=_position) for name, nodes in ts.QueryCursor(query).captures(root).items()}
+    out = {}
+    for name, nodes in ts.QueryCursor(query).captures(root).items():
+        nodes.sort(key=_END, reverse=True)
+        nodes.sort(key=_START)
+        out[name] = nodes
+    return out
 
 
 def comment_nodes(root: Any, data: bytes, marker: bytes = b"alloc-audit:") -> list[Any]:
