@@ -26,9 +26,9 @@ _CONTINUES = (b"(", b"[", b"{", b",", b"\\", b"=", b"+", b"-", b"*", b"/", b"|",
 _LOCAL = re.compile(rb"[ \t]*(?:[A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*[ \t]*(?::[^=\n]*)?=(?!=)"
                     rb"|(?:assert|if|elif|while|for|with|print|await)\b"
                     rb"|[A-Za-z_][\w.]*\()")
-
-
+# `import pkg.buffers as pb`, `from pkg import buffers as pb`
 _ALIAS = re.compile(rb"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+)?import[ \t]+([\w.]+)[ \t]+as[ \t]+([A-Za-z_]\w*)", re.M)
+# `out = ...`, `a, b = ...`: the names a line assigns
 _ASSIGNED = re.compile(rb"[ \t]*([A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*)[ \t]*(?::[^=\n]*)?=(?!=)")
 
 

@@ -2,8 +2,8 @@
 parsed only when the rules or the derived sites could need them, judged from
 the names they mention and, for the few that mention one, a look at their
 bytes. The end-to-end behaviour is pinned by the ``project-cross-file``
-fixture (``pkg/service.py`` is parsed on demand, ``pkg/notes.py`` is not
-needed)."""
+fixture (``pkg/service.py`` mentions no allocation API and is parsed on
+demand for the derived sites it holds)."""
 
 from __future__ import annotations
 
