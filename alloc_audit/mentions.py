@@ -28,6 +28,9 @@ _LOCAL = re.compile(rb"[ \t]*(?:[A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*[ \t]*
                     rb"|[A-Za-z_][\w.]*\()")
 # `import pkg.buffers as pb`, `from pkg import buffers as pb`
 _ALIAS = re.compile(rb"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+)?import[ \t]+([\w.]+)[ \t]+as[ \t]+([A-Za-z_]\w*)", re.M)
+# how far a line-based look goes before giving up (and parsing the file):
+# keeps a file of many calls in one huge function linear, not quadratic
+_REACH = 2000
 # `out = ...`, `a, b = ...`: the names a line assigns
 _ASSIGNED = re.compile(rb"[ \t]*([A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*)[ \t]*(?::[^=\n]*)?=(?!=)")
 
@@ -91,7 +94,8 @@ def _returned_later(lines: list[bytes], number: int, names: list[bytes]) -> bool
     line = lines[number]
     indent = len(line) - len(line.lstrip())
     pattern = re.compile(rb"[ \t]*(?:return|yield)\b.*\b(?:" + b"|".join(re.escape(n.strip()) for n in names) + rb")\b")
-    for k in range(number + 1, len(lines)):
+    stop = min(len(lines), number + 1 + _REACH)
+    for k in range(number + 1, stop):
         text = lines[k]
         stripped = text.lstrip()
         if not stripped or stripped.startswith(b"#"):
@@ -101,7 +105,7 @@ def _returned_later(lines: list[bytes], number: int, names: list[bytes]) -> bool
             return False
         if pattern.match(text):
             return True
-    return False
+    return stop < len(lines)  # a function too long to look through: parse the file
 
 
 def _continued(lines: list[bytes], number: int) -> bool:
@@ -117,7 +121,7 @@ def _inside_function(lines: list[bytes], number: int) -> bool:
     """Whether the nearest enclosing ``def``/``class`` of a line is a def."""
     line = lines[number]
     indent = len(line) - len(line.lstrip())
-    for k in range(number - 1, -1, -1):
+    for k in range(number - 1, max(-1, number - 1 - _REACH), -1):
         text = lines[k]
         stripped = text.lstrip()
         if not stripped or stripped.startswith(b"#"):

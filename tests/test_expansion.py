@@ -79,6 +79,14 @@ def test_python_keeps_call():
         assert not python_keeps_call(text.encode(), names), text
 
 
+def test_a_function_too_long_to_look_through_is_parsed():
+    body = "".join(f"    v{i} = {i}\n" for i in range(3000))
+    text = "def f():\n    out = make(4)\n" + body + "    return out\n"
+    assert python_keeps_call(text.encode(), ("make",))  # no look so far down: it errs on parsing
+    short = "def f():\n    out = make(4)\n" + body[:2000] + "\ndef g(out):\n    return out\n"
+    assert not python_keeps_call(short.encode(), ("make",))
+
+
 def test_native_mentions_and_definitions():
     wants = Wants(definitions=frozenset({"launch_plan"}), native_mentions=frozenset({"DeviceArena"}))
     assert wants.wants_file("csrc/arena_user.cc", ("DeviceArena", "int"), never_read)
