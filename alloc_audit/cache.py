@@ -88,18 +88,7 @@ class Cache:
         if path.parent not in self._dirs:
             path.parent.mkdir(exist_ok=True)
             self._dirs.add(path.parent)
-        # entries are many and small: a temp name per process is enough
-        # (concurrent runs are other processes), no mode to keep, no fsync
-        tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(marshal.dumps((_MAGIC, self.salt, value)))
-            os.replace(tmp, path)
-        except OSError:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+        self._write(path, value)
 
     # ------------------------------------------------------------ stat cache and results
     def _named(self, kind: str, key: str) -> Path:
@@ -159,11 +148,20 @@ class Cache:
         return value
 
     def _write(self, path: Path, value: Any) -> None:
+        """Temp file and rename, like ``atomic_write_bytes``, made light for
+        entries written by the thousand: a temp name per process is enough
+        (concurrent runs are other processes), no mode to keep, no fsync (a
+        torn entry after a crash fails to decode and is a miss)."""
+        tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
         try:
-            # no fsync: a torn entry after a crash fails to decode and is a miss
-            atomic_write_bytes(path, marshal.dumps((_MAGIC, self.salt, value)), durable=False)
+            with open(tmp, "wb") as fh:
+                fh.write(marshal.dumps((_MAGIC, self.salt, value)))
+            os.replace(tmp, path)
         except OSError:
-            pass  # a cache that cannot be written only costs time
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass  # a cache that cannot be written only costs time
 
     def _prune_results(self, keep: int = 8) -> None:
         assert self.base is not None
@@ -206,19 +204,17 @@ class Cache:
             pass
 
 
-def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
+def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old or the new
-    content, never a torn file: temp file in the same directory, fsync
-    (when ``durable``), rename. File mode follows the existing file, else the
-    umask."""
+    content, never a torn file: temp file in the same directory, fsync,
+    rename. File mode follows the existing file, else the umask."""
     directory = path.parent
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-            if durable:
-                fh.flush()
-                os.fsync(fh.fileno())
+            fh.flush()
+            os.fsync(fh.fileno())
         try:
             mode = os.stat(path).st_mode & 0o777
         except OSError:

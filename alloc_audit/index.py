@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Collection, Iterable, Iterator, Mapping
 
 from .arglists import split_args
+from .mentions import SkippedFile
 from .model import Assign, Block, Call, CallTable, FileFacts, Language, Return, Scope, Site, SiteKind, Span, Tier, Via, With
 
 _CONSTRUCTOR_NAMES = ("__init__", "__post_init__", "__new__")
@@ -100,6 +101,12 @@ class ClassInfo:
         self.module = module
         self.scope: Scope | None = None
 
+    @property
+    def defined_once(self) -> bool:
+        """One definition in one file (a native name defined in several
+        headers is not resolved from elsewhere)."""
+        return len(set(self.paths)) <= 1
+
     def __repr__(self) -> str:
         return f"ClassInfo({self.key})"
 
@@ -120,6 +127,11 @@ class Reach:
 
     site: Site
     hops: tuple[Hop, ...]
+
+
+def last_name(name: str) -> str:
+    """``pkg.mod.Cls`` -> ``Cls``; ``ns::Cls`` -> ``Cls``."""
+    return name.rsplit(".", 1)[-1].rsplit("::", 1)[-1]
 
 
 def split_callee(callee: str) -> tuple[str, str]:
@@ -166,7 +178,7 @@ class ProjectIndex:
         self._factory: dict[tuple[str, int], Reach | None] = {}
         self._class_alloc: dict[tuple[str, int], Reach | None] = {}
         self._import_roots: dict[str, set[str]] = {}
-        self._subclass_map: dict[str, set[str]] = {}
+        self._subclasses: dict[str, list[ClassInfo]] | None = None
         for cls in self.classes.values():
             cls.fields = {k: v for k, v in cls.fields.items() if v}  # forget "unknown" memos
 
@@ -271,19 +283,25 @@ class ProjectIndex:
             found = self._func(path, scope, None, facts)
         return found
 
+    def subclasses(self, name: str) -> list[ClassInfo]:
+        """The known classes that name ``name`` as a direct base (bases are
+        matched by their last name)."""
+        if self._subclasses is None:
+            children: dict[str, list[ClassInfo]] = {}
+            for cls in self.classes.values():
+                for base in sorted({last_name(b) for b in cls.bases}):
+                    children.setdefault(base, []).append(cls)
+            self._subclasses = children
+        return self._subclasses.get(name, [])
+
     def subclass_names(self, name: str) -> list[str]:
         """Names of the known classes that derive from a class name, however
-        indirectly (bases are matched by their last name)."""
-        children: dict[str, set[str]] = self._subclass_map
-        if not children:
-            for cls in self.classes.values():
-                for base in cls.bases:
-                    children.setdefault(base.rsplit(".", 1)[-1].rsplit("::", 1)[-1], set()).add(cls.name)
+        indirectly."""
         out: list[str] = []
         seen = {name}
         stack = [name]
         while stack:
-            for child in sorted(children.get(stack.pop(), ())):
+            for child in sorted({c.name for c in self.subclasses(stack.pop())}):
                 if child not in seen:
                     seen.add(child)
                     out.append(child)
@@ -892,10 +910,6 @@ class ProjectIndex:
             if self.class_allocates(cls, depth) is not None:
                 frontier += self.constructors(cls)
         by_leaf = self.calls_by_leaf()
-        subclasses: dict[str, list[ClassInfo]] = {}
-        for cls in self.classes.values():
-            for base in {b.rsplit(".", 1)[-1].rsplit("::", 1)[-1] for b in cls.bases}:
-                subclasses.setdefault(base, []).append(cls)
         seen: set[str] = set()
         for _level in range(depth + 1):
             level_names: set[str] = set()
@@ -904,7 +918,7 @@ class ProjectIndex:
                     continue
                 seen.add(func.id)
                 if func.scope is not None and func.scope.role == "constructor" and func.owner is not None:
-                    for cls in (func.owner, *subclasses.get(func.owner.name, ())):
+                    for cls in (func.owner, *self.subclasses(func.owner.name)):
                         level_names.add(cls.name)
                         if self.class_allocates(cls, depth) is not None:
                             names.add(Factory.of_class(cls))
@@ -949,7 +963,7 @@ class ProjectIndex:
         reach: Reach | None = None
         if cls is not None:
             reach = self.class_allocates(cls, depth)
-            if reach is not None and len(set(cls.paths)) > 1:
+            if reach is not None and not cls.defined_once:
                 # one C++ name, several definitions (a device-side view and a
                 # host class, in different headers): a caller in one of those
                 # files means its own; elsewhere, which one is not known
@@ -1056,7 +1070,7 @@ class Factory:
     @staticmethod
     def of_class(cls: ClassInfo) -> Factory:
         python = cls.language is Language.PYTHON
-        return Factory(cls.name, python, "class", cls.module, python or len(set(cls.paths)) <= 1)
+        return Factory(cls.name, python, "class", cls.module, python or cls.defined_once)
 
     @staticmethod
     def of_function(func: Func) -> Factory:
@@ -1065,7 +1079,7 @@ class Factory:
             return Factory(func.name, python, "function", func.module)
         owner = func.owner
         return Factory(func.name, python, "method", func.module if python else owner.name,
-                       python or len(set(owner.paths)) <= 1, owner.name)
+                       python or owner.defined_once, owner.name)
 
 
 @dataclass(frozen=True)
@@ -1098,16 +1112,15 @@ class Wants:
     def __bool__(self) -> bool:
         return bool(self.definitions or self.classes or self.functions or self.modules or self.native_mentions)
 
-    def wants_file(self, path: str, identifiers: Collection[str], read: Callable[[], bytes]) -> bool:
-        """Whether a skipped file (the identifiers it mentions; its bytes,
-        read only when a wanted name is among them) is one the rules need."""
-        from . import mentions
-
+    def wants_file(self, path: str, identifiers: Collection[str], look: Callable[[], SkippedFile]) -> bool:
+        """Whether a skipped file (the identifiers it mentions; a look at its
+        bytes, taken only when a wanted name is among them) is one the rules
+        need."""
         if not path.endswith(".py"):
             if not self.native_mentions.isdisjoint(identifiers):
                 return True
             return not self.definitions.isdisjoint(identifiers) and \
-                not self.definitions.isdisjoint(mentions.native_definitions(read()))
+                not self.definitions.isdisjoint(look().definitions())
         from .extract.python import module_name
 
         module = module_name(path)
@@ -1126,7 +1139,7 @@ class Wants:
             return True
         functions = reachable(self.functions)
         modules = sorted({part for n in functions for part in self.functions[n][0]})
-        return bool(functions) and mentions.python_keeps_call(read(), tuple(functions), tuple(modules))
+        return bool(functions) and look().keeps_call(tuple(functions), tuple(modules))
 
     def wants_module(self, module: str) -> bool:
         """Whether a skipped Python file's module is one the rules need

@@ -11,7 +11,7 @@ of parsing the file: a wrong "yes" costs a parse, a wrong "no" a site.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from typing import Callable
 
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{2,}")
 # Names a native file defines, roughly: `type name(` starting a line (function
@@ -35,19 +35,47 @@ _REACH = 2000
 _ASSIGNED = re.compile(rb"[ \t]*([A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*)[ \t]*(?::[^=\n]*)?=(?!=)")
 
 
+class SkippedFile:
+    """A skipped file read again for the expansion, read once and with its
+    answers kept: each round asks the same files the same questions."""
+
+    __slots__ = ("_read", "_data", "_definitions", "_kept")
+
+    def __init__(self, read: Callable[[], bytes]) -> None:
+        self._read = read
+        self._data: bytes | None = None
+        self._definitions: frozenset[str] | None = None
+        self._kept: dict[tuple[tuple[str, ...], tuple[str, ...]], bool] = {}
+
+    @property
+    def data(self) -> bytes:
+        if self._data is None:
+            self._data = self._read()
+        return self._data
+
+    def definitions(self) -> frozenset[str]:
+        if self._definitions is None:
+            self._definitions = native_definitions(self.data)
+        return self._definitions
+
+    def keeps_call(self, names: tuple[str, ...], modules: tuple[str, ...]) -> bool:
+        found = self._kept.get((names, modules))
+        if found is None:
+            found = self._kept[(names, modules)] = python_keeps_call(self.data, names, modules)
+        return found
+
+
 def identifiers(data: bytes) -> tuple[str, ...]:
     """The identifiers (3 characters or more) a file mentions, sorted."""
     return tuple(sorted(m.decode("ascii") for m in set(_IDENTIFIER.findall(data))))
 
 
-@lru_cache(maxsize=4096)  # the expansion asks again each round
 def native_definitions(data: bytes) -> frozenset[str]:
     """The functions and classes a native file defines (see ``_CPP_DEFINITION``)."""
     found = {a or b for a, b in _CPP_DEFINITION.findall(data)}
     return frozenset(n.decode("ascii", "replace") for n in found if n)
 
 
-@lru_cache(maxsize=4096)
 def python_keeps_call(data: bytes, names: tuple[str, ...], modules: tuple[str, ...] = ()) -> bool:
     """Whether a Python file calls one of the functions ``names`` (defined
     in a module whose dotted parts are ``modules``) where the result can

@@ -18,6 +18,7 @@ without narrowing what is analysed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import logging
 import os
@@ -344,9 +345,9 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     todo: list[tuple[SourceFile, bool]] = []
     for f in files:
         digest = digests.get(f.path)
-        known = skip_table.get(cache.fact_key(f.path, digest, f.language.value)) if digest else None
-        if known is not None and known[0] == f.path:
-            absorb((f.path, digest or "", SKIP, known[1], known[2]))
+        last = skip_table.get(cache.fact_key(f.path, digest, f.language.value)) if digest else None
+        if last is not None and last[0] == f.path:
+            absorb((f.path, digest or "", SKIP, last[1], last[2]))
             tick(1)
         else:
             todo.append((f, False))
@@ -368,19 +369,19 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         pack = catalog.pack
         roots = root_finder(pack)
         depth = max(pack.capture_depth, pack.flow_depth, 1)
-        reread: dict[str, bytes] = {}  # skipped files read again: the rounds ask the same ones
+        looks: dict[str, mentions.SkippedFile] = {}  # skipped files read again, once
 
-        def read_again(path: str) -> bytes:
-            found = reread.get(path)
+        def look(path: str) -> mentions.SkippedFile:
+            found = looks.get(path)
             if found is None:
-                found = reread[path] = _read_bytes(by_path[path])
+                found = looks[path] = mentions.SkippedFile(functools.partial(_read_bytes, by_path[path]))
             return found
 
         for _round in range(depth):
             asked = time.perf_counter()
             wants = expansion_wants(index, roots, depth)
             chosen = sorted(p for p, idents in skipped.items()
-                            if wants.wants_file(p, idents, lambda p=p: read_again(p)))
+                            if wants.wants_file(p, idents, functools.partial(look, p)))
             LOG.debug("expansion round %d: %d of %d skipped files wanted (%d bytes; chosen in %.3f s)", _round + 1,
                       len(chosen), len(skipped), sum(by_path[p].size for p in chosen), time.perf_counter() - asked)
             if not chosen:
@@ -393,9 +394,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
             index.add({p: facts[p] for p in sorted(facts) if p not in before})
         facts = dict(sorted(facts.items()))
     phases.mark("expansion")
-    for path, f in facts.items():
-        if f.errors:
-            errors.extend(FileError(path, e) for e in f.errors)
+    for path, parsed_facts in facts.items():
+        errors.extend(FileError(path, e) for e in parsed_facts.errors)
 
     sites = [s for f in facts.values() for s in f.sites]
     sites += _owner_tiers(classify_sites(index.derived_sites(), facts, catalog.tiers), sites)
@@ -435,9 +435,9 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         cache.store_stat(root_key, table)
         # keep the skipped files of paths outside this run
         ours = {f.path for f in files}
-        for key, entry in skip_table.items():
-            if entry[0] not in ours:
-                new_skips.setdefault(key, entry)
+        for fact_key, skip in skip_table.items():
+            if skip[0] not in ours:
+                new_skips.setdefault(fact_key, skip)
         cache.store_skips(root_key, new_skips)
         if len(new_digests) == len(files):
             key = _result_key(cache, config, catalog, files, new_digests, options.with_rules)

@@ -8,17 +8,17 @@ demand for the derived sites it holds)."""
 from __future__ import annotations
 
 from alloc_audit.index import Wants
-from alloc_audit.mentions import identifiers, native_definitions, python_keeps_call
+from alloc_audit.mentions import SkippedFile, identifiers, native_definitions, python_keeps_call
 
 ENGINE = (frozenset({"engine", "buffers"}), frozenset({"engine"}))  # module parts, packages
 
 
-def never_read() -> bytes:
+def never_read() -> SkippedFile:
     raise AssertionError("a file's bytes are read again only when it mentions a wanted name")
 
 
 def reads(text: str):
-    return lambda: text.encode()
+    return lambda: SkippedFile(lambda: text.encode())
 
 
 def test_a_native_file_never_calls_a_python_factory():

@@ -52,7 +52,7 @@ import re
 from typing import Iterator
 
 from ..globs import matcher
-from ..index import Func, ProjectIndex, Reach
+from ..index import Func, ProjectIndex, Reach, last_name
 from ..model import Call, Finding, Related, Severity
 from .base import Rule, RuleContext
 from .findings import finding_at, path_text
@@ -73,7 +73,7 @@ def _kept_after(func: Func, snap: Call, line: int) -> bool:
     """A measurement is a baseline when it outlives the construction: stored
     on an object (or reset, for the peak counters), or read after ``line``.
     A local reading used only before (a skip check) is not."""
-    leaf = snap.callee.rsplit(".", 1)[-1].rsplit("::", 1)[-1]
+    leaf = last_name(snap.callee)
     if leaf in _RESETS:
         return True
     names = _measured_names(snap)
@@ -111,7 +111,7 @@ def constructed_allocation(index: ProjectIndex, func: Func, call: Call, depth: i
 
 def _is_constructor(index: ProjectIndex, hop: object) -> bool:
     callee: str = hop.callee  # type: ignore[attr-defined]
-    leaf = callee.rsplit(".", 1)[-1].rsplit("::", 1)[-1]
+    leaf = last_name(callee)
     return leaf in ("__init__", "__post_init__") or (
         "::" in callee and callee.rsplit("::", 1)[0].rsplit("::", 1)[-1] == leaf)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..arglists import split_args
-from ..index import Func, ProjectIndex
+from ..index import Func, ProjectIndex, last_name
 from ..model import Arg, Assign, Call, Language, Related, Site, SiteKind
 from .findings import DEVICE_KINDS
 
@@ -143,7 +143,7 @@ class TaintAnalysis:
                 flow.tainted.setdefault(t.strip().lstrip("*&"), result)
 
     def _reading_outputs(self, func: Func, call: Call) -> list[str]:
-        leaf = call.callee.rsplit(".", 1)[-1].rsplit("::", 1)[-1]
+        leaf = last_name(call.callee)
         pair = leaf in _PAIRS
         if call.target:
             names = [t.strip() for t in call.target.strip("()[] ").split(",")]
