@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .cache import atomic_write_bytes
-from .errors import UsageError
+from .errors import UsageError, display_path
 from .keys import escape, key_text, site_key, unescape
 from .model import Site, SiteKind, Tier
 
@@ -135,7 +135,7 @@ def load_allowlist(directory: Path, root: Path) -> list[AllowlistEntry] | None:
     files = allowlist_files(directory)
     if not files:
         return None
-    return load_texts([(_display(p, root), _read(p, root)) for p in files])
+    return load_texts([(display_path(p, root), _read(p, root)) for p in files])
 
 
 def load_texts(texts: Sequence[tuple[str, str]]) -> list[AllowlistEntry]:
@@ -155,16 +155,9 @@ def _read(path: Path, root: Path) -> str:
     try:
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"allowlist is not valid UTF-8 (byte offset {exc.start})", _display(path, root)) from None
+        raise UsageError(f"allowlist is not valid UTF-8 (byte offset {exc.start})", display_path(path, root)) from None
     except OSError as exc:
-        raise UsageError(f"cannot read allowlist: {exc.strerror}", _display(path, root)) from None
-
-
-def _display(path: Path, root: Path) -> str:
-    try:
-        return path.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        return str(path)
+        raise UsageError(f"cannot read allowlist: {exc.strerror}", display_path(path, root)) from None
 
 
 # ---------------------------------------------------------------- comparing
@@ -443,13 +436,13 @@ def write_allowlist(directory: Path, root: Path, entries: Sequence[AllowlistEntr
     """Write entries to their files atomically; returns the files written.
     Files whose content would not change are left untouched."""
     directory.mkdir(parents=True, exist_ok=True)
-    existing = [_display(p, root) for p in allowlist_files(directory)]
-    default = _display(directory / DEFAULT_FILE, root)
+    existing = [display_path(p, root) for p in allowlist_files(directory)]
+    default = display_path(directory / DEFAULT_FILE, root)
     if split_top_level and not existing:
         groups: dict[str, list[AllowlistEntry]] = {}
         for e in entries:
             top = e.path.split("/", 1)[0] if "/" in e.path else "root"
-            name = _display(directory / f"{_safe(top)}{SUFFIX}", root)
+            name = display_path(directory / f"{_safe(top)}{SUFFIX}", root)
             groups.setdefault(name, []).append(e)
     else:
         groups = assign_files(entries, existing, default)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import UsageError
+from .errors import UsageError, display_path
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -143,7 +143,7 @@ def load_config(root: Path, config_file: Path | None) -> Config:
     """Read and validate the configuration of the project at ``root``."""
     if config_file is None:
         return Config(root=root)
-    display = _display(config_file, root)
+    display = display_path(config_file, root)
     try:
         raw_text = config_file.read_bytes().decode("utf-8")
         data = tomllib.loads(raw_text)
@@ -170,13 +170,6 @@ def toml_error_line(exc: Exception) -> int | None:
         return line
     m = re.search(r"at line (\d+)", str(exc))
     return int(m.group(1)) if m else None
-
-
-def _display(path: Path, root: Path) -> str:
-    try:
-        return path.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        return str(path)
 
 
 def _line_of(text: str, key: str, item: str | None = None) -> int | None:

@@ -5,6 +5,17 @@ exceptions: they are ``FileError`` values (see ``model.py``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+
+def display_path(path: Path, root: Path) -> str:
+    """How a user file (config, allowlist) is named in messages: relative
+    to the project root when inside it."""
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
 
 class UsageError(Exception):
     def __init__(self, message: str, path: str | None = None, line: int | None = None) -> None:

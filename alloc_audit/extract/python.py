@@ -15,7 +15,7 @@ from typing import Any
 
 import tree_sitter as ts
 
-from ..arglists import split_args
+from ..arglists import split_args, split_top_level
 from ..catalog import ApiCatalog, ApiSpec
 from ..model import (
     Annotation,
@@ -806,27 +806,11 @@ def _dims(expr: str) -> tuple[str, ...]:
         e = m.group(1).strip()
     if len(e) >= 2 and e[0] + e[-1] in ("()", "[]"):
         inner = e[1:-1]
-        parts = _split_top(inner)
+        parts = split_top_level(inner)
         if len(parts) > 1 or inner.rstrip().endswith(","):
             return tuple(p for p in parts if p)
         return (inner.strip(),) if e[0] == "[" else (e,)
     return (e,)
-
-
-def _split_top(text_: str) -> list[str]:
-    parts, depth, cur = [], 0, []
-    for ch in text_:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    parts.append("".join(cur).strip())
-    return parts
 
 
 def _strip_byref(arg: str) -> str:
