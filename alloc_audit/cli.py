@@ -21,10 +21,10 @@ from . import __version__
 from .errors import UsageError
 
 if TYPE_CHECKING:
-    from .allowlist import Comparison
+    from .ratchet.allowlist import Comparison
     from .catalog import Catalog
     from .config import Config
-    from .pipeline import ScanResult
+    from .pipeline.run import ScanResult
     from .report.context import ReportContext
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -188,7 +188,7 @@ def run_project_scan(
 ) -> ScanResult:
     import logging
 
-    from .pipeline import ScanOptions, run_scan
+    from .pipeline.run import ScanOptions, run_scan
 
     if debug:
         logging.basicConfig(level=logging.DEBUG, format="%(message)s")
@@ -300,7 +300,7 @@ def emit(text: str, output: Path | None, summary: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    from .cache import atomic_write_bytes
+    from .pipeline.cache import atomic_write_bytes
 
     try:
         atomic_write_bytes(output, text.encode("utf-8"))
@@ -365,7 +365,7 @@ def scan(
 
 
 def _comparison_if_present(config: Config, result: ScanResult) -> Comparison | None:
-    from .allowlist import compare, load_allowlist
+    from .ratchet.allowlist import compare, load_allowlist
 
     if not config.allowlist_dir.is_dir():
         return None
@@ -424,7 +424,7 @@ def report(
 
       alloc-audit report --format sarif -o alloc-audit.sarif
     """
-    from .sizes import parse_binding
+    from .report.sizes import parse_binding
 
     bindings = []
     for text in bind or ():
@@ -450,8 +450,8 @@ def _delta_against(ref: str, config: Config, catalog: Catalog, paths: list[Path]
     import tempfile
 
     from .gitio import export_tree, require_ref
-    from .pipeline import ScanOptions, run_scan
-    from .report.delta import compute
+    from .pipeline.run import ScanOptions, run_scan
+    from .ratchet.delta import compute
 
     commit = require_ref(config.root, ref)
     with tempfile.TemporaryDirectory(prefix="alloc-audit-base-") as tmp:
@@ -487,7 +487,7 @@ def rules_list(config_path: Optional[Path] = CONFIG) -> None:
       alloc-audit rules list
     """
     from .rules import ALL_RULES, enabled_rules
-    from .suppress import META_RULES
+    from .pipeline.suppress import META_RULES
 
     try:
         config, _ = load_project(None, config_path)
@@ -514,7 +514,7 @@ def rules_explain(name: str = typer.Argument(..., help="Rule name, e.g. alloc-in
       alloc-audit rules explain snapshot-before-construction
     """
     from .rules import ALL_RULES, rule_by_name
-    from .suppress import META_RULES
+    from .pipeline.suppress import META_RULES
 
     rule = rule_by_name(name) or next((m for m in META_RULES if m.name == name), None)
     if rule is None:
@@ -545,7 +545,7 @@ def _coverage(config: Config, paths: list[Path] | None) -> tuple[str, ...]:
 
 
 def _require_allowlist(config: Config) -> list[Any]:
-    from .allowlist import load_allowlist
+    from .ratchet.allowlist import load_allowlist
 
     entries = load_allowlist(config.allowlist_dir, config.root)
     if entries is None:
@@ -585,8 +585,8 @@ def check(
 
       alloc-audit check src/engine/runner.py src/engine/worker.py
     """
-    from .allowlist import apply_pins, compare
-    from .report.checks import allowlist_problems, finding_problems, render as render_checks
+    from .ratchet.allowlist import apply_pins, compare
+    from .ratchet.checks import allowlist_problems, finding_problems, render as render_checks
 
     config, catalog = load_project(paths, config_path)
     entries = _require_allowlist(config)
@@ -648,10 +648,10 @@ def gate(
 
       alloc-audit gate --base HEAD~1 --format github
     """
-    from .allowlist import compare, compare_allowlists, load_texts
+    from .ratchet.allowlist import compare, compare_allowlists, load_texts
     from .gitio import list_tree, require_ref, show
-    from .keys import site_key
-    from .report.checks import allowlist_problems, finding_problems, gate_problems, render as render_checks
+    from .ratchet.keys import site_key
+    from .ratchet.checks import allowlist_problems, finding_problems, gate_problems, render as render_checks
 
     config, catalog = load_project(None, config_path)
     require_ref(config.root, base)
@@ -722,8 +722,8 @@ def allowlist_init(
 
       alloc-audit allowlist init && git add allowlists/
     """
-    from .allowlist import AllowlistEntry, _tier_of, allowlist_files, write_allowlist
-    from .keys import site_key
+    from .ratchet.allowlist import AllowlistEntry, _tier_of, allowlist_files, write_allowlist
+    from .ratchet.keys import site_key
 
     config, catalog = load_project(None, config_path)
     existing = allowlist_files(config.allowlist_dir)
@@ -764,7 +764,7 @@ def allowlist_update(
 
       alloc-audit allowlist update --add-new --dry-run
     """
-    from .allowlist import compare, plan_update, write_allowlist
+    from .ratchet.allowlist import compare, plan_update, write_allowlist
 
     config, catalog = load_project(None, config_path)
     entries = _require_allowlist(config)
@@ -780,7 +780,7 @@ def allowlist_update(
 
 
 def _update_summary(plan: Any) -> list[str]:
-    from .keys import key_text
+    from .ratchet.keys import key_text
 
     out = []
     for e in plan.removed:
@@ -816,8 +816,8 @@ def allowlist_explain(
 
       alloc-audit allowlist explain "examples/minigen/kv_cache.py KVCachePool.__init__ torch.zeros"
     """
-    from .keys import key_text, parse_key, site_key
-    from .report.checks import entry_line
+    from .ratchet.keys import key_text, parse_key, site_key
+    from .ratchet.checks import entry_line
 
     config, catalog = load_project(None, config_path)
     entries = _require_allowlist(config)
@@ -874,8 +874,8 @@ def allowlist_merge_driver(
 
       allowlists/*.allowlist merge=alloc-audit
     """
-    from .allowlist import merge_entries, parse_allowlist, render_file
-    from .cache import atomic_write_bytes
+    from .ratchet.allowlist import merge_entries, parse_allowlist, render_file
+    from .pipeline.cache import atomic_write_bytes
 
     def read(path: Path, label: str) -> list[Any]:
         try:
@@ -899,8 +899,8 @@ def allowlist_merge_driver(
 
 def _apply_decisions(config: Config, catalog: Catalog, decisions: list[Any]) -> list[str]:
     """Write decisions into the sources; returns what was written."""
-    from .annotate import Edit, apply_edits, validate
-    from .discover import language_of
+    from .commands.annotate import Edit, apply_edits, validate
+    from .pipeline.discover import language_of
     from .rules import known_rule_names
 
     known = known_rule_names()
@@ -948,7 +948,7 @@ def annotate(
 
       alloc-audit annotate --decisions decisions.json
     """
-    from .annotate import load_decisions, parse_decision
+    from .commands.annotate import load_decisions, parse_decision
 
     config, catalog = load_project(None, config_path)
     items = []
@@ -978,7 +978,7 @@ def audit(
 
       alloc-audit audit src/engine
     """
-    from .audit import run_audit
+    from .commands.audit import run_audit
 
     config, catalog = load_project(paths, config_path)
     result = run_project_scan(config, catalog, paths, None, False, None, None, False, False)

@@ -15,9 +15,9 @@ from typing import Any
 
 import tree_sitter as ts
 
-from ..arglists import split_args, split_top_level
-from ..catalog import ApiCatalog, ApiSpec
-from ..model import (
+from ...arglists import split_args, split_top_level
+from ...catalog import ApiCatalog, ApiSpec
+from ...model import (
     Annotation,
     Arg,
     Assign,

@@ -18,9 +18,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..arglists import split_args
-from ..index import Func, ProjectIndex, last_name
-from ..model import Arg, Assign, Call, Language, Related, Site, SiteKind
+from ...arglists import split_args
+from ...pipeline.index import Func, ProjectIndex, last_name
+from ...model import Arg, Assign, Call, Language, Related, Site, SiteKind
 from .findings import DEVICE_KINDS
 
 _CHAIN = re.compile(r"[A-Za-z_]\w*(?:(?:\.|->)[A-Za-z_]\w*)*")

@@ -4,10 +4,10 @@ throwaway-graph-pool and capture-without-rollback."""
 
 from __future__ import annotations
 
-from ..catalog import RulePack
-from ..globs import matcher
-from ..index import Func
-from ..model import Span
+from ...catalog import RulePack
+from ...globs import matcher
+from ...pipeline.index import Func
+from ...model import Span
 
 
 def throwaway_evidence(func: Func, pack: RulePack) -> tuple[str, int] | None:

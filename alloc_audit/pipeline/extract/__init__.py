@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..model import FileFacts, Language
+from ...model import FileFacts, Language
 
 if TYPE_CHECKING:
-    from ..catalog import ApiCatalog
+    from ...catalog import ApiCatalog
     from ..parse import Parsed
 
 

@@ -6,7 +6,7 @@
 A file is parsed when the byte pre-filter says it can hold a site or a rule
 trigger. Files that fail it are parsed later only if the rules or the derived
 sites could need them (``index.expansion_wants``: they define a callee the
-rules follow, or call a buffer factory; ``mentions`` reads that from their
+rules follow, or call a buffer factory; ``expand`` reads that from their
 bytes), round by round up to the configured depth: the call graph gets the
 files it needs without parsing the rest.
 
@@ -28,14 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from . import __version__, mentions, serial
+from .. import __version__
+from . import expand, serial
 from .cache import Cache, content_digest
-from .catalog import Catalog, passes_prefilter
+from ..catalog import Catalog, passes_prefilter
 from .classify import classify_sites
-from .config import Config
+from ..config import Config
 from .discover import SourceFile, discover_files
 from .index import ProjectIndex, build_index, expansion_wants
-from .model import FileError, FileFacts, Finding, Language, Site, Tier
+from ..model import FileError, FileFacts, Finding, Language, Site, Tier
 from .parse import error_summary, grammar_versions, parse_source
 
 LOG = logging.getLogger("alloc_audit")
@@ -141,9 +142,9 @@ def _facts_or_skip(source: SourceFile, data: bytes, digest: str, catalog: Catalo
     aliasable = catalog.py_aliasable if source.language is Language.PYTHON else frozenset()
     if not force and not passes_prefilter(data, needles, aliasable):
         # What the on-demand expansion asks of a skipped file first: the
-        # names it mentions (see mentions.py); Python files are also wanted
+        # names it mentions (see expand.py); Python files are also wanted
         # by module name. Cached by the parent, in one table (Cache.load_skips).
-        return SKIP, mentions.identifiers(data), warning
+        return SKIP, expand.identifiers(data), warning
     apis = catalog.apis
     parsed = parse_source(data, source.language, apis.attribute_macros, apis.specifier_macros,
                           apis.lone_macro_lines)
@@ -179,7 +180,7 @@ def _source_digest() -> str:
     """A digest of this package's own code: an editable install changes
     behaviour without changing the version, and must not read stale facts."""
     h = hashlib.blake2b(digest_size=8)
-    base = Path(__file__).resolve().parent
+    base = Path(__file__).resolve().parent.parent  # the package
     for path in sorted(base.rglob("*.py")):
         try:
             h.update(path.read_bytes())
@@ -364,17 +365,17 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     index = build_index(facts)
     phases.mark("index")
     if options.with_rules and skipped:
-        from .rules import root_finder
+        from ..rules import root_finder
 
         pack = catalog.pack
         roots = root_finder(pack)
         depth = max(pack.capture_depth, pack.flow_depth, 1)
-        looks: dict[str, mentions.SkippedFile] = {}  # skipped files read again, once
+        looks: dict[str, expand.SkippedFile] = {}  # skipped files read again, once
 
-        def look(path: str) -> mentions.SkippedFile:
+        def look(path: str) -> expand.SkippedFile:
             found = looks.get(path)
             if found is None:
-                found = looks[path] = mentions.SkippedFile(functools.partial(_read_bytes, by_path[path]))
+                found = looks[path] = expand.SkippedFile(functools.partial(_read_bytes, by_path[path]))
             return found
 
         for _round in range(depth):
@@ -403,7 +404,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     phases.mark("sites")
     findings: tuple[Finding, ...] = ()
     if options.with_rules:
-        from .rules import enabled_names, known_rule_names, run_rules
+        from ..rules import enabled_names, known_rule_names, run_rules
         from .suppress import apply_suppressions
 
         findings = run_rules(index, catalog.pack, config, tuple(sites))
@@ -499,7 +500,7 @@ def _decode_result(stored: Any, root: Path, seconds: float) -> ScanResult:
 def changed_files(root: Path, ref: str) -> frozenset[str]:
     """Files changed between ``ref`` and the work tree (committed, staged,
     unstaged and untracked), relative to ``root``."""
-    from .gitio import changed_since
+    from ..gitio import changed_since
 
     return changed_since(root, ref)
 

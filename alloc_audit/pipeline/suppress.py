@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Collection, Iterable, Mapping, Sequence
 
 from .extract.annotations import annotation_applies as applies
-from .model import Annotation, FileFacts, Finding, Severity, Site
+from ..model import Annotation, FileFacts, Finding, Severity, Site
 
 _DOC_UNUSED = """\
 ## What it flags

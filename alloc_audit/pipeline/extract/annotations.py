@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ..model import Annotation
+from ...model import Annotation
 
 MARKER = "alloc-audit:"
 _TIERS = {"T1", "T2", "T3", "T4", "T5a", "T5b"}

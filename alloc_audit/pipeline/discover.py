@@ -20,9 +20,9 @@ from typing import Iterable, Iterator
 
 import pathspec
 
-from .config import Config
-from .errors import UsageError
-from .model import FileError, Language
+from ..config import Config
+from ..errors import UsageError
+from ..model import FileError, Language
 
 SUFFIXES: dict[str, Language] = {
     ".py": Language.PYTHON,

@@ -24,9 +24,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Iterable, Iterator, Mapping
 
-from .arglists import split_args
-from .mentions import SkippedFile
-from .model import Assign, Block, Call, CallTable, FileFacts, Language, Return, Scope, Site, SiteKind, Span, Tier, Via, With
+from ...arglists import split_args
+from ..expand import SkippedFile
+from ...model import Assign, Block, Call, CallTable, FileFacts, Language, Return, Scope, Site, SiteKind, Span, Tier, Via, With
 
 _CONSTRUCTOR_NAMES = ("__init__", "__post_init__", "__new__")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
@@ -1044,7 +1044,7 @@ def _kept(func: Func, call: Call) -> bool:
 
 
 def _unwrap(type_name: str) -> str:
-    from .extract.cpp import unwrap_type
+    from ..extract.cpp import unwrap_type
 
     return unwrap_type(type_name)
 
@@ -1095,7 +1095,7 @@ class Wants:
     above it, or from its own package (`from . import make`): ``classes`` and
     ``functions`` map each Python factory name to those names and its
     packages. A construction is always a derived site; a factory function's
-    call only where its result is kept (``mentions.python_keeps_call``).
+    call only where its result is kept (``expand.python_keeps_call``).
     ``native_mentions`` are native factory names (a method's class name:
     calling a method needs an object of that type)."""
 
@@ -1121,7 +1121,7 @@ class Wants:
                 return True
             return not self.definitions.isdisjoint(identifiers) and \
                 not self.definitions.isdisjoint(look().definitions())
-        from .extract.python import module_name
+        from ..extract.python import module_name
 
         module = module_name(path)
         if self.wants_module(module):

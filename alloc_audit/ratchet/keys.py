@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from .model import Site
+from ..model import Site
 
 _UNSAFE = re.compile(r"[\s#%]")
 

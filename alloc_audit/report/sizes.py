@@ -17,7 +17,7 @@ import ast
 import re
 from functools import lru_cache
 
-from .model import Language, Site, SiteKind
+from ..model import Language, Site, SiteKind
 
 DTYPE_BYTES: dict[str, int] = {
     "float64": 8, "double": 8, "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2,

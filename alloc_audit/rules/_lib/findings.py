@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from ..arglists import split_top_level
-from ..index import Func, Hop
-from ..keys import key_text
-from ..model import Finding, Related, Severity, Site, SiteKind
+from ...arglists import split_top_level
+from ...pipeline.index import Func, Hop
+from ...ratchet.keys import key_text
+from ...model import Finding, Related, Severity, Site, SiteKind
 
 # Kinds that acquire device memory (pinned host memory, pools, plan
 # reservations and releases do not).

@@ -21,7 +21,7 @@ from typing import Any
 
 import tree_sitter as ts
 
-from .model import Language
+from ..model import Language
 
 
 

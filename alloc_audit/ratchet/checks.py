@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from ..allowlist import AllowlistEntry, Comparison, GateResult
-from ..keys import key_text
+from .allowlist import AllowlistEntry, Comparison, GateResult
+from .keys import key_text
 from ..model import Finding, Severity, Site
 
 UPDATE = "alloc-audit allowlist update"

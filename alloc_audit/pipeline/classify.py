@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
 
-from .catalog import TierPattern
+from ..catalog import TierPattern
 from .extract.annotations import annotation_applies
-from .globs import matcher
-from .model import Annotation, FileFacts, Scope, Site, Tier
+from ..globs import matcher
+from ..model import Annotation, FileFacts, Scope, Site, Tier
 
 @dataclass(frozen=True)
 class SiteContext:

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from .cache import atomic_write_bytes
-from .errors import UsageError, display_path
+from ..pipeline.cache import atomic_write_bytes
+from ..errors import UsageError, display_path
 from .keys import escape, key_text, site_key, unescape
-from .model import Site, SiteKind, Tier
+from ..model import Site, SiteKind, Tier
 
 FORMAT_VERSION = 1
 SUFFIX = ".allowlist"

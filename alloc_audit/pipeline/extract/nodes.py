@@ -10,7 +10,7 @@ from bisect import bisect_right
 from operator import attrgetter
 from typing import Any, Sequence
 
-from ..model import Span
+from ...model import Span
 
 TEXT_CAP = 300
 

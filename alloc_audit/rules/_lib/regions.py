@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from ..globs import matcher
-from ..index import Func, ProjectIndex
-from ..model import Call, Span, With
+from ...globs import matcher
+from ...pipeline.index import Func, ProjectIndex
+from ...model import Call, Span, With
 
 
 @dataclass(frozen=True)

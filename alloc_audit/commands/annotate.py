@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .cache import atomic_write_bytes
-from .errors import UsageError
+from ..pipeline.cache import atomic_write_bytes
+from ..errors import UsageError
 
 _TIERS = ("T1", "T2", "T3", "T4", "T5a", "T5b")
 

@@ -8,11 +8,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-from .allowlist import AllowlistEntry, compare, load_allowlist, write_allowlist
+from ..ratchet.allowlist import AllowlistEntry, compare, load_allowlist, write_allowlist
 from .annotate import Decision
-from .config import Config
-from .keys import site_key
-from .model import Site, Tier
+from ..config import Config
+from ..ratchet.keys import site_key
+from ..model import Site, Tier
 
 TIERS = ("T1", "T2", "T3", "T4", "T5a", "T5b")
 

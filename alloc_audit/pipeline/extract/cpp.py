@@ -19,8 +19,8 @@ from typing import Any
 
 import tree_sitter as ts
 
-from ..catalog import ApiCatalog, ApiSpec
-from ..model import (
+from ...catalog import ApiCatalog, ApiSpec
+from ...model import (
     Annotation,
     Arg,
     Assign,
