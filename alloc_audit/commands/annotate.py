@@ -18,8 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from ..pipeline.cache import atomic_write_bytes
+from ..atomic import atomic_write_bytes
 from ..errors import UsageError
+from ..model import Language
+from .outcome import Text
+from .project import Options, Project, load_project, scan_project
 
 _TIERS = ("T1", "T2", "T3", "T4", "T5a", "T5b")
 
@@ -210,3 +213,61 @@ def parse_decision(site: str, reason: str, tier: str | None, ignore: object, whe
     elif isinstance(ignore, (list, tuple)):
         rules = tuple(str(r) for r in ignore)
     return Decision(m.group(1).replace("\\", "/"), int(m.group(2)), str(reason or ""), tier, rules)
+
+
+# ---------------------------------------------------------------- the command
+
+
+def apply_decisions(project: Project, decisions: list[Decision]) -> list[str]:
+    """Write decisions into the sources above the statements they name;
+    returns what was written (``path:line: # comment``)."""
+    from ..pipeline.discover import language_of
+    from ..rules import known_rule_names
+
+    known = known_rule_names()
+    for decision in decisions:
+        validate(decision, known)
+    config = project.config
+    files = sorted({d.path for d in decisions})
+    for rel in files:
+        if not (config.root / rel).is_file():
+            raise UsageError(f"no such file in the project: {rel}")
+    result = scan_project(project, [config.root / f for f in files], Options(no_cache=True))
+    by_file: dict[str, list[Edit]] = {}
+    written: list[str] = []
+    for d in decisions:
+        covering = [s for s in result.sites if s.path == d.path and s.stmt_line <= d.line <= s.span.end_line]
+        finding = next((f for f in result.findings if f.path == d.path and f.line == d.line), None)
+        line = covering[0].stmt_line if covering else (finding.stmt_line if finding else d.line)
+        by_file.setdefault(d.path, []).append(Edit(line, d.comment_body(), d.kind, d.ignore))
+        written.append(f"{d.path}:{line}: # {d.comment_body()}")
+    for rel, edits in sorted(by_file.items()):
+        lang = language_of(rel)
+        apply_edits(config.root / rel, "python" if lang is Language.PYTHON else "native", edits)
+    return written
+
+
+def annotate(options: Options, site: str | None = None, tier: str | None = None, ignore: list[str] | None = None,
+             reason: str = "", decisions: Path | None = None) -> Text:
+    """Write a tier override or a suppression, with its reason, into the source above a site.
+
+    Python is rewritten with libcst (formatting and encoding kept); C++/CUDA
+    gets a // line at the statement's indentation.
+
+    Examples:
+
+      alloc-audit annotate --site src/kv.py:42 --tier T3 --reason "pooled KV blocks"
+
+      alloc-audit annotate --site src/ops.cu:88 --ignore grow-on-demand --reason "warm-up only"
+
+      alloc-audit annotate --decisions decisions.json
+    """
+    project = load_project(None, options.config_path)
+    items = []
+    if decisions is not None:
+        items += load_decisions(decisions)
+    if site is not None:
+        items.append(parse_decision(site, reason, tier, list(ignore or ())))
+    if not items:
+        raise UsageError("nothing to do: give --site with --tier or --ignore and --reason, or --decisions FILE")
+    return Text("".join(f"annotated {line}\n" for line in apply_decisions(project, items)))

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from ..ratchet.allowlist import AllowlistEntry, compare, load_allowlist, write_allowlist
 from .annotate import Decision
+from .project import Options, load_project, scan_project
 from ..config import Config
 from ..ratchet.keys import site_key
 from ..model import Site, Tier
@@ -97,3 +98,21 @@ def _accept(config: Config, result: Any, entries: list[AllowlistEntry],
                                      old.pinned if old else False, (old.reason if old and old.reason else reason),
                                      old.file if old else "", old.line if old else 0)
     write_allowlist(Path(config.allowlist_dir), config.root, list(by_key.values()))
+
+
+def audit(paths: list[Path] | None, options: Options) -> None:
+    """Walk the sites that are not on the allowlist or have an unknown tier, one by one.
+
+    For each: the code, the proposed tier and its reason, and any findings.
+    Accept it (onto the allowlist), set its tier, suppress a finding with a
+    reason, skip, or quit; decisions are written with `annotate`.
+
+    Example:
+
+      alloc-audit audit src/engine
+    """
+    from .annotate import apply_decisions
+
+    project = load_project(paths, options.config_path)
+    result = scan_project(project, paths, options)
+    run_audit(project.config, result, lambda decisions: apply_decisions(project, decisions))

@@ -1,7 +1,6 @@
 """Compact, fast tuple form of the facts, for the cache (``marshal``).
 
-``model.to_plain``/``from_plain`` give the readable JSON form; this module
-gives a positional form that loads several times faster, which matters when a
+A positional form that loads several times faster than JSON, which matters when a
 warm run loads the facts of a thousand files. The encoder and decoder of
 each dataclass are generated once from its type hints, so adding a field to
 a fact needs no change here (the tool version in the cache key retires old

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ..pipeline.cache import atomic_write_bytes
+from ..atomic import atomic_write_bytes
 from ..errors import UsageError, display_path
 from .keys import escape, key_text, site_key, unescape
-from ..model import Site, SiteKind, Tier
+from ..model import Site, Tier
 
 FORMAT_VERSION = 1
 SUFFIX = ".allowlist"
@@ -163,11 +163,6 @@ def _read(path: Path, root: Path) -> str:
 # ---------------------------------------------------------------- comparing
 
 
-def counted(site: Site) -> bool:
-    """Releases pair with acquisitions but are not debt."""
-    return site.kind is not SiteKind.RELEASE
-
-
 @dataclass(frozen=True)
 class Comparison:
     """How the tree's sites compare with the allowlist, within ``coverage``."""
@@ -225,7 +220,7 @@ def compare(sites: Iterable[Site], entries: Sequence[AllowlistEntry], scanned: I
     scanned_set = set(scanned)
     by_key: dict[Key, list[Site]] = {}
     for site in sites:
-        if counted(site) and site.path in scanned_set:
+        if site.acquires and site.path in scanned_set:  # releases pair with acquisitions, are not debt
             by_key.setdefault(site_key(site), []).append(site)
     entry_by_key = {e.key: e for e in entries}
     new, grown, loose, ok = [], [], [], []
@@ -301,6 +296,16 @@ def _tier_of(sites: Sequence[Site]) -> str:
     counts = Counter(s.tier.value for s in sites)
     order = [t.value for t in Tier]
     return sorted(counts.items(), key=lambda kv: (-kv[1], order.index(kv[0])))[0][0]
+
+
+def entries_for(sites: Iterable[Site]) -> list[AllowlistEntry]:
+    """A fresh allowlist for ``sites``: one entry per key, with its count and
+    the most common tier."""
+    groups: dict[Key, list[Site]] = {}
+    for site in sites:
+        if site.acquires:
+            groups.setdefault(site_key(site), []).append(site)
+    return [AllowlistEntry(k[0], k[1], k[2], len(v), _tier_of(v)) for k, v in sorted(groups.items())]
 
 
 def detect_renames(stale: Sequence[AllowlistEntry], new: Mapping[Key, Sequence[Site]]) -> list[Rename]:
