@@ -11,7 +11,11 @@ of parsing the file: a wrong "yes" costs a parse, a wrong "no" a site.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Collection, Mapping
+
+if TYPE_CHECKING:
+    from .index import Func, ProjectIndex
 
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{2,}")
 # Names a native file defines, roughly: `type name(` starting a line (function
@@ -22,7 +26,7 @@ _CPP_DEFINITION = re.compile(
     rb"|\b(?:class|struct)\s+(?:[A-Z_]+\s+)?([A-Za-z_]\w*)\s*[:{\n]", re.M)
 _HEADER = re.compile(rb"[ \t]*(?:async[ \t]+)?(def|class)\b")
 _CONTINUES = (b"(", b"[", b"{", b",", b"\\", b"=", b"+", b"-", b"*", b"/", b"|", b"&", b"and", b"or", b"else")
-# statements whose value is dropped or kept in a local: not kept (index._kept)
+# statements whose value is dropped or kept in a local: not kept (the derivation's rule for Python factory calls)
 _LOCAL = re.compile(rb"[ \t]*(?:[A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*[ \t]*(?::[^=\n]*)?=(?!=)"
                     rb"|(?:assert|if|elif|while|for|with|print|await)\b"
                     rb"|[A-Za-z_][\w.]*\()")
@@ -163,3 +167,125 @@ def _inside_function(lines: list[bytes], number: int) -> bool:
             if level == 0:
                 return False
     return False
+
+
+# ---------------------------------------------------------------- what to parse next
+
+
+@dataclass(frozen=True)
+class Wants:
+    """What the on-demand expansion should parse next: native files that
+    define one of ``definitions`` (callees the rules follow but could not
+    resolve), Python files of ``modules`` (the same, by import), and files
+    that may call a buffer factory (its callers are derived sites).
+
+    Calls resolve within a language, so a CUDA header that says `workspace`
+    cannot call a Python factory of that name. A Python file reaches a
+    factory through an import, which names the factory's module or a package
+    above it, or from its own package (`from . import make`): ``classes`` and
+    ``functions`` map each Python factory name to those names and its
+    packages. A construction is always a derived site; a factory function's
+    call only where its result is kept (``expand.python_keeps_call``).
+    ``native_mentions`` are native factory names (a method's class name:
+    calling a method needs an object of that type)."""
+
+    definitions: frozenset[str]
+    classes: Mapping[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
+    functions: Mapping[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
+    modules: frozenset[str] = frozenset()
+    native_mentions: frozenset[str] = frozenset()
+    python_names: frozenset[str] = field(init=False)  # classes and functions, for a quick no
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "python_names", frozenset(self.classes) | frozenset(self.functions))
+
+    def __bool__(self) -> bool:
+        return bool(self.definitions or self.classes or self.functions or self.modules or self.native_mentions)
+
+    def wants_file(self, path: str, identifiers: Collection[str], look: Callable[[], SkippedFile]) -> bool:
+        """Whether a skipped file (the identifiers it mentions; a look at its
+        bytes, taken only when a wanted name is among them) is one the rules
+        need."""
+        if not path.endswith(".py"):
+            if not self.native_mentions.isdisjoint(identifiers):
+                return True
+            return not self.definitions.isdisjoint(identifiers) and \
+                not self.definitions.isdisjoint(look().definitions())
+        from .extract.python import module_name
+
+        module = module_name(path)
+        if self.wants_module(module):
+            return True
+        if self.python_names.isdisjoint(identifiers):
+            return False
+        package = module.rpartition(".")[0]
+        named = set(identifiers)
+
+        def reachable(table: Mapping[str, tuple[frozenset[str], frozenset[str]]]) -> list[str]:
+            return sorted(n for n in table.keys() & named
+                          if package in table[n][1] or not table[n][0].isdisjoint(named))
+
+        if reachable(self.classes):
+            return True
+        functions = reachable(self.functions)
+        modules = sorted({part for n in functions for part in self.functions[n][0]})
+        return bool(functions) and look().keeps_call(tuple(functions), tuple(modules))
+
+    def wants_module(self, module: str) -> bool:
+        """Whether a skipped Python file's module is one the rules need
+        (imports may name it with fewer leading packages: `pkg.mod` for a
+        file at `src/pkg/mod.py`)."""
+        if module in self.modules:
+            return True
+        parts = module.split(".")
+        return any(".".join(parts[i:]) in self.modules for i in range(1, len(parts)))
+
+
+def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Func]], depth: int) -> Wants:
+    """Downward from the functions the rules start at (captures, readings,
+    context managers...), the names of callees that could not be resolved;
+    upward, the names of buffer factories. Names a file must define or
+    mention to matter; everything else can stay unparsed."""
+    definitions: set[str] = set()
+    seen: set[str] = set()
+    frontier = roots(index)
+    for _level in range(depth + 1):
+        next_frontier: list[Func] = []
+        for func in frontier:
+            if func.id in seen:
+                continue
+            seen.add(func.id)
+            for callee in func.callees:
+                targets = index.resolve(func, callee)
+                if targets:
+                    next_frontier.extend(t for t in targets if t.id not in seen)
+                else:
+                    definitions |= index.missing_names(func, callee)
+        frontier = next_frontier
+    # the factories derived sites are made of (the same depth), so a caller
+    # is found whether or not its file passed the pre-filter
+    python: dict[str, dict[str, set[str]]] = {"class": {}, "function": {}}  # kind -> name -> module parts
+    packages: dict[str, set[str]] = {}
+    native: set[str] = set()
+    for factory in sorted(index.factories()):
+        if not factory.python:
+            # a class name defined in several places is not resolved from
+            # elsewhere (see ``_derive``): its callers cannot be derived sites
+            if factory.everywhere:
+                native.add(factory.home if factory.kind == "method" else factory.name)
+        else:
+            # a Python method is called on self/cls (from its class or a
+            # subclass) or on an object of its class: the caller names one
+            named = [factory.name] if factory.kind != "method" else [factory.owner, *index.subclass_names(factory.owner)]
+            table = python["function" if factory.kind == "function" else "class"]
+            for name in named:
+                table.setdefault(name, set()).update(factory.home.split("."))
+                packages.setdefault(name, set()).add(factory.home.rpartition(".")[0])
+    definitions |= index.unattached_owners()
+    modules = frozenset(d[len("module:"):] for d in definitions if d.startswith("module:"))
+    names = {d for d in definitions if not d.startswith("module:")}
+    keep = lambda n: len(n) >= 3 and not n.startswith("__") and n not in ("<module>", "<lambda>")  # noqa: E731
+    reach = {kind: {n: (frozenset(parts), frozenset(packages[n])) for n, parts in table.items() if keep(n)}
+             for kind, table in python.items()}
+    return Wants(frozenset(filter(keep, names)), reach["class"], reach["function"], modules,
+                 frozenset(filter(keep, native)))

@@ -35,7 +35,8 @@ from ..catalog import Catalog, passes_prefilter
 from .classify import classify_sites
 from ..config import Config
 from .discover import SourceFile, discover_files
-from .index import ProjectIndex, build_index, expansion_wants
+from .expand import expansion_wants
+from .index import ProjectIndex, build_index
 from ..model import FileError, FileFacts, Finding, Language, Site, Tier
 from .parse import error_summary, grammar_versions, parse_source
 
