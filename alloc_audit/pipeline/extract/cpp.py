@@ -12,7 +12,6 @@ bodies (``#define``) are not code to tree-sitter and produce nothing.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from functools import lru_cache
 from typing import Any
@@ -21,7 +20,6 @@ import tree_sitter as ts
 
 from ...catalog import ApiCatalog, ApiSpec
 from ...model import (
-    Annotation,
     Arg,
     Assign,
     Block,
@@ -36,8 +34,8 @@ from ...model import (
     SiteKind,
 )
 from ..parse import language
-from .annotations import MARKER, next_code_line, parse_annotation
-from .nodes import Containers, Source, comment_nodes, inside_error, ordered_captures
+from . import common
+from .common import Containers, Source
 
 _QUERY_TEXT = """
 (function_definition) @def
@@ -156,9 +154,10 @@ class _Extractor:
         self.src = Source(source)
         self.tree = tree
         self.apis = apis
+        self.at = common.SiteAt(path, lang, _STATEMENT_PARENTS, tree.root_node.has_error)
 
     def run(self, grammar: Language) -> FileFacts:
-        caps = ordered_captures(_query(grammar), self.tree.root_node)
+        caps = common.ordered_captures(_query(grammar), self.tree.root_node)
         get = caps.get
         self._containers(get("def", ()), get("class", ()), get("ns", ()), get("lambda", ()))
         calls: list[Call] = []
@@ -184,7 +183,7 @@ class _Extractor:
             returns=tuple(self._returns(get("return", ()))),
             blocks=tuple(self._blocks(caps)),
             fields=tuple(self._fields(get("field", ()))),
-            annotations=tuple(self._annotations(comment_nodes(self.tree.root_node, self.src.data))),
+            annotations=tuple(common.annotations(self.src, common.comment_nodes(self.tree.root_node, self.src.data), (b"//", b"/*", b"*"))),
             lines_of_code=self.src.data.count(b"\n") + (0 if self.src.data.endswith(b"\n") or not self.src.data else 1),
         )
 
@@ -443,32 +442,11 @@ class _Extractor:
                 target = _strip_address(args[index].text)
                 if kind is SiteKind.RELEASE:
                     target = target.lstrip("*")
-        sites.append(
-            Site(
-                path=self.path,
-                span=span,
-                language=self.lang,
-                api=spec.api,
-                kind=kind,
-                scope=scope,
-                size=", ".join(size_parts) if size_parts else None,
-                shape=size_parts,
-                device=device,
-                target=target,
-                wrapper=self._wrapper(node),
-                stmt_line=_statement_line(node),
-                recovered=self.tree.root_node.has_error and inside_error(node),
-            )
-        )
+        sites.append(self.at.site(node, spec.api, kind, scope, span, ", ".join(size_parts) if size_parts else None,
+                                  size_parts, device, target, self._wrapper(node)))
 
     def _wrapper(self, node: Any) -> str | None:
-        parent = node.parent
-        if parent is None or parent.type != "argument_list" or parent.parent is None:
-            return None
-        outer = parent.parent
-        if outer.type != "call_expression":
-            return None
-        fn = outer.child_by_field_name("function")
+        fn = common.wrapping_call(node, "call_expression")
         return self._callee(fn)[0] if fn is not None else None
 
     def _mark_exports(self, sites: list[Site], calls: list[Call]) -> list[Site]:
@@ -481,19 +459,12 @@ class _Extractor:
                 exported.setdefault(call.scope, set()).update(
                     {_strip_this(w) for w in re.findall(r"[A-Za-z_][\w.>-]*", call.arglist)}
                 )
-        out = []
-        for site in sites:
-            if site.target and site.kind is not SiteKind.RELEASE and site.target.lstrip("*") in exported.get(site.scope, ()):
-                site = dataclasses.replace(site, kind=SiteKind.IPC)
-            out.append(site)
-        return out
+        return common.mark_exported(sites, exported, lambda target: target.lstrip("*"))
 
     # ------------------------------------------------------------ other facts
     def _assignments(self, nodes: list[Any], assigns: list[Assign]) -> None:
         for node in nodes:
-            left = node.child_by_field_name("left")
-            right = node.child_by_field_name("right")
-            op = node.child_by_field_name("operator")
+            left, right, op = (node.child_by_field_name(f) for f in ("left", "right", "operator"))
             if left is None:
                 continue
             if right is not None:
@@ -534,14 +505,8 @@ class _Extractor:
         return out
 
     def _blocks(self, caps: dict[str, list[Any]]) -> list[Block]:
-        out: list[Block] = []
-        span = self.src.span
-
-        def add(kind: str, owner: Any, body: Any | None, test: Any | None, stmt: Any) -> None:
-            if body is None:
-                return
-            out.append(Block(kind, self._scope_for(owner), span(body),
-                             self.src.text(test) if test is not None else "", _ends_flow(body), span(stmt)))
+        blocks = common.Blocks(self.src, self._scope_for, _FLOW_ENDS)
+        add = blocks.add
 
         for node in caps.get("if", ()):
             cond = node.child_by_field_name("condition")
@@ -558,25 +523,7 @@ class _Extractor:
             add("try", node, node.child_by_field_name("body"), None, node)
         for node in caps.get("catch", ()):
             add("except", node, node.child_by_field_name("body"), None, node.parent)
-        out.sort(key=lambda b: (b.span.line, b.span.col, b.kind))
-        return out
-
-    def _annotations(self, comments: list[Any]) -> list[Annotation]:
-        out = []
-        lines: list[bytes] | None = None
-        for node in comments:
-            raw = node.text
-            if MARKER.encode() not in raw:
-                continue
-            found = parse_annotation(raw.decode("utf-8", "replace"), node.start_point[0] + 1,
-                                     self.src.line_prefix_blank(node))
-            if found is not None:
-                if found.own_line:
-                    lines = lines if lines is not None else self.src.data.splitlines()
-                    below = next_code_line(lines, node.end_point[0] + 1, (b"//", b"/*", b"*"))
-                    found = dataclasses.replace(found, applies_to=below)
-                out.append(found)
-        return out
+        return blocks.in_order()
 
 
 # ---------------------------------------------------------------- helpers
@@ -670,21 +617,6 @@ def _unwrapped(node: Any) -> Any:
         else:
             break
     return node
-
-
-def _statement_line(node: Any) -> int:
-    child = node
-    parent = node.parent
-    while parent is not None and parent.type not in _STATEMENT_PARENTS:
-        child, parent = parent, parent.parent
-    return child.start_point[0] + 1
-
-
-def _ends_flow(body: Any) -> bool:
-    if body.type in _FLOW_ENDS:
-        return True
-    kids = [c for c in body.named_children if c.type != "comment"]
-    return bool(kids) and kids[-1].type in _FLOW_ENDS
 
 
 def extract_cpp(path: str, lang: Language, source: bytes, tree: Any, apis: ApiCatalog,

@@ -18,7 +18,6 @@ import tree_sitter as ts
 from ...arglists import split_args, split_top_level
 from ...catalog import ApiCatalog, ApiSpec
 from ...model import (
-    Annotation,
     Arg,
     Assign,
     Block,
@@ -34,8 +33,8 @@ from ...model import (
     WithItem,
 )
 from ..parse import language
-from .annotations import MARKER, next_code_line, parse_annotation
-from .nodes import Containers, Source, comment_nodes, inside_error, ordered_captures
+from . import common
+from .common import Containers, Source
 
 _QUERY_TEXT = """
 (function_definition) @def
@@ -65,6 +64,7 @@ _DOTTED = re.compile(r"[A-Za-z_][\w.]*")
 ARGLIST_CAP = 400
 
 _FLOW_ENDS = {"return_statement", "raise_statement", "continue_statement", "break_statement"}
+_STATEMENT_PARENTS = ("block", "module")
 _STRING_LITERAL = re.compile(r"""^[rbuRBU]{0,2}(['"])(.*)\1$""", re.S)
 _FSTRING = re.compile(r"""^[fF][rR]?(['"])(.*)\1$""", re.S)
 _CONSTRUCTORS = {"__init__", "__new__", "__post_init__"}
@@ -115,10 +115,11 @@ class _Extractor:
         self.apis = apis
         self.module = module_name(path)
         self.aliases: dict[str, str] = {}
+        self.at = common.SiteAt(path, Language.PYTHON, _STATEMENT_PARENTS, tree.root_node.has_error)
 
     # ------------------------------------------------------------ entry point
     def run(self) -> FileFacts:
-        caps = ordered_captures(_get_query(), self.tree.root_node)
+        caps = common.ordered_captures(_get_query(), self.tree.root_node)
         get = caps.get
         imports = self._imports(get("import", ()))
         self._scopes(get("def", ()), get("class", ()), get("lambda", ()))
@@ -140,7 +141,7 @@ class _Extractor:
             blocks=tuple(self._blocks(caps)),
             withs=tuple(self._withs(get("with", ()))),
             imports=tuple(imports),
-            annotations=tuple(self._annotations(comment_nodes(self.tree.root_node, self.src.data))),
+            annotations=tuple(common.annotations(self.src, common.comment_nodes(self.tree.root_node, self.src.data), b"#")),
             lines_of_code=self.src.data.count(b"\n") + (0 if self.src.data.endswith(b"\n") or not self.src.data else 1),
         )
         return facts
@@ -460,34 +461,12 @@ class _Extractor:
                 shape, size = ((positional[-1],), positional[-1]) if positional else ((), None)
                 if target and "," in target:
                     target = target.rsplit(",", 1)[1].strip()
-        return Site(
-            path=self.path,
-            span=span,
-            language=Language.PYTHON,
-            api=spec.api,
-            kind=kind,
-            scope=scope,
-            size=size,
-            shape=shape,
-            dtype=kwargs.get("dtype"),
-            device=device,
-            target=target,
-            wrapper=self._wrapper(node),
-            stmt_line=_statement_line(node),
-            recovered=self.tree.root_node.has_error and inside_error(node),
-        )
+        return self.at.site(node, spec.api, kind, scope, span, size, shape, device, target, self._wrapper(node),
+                            dtype=kwargs.get("dtype"))
 
     def _wrapper(self, node: Any) -> str | None:
         """The callee the allocation is passed to as an argument, if any."""
-        parent = node.parent
-        if parent is not None and parent.type == "keyword_argument":
-            parent = parent.parent
-        if parent is None or parent.type != "argument_list" or parent.parent is None:
-            return None
-        outer = parent.parent
-        if outer.type != "call":
-            return None
-        fn = outer.child_by_field_name("function")
+        fn = common.wrapping_call(node, "call", "keyword_argument")
         return self.callee_of(fn)[0] if fn is not None else None
 
     def _mark_handed(self, sites: list[Site], calls: CallTable) -> list[Site]:
@@ -526,15 +505,7 @@ class _Extractor:
                 words = set(re.findall(r"[A-Za-z_][\w.]*", calls.arglists[i]))
                 words.add(callee.rsplit(".", 1)[0])
                 exported.setdefault(calls.scopes[i], set()).update(words)
-        if not exported:
-            return sites
-        out = []
-        for site in sites:
-            names = exported.get(site.scope, ())
-            if site.target and site.kind is not SiteKind.RELEASE and site.target in names:
-                site = _replace_kind(site, SiteKind.IPC)
-            out.append(site)
-        return out
+        return common.mark_exported(sites, exported) if exported else sites
 
     # ------------------------------------------------------------ other facts
     def _assigns(self, assigns: list[Any], augs: list[Any], dels: list[Any]) -> list[Assign]:
@@ -605,22 +576,8 @@ class _Extractor:
         return out
 
     def _blocks(self, caps: dict[str, list[Any]]) -> list[Block]:
-        out: list[Block] = []
-        span = self.src.span
-
-        def add(kind: str, owner: Any, body: Any | None, test: Any | None, stmt: Any) -> None:
-            if body is None:
-                return
-            out.append(
-                Block(
-                    kind=kind,
-                    scope=self.scope_name(self.scope_of(owner)),
-                    span=span(body),
-                    test=self.src.text(test) if test is not None else "",
-                    exits=_ends_flow(body),
-                    stmt=span(stmt),
-                )
-            )
+        blocks = common.Blocks(self.src, lambda node: self.scope_name(self.scope_of(node)), _FLOW_ENDS)
+        add = blocks.add
 
         for node in caps.get("if", ()):
             add("if", node, node.child_by_field_name("consequence"), node.child_by_field_name("condition"), node)
@@ -642,8 +599,7 @@ class _Extractor:
         for node in caps.get("finally", ()):
             body = next((c for c in node.named_children if c.type == "block"), None)
             add("finally", node, body, None, node.parent)
-        out.sort(key=lambda b: (b.span.line, b.span.col, b.kind))
-        return out
+        return blocks.in_order()
 
     def _with_items(self, node: Any) -> list[tuple[str, tuple[Arg, ...], str | None]]:
         items = []
@@ -675,23 +631,6 @@ class _Extractor:
                 continue
             items = tuple(WithItem(callee, args, alias) for callee, args, alias in self._with_items(node))
             out.append(With(self.scope_name(self.scope_of(node)), self.src.span(node), self.src.span(body), items))
-        return out
-
-    def _annotations(self, comments: list[Any]) -> list[Annotation]:
-        out = []
-        lines: list[bytes] | None = None
-        for node in comments:
-            raw = node.text
-            if MARKER.encode() not in raw:
-                continue
-            found = parse_annotation(raw.decode("utf-8", "replace"), node.start_point[0] + 1,
-                                     self.src.line_prefix_blank(node))
-            if found is not None:
-                if found.own_line:
-                    lines = lines if lines is not None else self.src.data.splitlines()
-                    below = next_code_line(lines, node.end_point[0] + 1, b"#")
-                    found = dataclasses.replace(found, applies_to=below)
-                out.append(found)
         return out
 
 
@@ -764,23 +703,6 @@ def _target_of(node: Any, src: Source) -> str | None:
     return None
 
 
-def _statement_line(node: Any) -> int:
-    child = node
-    parent = node.parent
-    while parent is not None and parent.type not in ("block", "module"):
-        child, parent = parent, parent.parent
-    return child.start_point[0] + 1
-
-
-def _ends_flow(body: Any) -> bool:
-    if body.type in _FLOW_ENDS:
-        return True
-    kids = body.named_children
-    while kids and kids[-1].type == "comment":
-        kids = kids[:-1]
-    return bool(kids) and kids[-1].type in _FLOW_ENDS
-
-
 def _shape(mode: str, positional: list[str], kwargs: dict[str, str]) -> tuple[tuple[str, ...], str | None]:
     if "size" in kwargs:
         return _dims(kwargs["size"]), kwargs["size"]
@@ -816,12 +738,6 @@ def _dims(expr: str) -> tuple[str, ...]:
 def _strip_byref(arg: str) -> str:
     m = re.fullmatch(r"(?:ctypes\.)?(?:byref|pointer|addressof)\((.*)\)", arg.strip(), re.S)
     return m.group(1).strip() if m else arg.strip()
-
-
-def _replace_kind(site: Site, kind: SiteKind) -> Site:
-    import dataclasses
-
-    return dataclasses.replace(site, kind=kind)
 
 
 def extract_python(path: str, source: bytes, tree: Any, apis: ApiCatalog) -> FileFacts:

@@ -1,16 +1,21 @@
-"""Helpers over tree-sitter nodes shared by the extractors: spans with
-code-point columns, capped texts, and the sweep that gives every captured
-node its innermost enclosing scope. Nothing here keeps a node beyond the
-extraction of one file."""
+"""What the Python and the C++/CUDA extractors share: spans with code-point
+columns, capped texts, the sweep that gives every captured node its
+innermost enclosing scope, annotation comments, statement lines, blocks
+that end the flow, and IPC marking of exported sites. The language
+differences are parameters (node type names, comment markers). Nothing here
+keeps a node beyond the extraction of one file."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from bisect import bisect_right
+from collections.abc import Callable, Collection, Mapping
 from operator import attrgetter
 from typing import Any, Sequence
 
-from ...model import Span
+from ...model import Annotation, Block, Language, Site, SiteKind, Span
+from .annotations import MARKER, next_code_line, parse_annotation
 
 TEXT_CAP = 300
 
@@ -166,3 +171,112 @@ def inside_error(node: Any) -> bool:
                     return True
         parent = parent.parent
     return False
+
+
+def annotations(src: Source, comments: list[Any], comment_starts: bytes | tuple[bytes, ...]) -> list[Annotation]:
+    """The ``alloc-audit:`` comments among ``comments``; one on its own line
+    applies to the next code line (lines starting with ``comment_starts``
+    are comments, not code)."""
+    out = []
+    lines: list[bytes] | None = None
+    for node in comments:
+        raw = node.text
+        if MARKER.encode() not in raw:
+            continue
+        found = parse_annotation(raw.decode("utf-8", "replace"), node.start_point[0] + 1,
+                                 src.line_prefix_blank(node))
+        if found is not None:
+            if found.own_line:
+                lines = lines if lines is not None else src.data.splitlines()
+                below = next_code_line(lines, node.end_point[0] + 1, comment_starts)
+                found = dataclasses.replace(found, applies_to=below)
+            out.append(found)
+    return out
+
+
+def statement_line(node: Any, statement_parents: Collection[str]) -> int:
+    """The first line of the statement holding ``node`` (the child of the
+    nearest block-like parent)."""
+    child = node
+    parent = node.parent
+    while parent is not None and parent.type not in statement_parents:
+        child, parent = parent, parent.parent
+    return int(child.start_point[0]) + 1
+
+
+def ends_flow(body: Any, flow_ends: Collection[str]) -> bool:
+    """Whether a block's last statement (comments aside) leaves it: return,
+    raise/throw, break, continue."""
+    if body.type in flow_ends:
+        return True
+    kids = [c for c in body.named_children if c.type != "comment"]
+    return bool(kids) and kids[-1].type in flow_ends
+
+
+def mark_exported(sites: list[Site], exported: Mapping[str, Collection[str]],
+                  name_of: Callable[[str], str] = str) -> list[Site]:
+    """Sites whose target (``name_of`` it) is handed to an export call in
+    their scope (``exported``: scope -> names in those calls) are IPC."""
+    out = []
+    for site in sites:
+        if site.target and site.kind is not SiteKind.RELEASE and name_of(site.target) in exported.get(site.scope, ()):
+            site = dataclasses.replace(site, kind=SiteKind.IPC)
+        out.append(site)
+    return out
+
+
+def wrapping_call(node: Any, call_type: str, keyword_type: str | None = None) -> Any | None:
+    """The function node of the call ``node`` is an argument of (directly,
+    or as a keyword argument's value), if any."""
+    parent = node.parent
+    if keyword_type is not None and parent is not None and parent.type == keyword_type:
+        parent = parent.parent
+    if parent is None or parent.type != "argument_list" or parent.parent is None:
+        return None
+    outer = parent.parent
+    if outer.type != call_type:
+        return None
+    return outer.child_by_field_name("function")
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteAt:
+    """Where an extractor found sites: the file, its language, the node types
+    that hold statements, and whether the parser had to recover."""
+
+    path: str
+    language: Language
+    statement_parents: Collection[str]
+    damaged: bool
+
+    def site(self, node: Any, api: str, kind: SiteKind, scope: str, span: Span, size: str | None,
+             shape: tuple[str, ...], device: str | None, target: str | None, wrapper: str | None,
+             dtype: str | None = None) -> Site:
+        """The census site of the call ``node``."""
+        return Site(path=self.path, span=span, language=self.language, api=api, kind=kind, scope=scope,
+                    size=size, shape=shape, dtype=dtype, device=device, target=target, wrapper=wrapper,
+                    stmt_line=statement_line(node, self.statement_parents),
+                    recovered=self.damaged and inside_error(node))
+
+
+class Blocks:
+    """Collects a file's blocks (if/else/loop/try bodies and their tests),
+    each in the scope ``scope_of`` names for its statement node."""
+
+    def __init__(self, src: Source, scope_of: Callable[[Any], str], flow_ends: Collection[str]) -> None:
+        self._src = src
+        self._scope_of = scope_of
+        self._flow_ends = flow_ends
+        self._out: list[Block] = []
+
+    def add(self, kind: str, owner: Any, body: Any | None, test: Any | None, stmt: Any) -> None:
+        if body is None:
+            return
+        span = self._src.span
+        self._out.append(Block(kind=kind, scope=self._scope_of(owner), span=span(body),
+                               test=self._src.text(test) if test is not None else "",
+                               exits=ends_flow(body, self._flow_ends), stmt=span(stmt)))
+
+    def in_order(self) -> list[Block]:
+        self._out.sort(key=lambda b: (b.span.line, b.span.col, b.kind))
+        return self._out
