@@ -21,11 +21,11 @@ import typer
 from . import __version__, report
 from .commands import allowlist, annotate, audit, check, gate, rules, scan
 from .commands import report as report_cmd
+from .commands.check import CheckFormat
 from .commands.outcome import Report, Text
 from .commands.project import Options
 from .errors import UsageError
 from .model import FailOn
-from .ratchet.checks import CheckFormat
 from .report import Format, Pivot, tty
 
 F = TypeVar("F", bound=Callable[..., Any])

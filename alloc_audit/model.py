@@ -7,6 +7,7 @@ stores them in the positional form of ``pipeline/serial.py``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -38,6 +39,8 @@ class Tier(str, Enum):
     T5B = "T5b"
     UNKNOWN = "unknown"
 
+
+TIER_ORDER = tuple(Tier)  # T1 .. T5b, unknown: the order of every table
 
 TIER_NAMES = {
     Tier.T1: "model-resident",
@@ -384,8 +387,23 @@ class Finding:
         return (self.path, self.line, self.col, self.rule)
 
 
+_UNSAFE_IN_KEY = re.compile(r"[\s#%]")
+
+
+def escape_key_field(field: str) -> str:
+    """A key field with spaces, ``#``, ``%`` and control characters
+    percent-encoded, so a key is always three tokens (ratchet/keys.py)."""
+    return _UNSAFE_IN_KEY.sub(lambda m: "".join(f"%{b:02X}" for b in m.group(0).encode()), field)
+
+
+def key_text(key: tuple[str, str, str]) -> str:
+    """A ``(path, scope, api)`` key as the allowlist and findings write it."""
+    return " ".join(escape_key_field(part) for part in key)
+
+
 __all__ = [
     "TIER_NAMES",
+    "TIER_ORDER",
     "Annotation",
     "Arg",
     "Assign",
@@ -410,4 +428,6 @@ __all__ = [
     "Via",
     "With",
     "WithItem",
+    "escape_key_field",
+    "key_text",
 ]

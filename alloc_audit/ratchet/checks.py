@@ -5,7 +5,6 @@ pre-commit shows) or GitHub workflow commands."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import Iterable
 
 from .allowlist import AllowlistEntry, Comparison, GateResult
@@ -13,14 +12,6 @@ from .keys import key_text
 from ..model import Finding, Severity, Site
 
 UPDATE = "alloc-audit allowlist update"
-
-
-class CheckFormat(str, Enum):
-    """How `check` and `gate` show their problems (json: the scan itself)."""
-
-    text = "text"
-    github = "github"
-    json = "json"
 
 
 @dataclass(frozen=True)

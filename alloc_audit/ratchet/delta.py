@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .keys import site_key
-from ..model import Finding, Site, SiteKind, Tier
+from ..model import TIER_ORDER, Finding, Site, SiteKind, Tier
 
 SiteId = tuple[str, str, str, str]
 
@@ -28,7 +28,6 @@ class Delta:
 
     def by_tier(self) -> list[tuple[Tier, int, int]]:
         """(tier, added, removed) for the tiers that changed, in tier order."""
-        from ..report.summary import TIER_ORDER
 
         plus, minus = Counter(s.tier for s in self.added), Counter(s.tier for s in self.removed)
         return [(t, plus[t], minus[t]) for t in TIER_ORDER if plus[t] or minus[t]]

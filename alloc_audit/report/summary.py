@@ -10,11 +10,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from ..model import TIER_NAMES, Finding, Severity, Site, SiteKind, Tier
+from ..model import TIER_NAMES, TIER_ORDER, Finding, Severity, Site, SiteKind, Tier
 from .sizes import estimate_bytes, human
 from .context import ReportContext
 
-TIER_ORDER = (Tier.T1, Tier.T2, Tier.T3, Tier.T4, Tier.T5A, Tier.T5B, Tier.UNKNOWN)
 PIVOTS = ("dir", "file", "tier", "rule", "api")
 
 

@@ -8,11 +8,10 @@ import io
 from collections import Counter
 from typing import Iterable
 
-from ..model import TIER_NAMES, Finding, Severity, Site, SiteKind, Tier
+from ..model import TIER_NAMES, TIER_ORDER, Finding, Severity, Site, SiteKind, Tier
 from . import summary
 from .context import ReportContext
 
-TIER_ORDER = [Tier.T1, Tier.T2, Tier.T3, Tier.T4, Tier.T5A, Tier.T5B, Tier.UNKNOWN]
 KIND_ORDER = [k for k in SiteKind]
 TIER_STYLE = {
     Tier.T1: "magenta",

@@ -44,7 +44,7 @@ from ..globs import matcher
 from ..model import Finding, Severity
 from .base import Rule, RuleContext
 from ._lib.findings import is_device_allocation, site_finding
-from ._lib.regions import _dotted_id
+from ._lib.regions import dotted_id
 
 NAME = "per-call-alloc"
 
@@ -57,7 +57,7 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
         if func.scope is None or not func.sites:
             continue
         name = func.qualname.replace("::", ".")
-        if not (is_hot(name) or is_hot(_dotted_id(func))):
+        if not (is_hot(name) or is_hot(dotted_id(func))):
             continue
         for site in func.sites:
             if is_device_allocation(site):

@@ -54,7 +54,7 @@ from ..pipeline.index import Func, ProjectIndex
 from ..model import Language, Call, Finding, Related, Severity
 from .base import Rule, RuleContext
 from ._lib.findings import finding_at
-from .snapshot_before_construction import constructed_allocation
+from ._lib.construction import constructed_allocation
 
 NAME = "retained-per-entry-alloc"
 _SUBSCRIPT_STORE = re.compile(r"^((?:self|cls)\.[A-Za-z_]\w*)\s*\[")

@@ -52,7 +52,8 @@ import re
 from typing import Iterator
 
 from ..globs import matcher
-from ..pipeline.index import Func, ProjectIndex, Reach, last_name
+from ..pipeline.index import Func, Reach, last_name
+from ._lib.construction import constructed_allocation
 from ..model import Call, Finding, Related, Severity
 from .base import Rule, RuleContext
 from ._lib.findings import finding_at, path_text
@@ -87,33 +88,6 @@ def _kept_after(func: Func, snap: Call, line: int) -> bool:
     texts += [r.value for r in func.returns if r.line > line]
     texts += [b.test for b in func.blocks if b.span.line > line]
     return any(w.search(t) for w in words for t in texts)
-
-
-def constructed_allocation(index: ProjectIndex, func: Func, call: Call, depth: int,
-                           objects_only: bool = False) -> Reach | None:
-    """The first device allocation a call's construction (or factory) makes.
-    With ``objects_only``, factories count only when what they return is an
-    object they construct (`build_runner()` returning `Runner(...)`)."""
-    cls = index.constructed_class(func, call)
-    if cls is not None:
-        return index.class_allocates(cls, depth)
-    for target in index.resolve(func, call):
-        if target is func:
-            continue
-        found = index.factory_allocation(target, depth)
-        if found is None:
-            continue
-        if objects_only and not any(_is_constructor(index, hop) for hop in found.hops):
-            continue
-        return found
-    return None
-
-
-def _is_constructor(index: ProjectIndex, hop: object) -> bool:
-    callee: str = hop.callee  # type: ignore[attr-defined]
-    leaf = last_name(callee)
-    return leaf in ("__init__", "__post_init__") or (
-        "::" in callee and callee.rsplit("::", 1)[0].rsplit("::", 1)[-1] == leaf)
 
 
 def check(ctx: RuleContext) -> Iterator[Finding]:

@@ -9,8 +9,7 @@ from typing import Iterable
 
 from ...arglists import split_top_level
 from ...pipeline.index import Func, Hop
-from ...ratchet.keys import key_text
-from ...model import Finding, Related, Severity, Site, SiteKind
+from ...model import Finding, Related, Severity, Site, SiteKind, key_text
 
 # Kinds that acquire device memory (pinned host memory, pools, plan
 # reservations and releases do not).

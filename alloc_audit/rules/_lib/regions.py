@@ -60,14 +60,14 @@ def capture_regions(index: ProjectIndex, contexts: tuple[str, ...], begin: tuple
                 regions.append(CaptureRegion(func, call.span, body, call.callee))
         scope = func.scope
         if captured and scope is not None and scope.kind == "function" and (
-            is_captured(func.qualname.replace("::", ".")) or is_captured(_dotted_id(func))
+            is_captured(func.qualname.replace("::", ".")) or is_captured(dotted_id(func))
         ):
             regions.append(CaptureRegion(func, scope.span, scope.span, "captured by configuration"))
     regions.sort(key=lambda r: (r.func.path, r.start.line, r.start.col))
     return regions
 
 
-def _dotted_id(func: Func) -> str:
+def dotted_id(func: Func) -> str:
     """``pkg/ops/attn.py`` + ``fn`` -> ``pkg.ops.attn.fn`` (module-qualified)."""
     module = func.module or func.path.rsplit(".", 1)[0].replace("/", ".")
     return f"{module}.{func.qualname.replace('::', '.')}"
