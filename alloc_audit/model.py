@@ -8,8 +8,9 @@ stores them in the positional form of ``pipeline/serial.py``.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 
@@ -387,13 +388,40 @@ class Finding:
         return (self.path, self.line, self.col, self.rule)
 
 
+# ---------------------------------------------------------------- the result of a scan
+
+
+@dataclass(frozen=True)
+class Stats:
+    files: int
+    parsed: int
+    parse_errors: int
+    seconds: float  # wall clock: the one value that differs between two runs
+    lines: int = 0
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """What a scan found: sites (direct and derived, sorted), findings,
+    file problems, and which files it covered. ``files`` holds the parsed
+    files' facts (empty when the result came from the cache)."""
+
+    root: Path
+    sites: tuple[Site, ...]
+    findings: tuple[Finding, ...]
+    errors: tuple[FileError, ...]
+    stats: Stats
+    files: dict[str, FileFacts] = field(default_factory=dict)
+    scanned_paths: frozenset[str] = frozenset()
+
+
 _UNSAFE_IN_KEY = re.compile(r"[\s#%]")
 
 
-def escape_key_field(field: str) -> str:
+def escape_key_field(text: str) -> str:
     """A key field with spaces, ``#``, ``%`` and control characters
     percent-encoded, so a key is always three tokens (ratchet/keys.py)."""
-    return _UNSAFE_IN_KEY.sub(lambda m: "".join(f"%{b:02X}" for b in m.group(0).encode()), field)
+    return _UNSAFE_IN_KEY.sub(lambda m: "".join(f"%{b:02X}" for b in m.group(0).encode()), text)
 
 
 def key_text(key: tuple[str, str, str]) -> str:
@@ -419,10 +447,12 @@ __all__ = [
     "Language",
     "Related",
     "Return",
+    "ScanResult",
     "Scope",
     "Severity",
     "Site",
     "SiteKind",
+    "Stats",
     "Span",
     "Tier",
     "Via",

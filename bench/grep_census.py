@@ -69,7 +69,7 @@ def main() -> None:
     args = ap.parse_args()
     root = args.tree.resolve()
 
-    from alloc_audit import pipeline
+    from alloc_audit.pipeline import run as pipeline
     from alloc_audit.catalog import load_catalog
     from alloc_audit.config import find_project, load_config
 

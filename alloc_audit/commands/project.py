@@ -14,7 +14,7 @@ from ..errors import UsageError
 if TYPE_CHECKING:
     from ..catalog import Catalog
     from ..config import Config
-    from ..pipeline.run import ScanResult
+    from ..model import ScanResult
     from ..ratchet.allowlist import AllowlistEntry, Comparison
     from ..report.context import ReportContext
 

@@ -10,12 +10,19 @@ of parsing the file: a wrong "yes" costs a parse, a wrong "no" a site.
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Collection, Mapping
 
 if TYPE_CHECKING:
+    from ..catalog import RulePack
     from .index import Func, ProjectIndex
+    from .workers import Outcomes
+
+LOG = logging.getLogger("alloc_audit")
 
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{2,}")
 # Names a native file defines, roughly: `type name(` starting a line (function
@@ -289,3 +296,40 @@ def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Fu
              for kind, table in python.items()}
     return Wants(frozenset(filter(keep, names)), reach["class"], reach["function"], modules,
                  frozenset(filter(keep, native)))
+
+
+# ---------------------------------------------------------------- the rounds
+
+
+def expand_skipped(index: ProjectIndex, files: Outcomes, read: Callable[[str], bytes],
+                   parse: Callable[[list[str]], None], pack: RulePack, sizes: Mapping[str, int]) -> None:
+    """Parse the skipped files the rules or the derived sites need, round by
+    round up to the configured depth, adding each round to the index:
+    ``parse`` parses the chosen paths whatever the pre-filter says (and
+    feeds their outcomes to ``files``); ``read`` reads a skipped file again."""
+    from ..rules import root_finder
+
+    roots = root_finder(pack)
+    depth = max(pack.capture_depth, pack.flow_depth, 1)
+    looks: dict[str, SkippedFile] = {}  # skipped files read again, once
+
+    def look(path: str) -> SkippedFile:
+        found = looks.get(path)
+        if found is None:
+            found = looks[path] = SkippedFile(functools.partial(read, path))
+        return found
+
+    for _round in range(depth):
+        asked = time.perf_counter()
+        wants = expansion_wants(index, roots, depth)
+        chosen = sorted(p for p, idents in files.skipped.items()
+                        if wants.wants_file(p, idents, functools.partial(look, p)))
+        LOG.debug("expansion round %d: %d of %d skipped files wanted (%d bytes; chosen in %.3f s)", _round + 1,
+                  len(chosen), len(files.skipped), sum(sizes[p] for p in chosen), time.perf_counter() - asked)
+        if not chosen:
+            break
+        before = set(files.facts)
+        parse(chosen)
+        for p in chosen:
+            files.skipped.pop(p, None)
+        index.add({p: files.facts[p] for p in sorted(files.facts) if p not in before})

@@ -11,7 +11,7 @@ from ..model import Site
 
 if TYPE_CHECKING:
     from ..ratchet.allowlist import Comparison
-    from ..pipeline.run import ScanResult
+    from ..model import ScanResult
 
 
 @dataclass(frozen=True)
