@@ -8,7 +8,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-from ..ratchet.allowlist import AllowlistEntry, compare, load_allowlist, write_allowlist
+from ..ratchet.allowlist import AllowlistEntry, load_allowlist, write_allowlist
+
+from ..ratchet.compare import compare
 from .annotate import Decision
 from .project import Options, load_project, scan_project
 from ..config import Config

@@ -38,7 +38,7 @@ def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.E
 
       alloc-audit check src/engine/runner.py src/engine/worker.py
     """
-    from ..ratchet.allowlist import apply_pins, compare
+    from ..ratchet.compare import apply_pins, compare
     from ..ratchet.checks import allowlist_problems, finding_problems, render
 
     project = load_project(paths, options.config_path)

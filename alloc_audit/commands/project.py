@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from ..catalog import Catalog
     from ..config import Config
     from ..model import ScanResult
-    from ..ratchet.allowlist import AllowlistEntry, Comparison
+    from ..ratchet.allowlist import AllowlistEntry
+    from ..ratchet.compare import Comparison
     from ..report.context import ReportContext
 
 
@@ -126,7 +127,8 @@ def require_allowlist(config: Config) -> list[AllowlistEntry]:
 
 
 def comparison_if_present(config: Config, result: ScanResult) -> Comparison | None:
-    from ..ratchet.allowlist import compare, load_allowlist
+    from ..ratchet.allowlist import load_allowlist
+    from ..ratchet.compare import compare
 
     if not config.allowlist_dir.is_dir():
         return None

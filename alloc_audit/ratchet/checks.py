@@ -7,7 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from .allowlist import AllowlistEntry, Comparison, GateResult
+from .allowlist import AllowlistEntry
+
+from .compare import Comparison
+
+from .gate import GateResult
 from .keys import key_text
 from ..model import Finding, Severity, Site
 

@@ -10,7 +10,7 @@ from ..ratchet.keys import site_key
 from ..model import Site
 
 if TYPE_CHECKING:
-    from ..ratchet.allowlist import Comparison
+    from ..ratchet.compare import Comparison
     from ..model import ScanResult
 
 
