@@ -13,9 +13,10 @@ import difflib
 import os
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import UsageError, display_path
 
@@ -234,15 +235,17 @@ def _validate(
 
     class_tiers_raw = table.get("class-tiers", {})
     if not isinstance(class_tiers_raw, dict):
-        raise fail("class-tiers", f"'class-tiers' must be a table of class glob = tier, got {_type_name(class_tiers_raw)}")
+        raise fail("class-tiers",
+                   f"'class-tiers' must be a table of class glob = tier, got {_type_name(class_tiers_raw)}")
     for glob, tier in class_tiers_raw.items():
         if tier not in TIERS:
-            raise fail("class-tiers", f"'class-tiers': '{glob}' has unknown tier {tier!r}; use one of {', '.join(TIERS)}",
-                       glob)
+            raise fail("class-tiers",
+                       f"'class-tiers': '{glob}' has unknown tier {tier!r}; use one of {', '.join(TIERS)}", glob)
 
     severity_raw = table.get("severity", {})
     if not isinstance(severity_raw, dict):
-        raise fail("severity", f"'severity' must be a table of rule = \"error\"|\"warning\", got {_type_name(severity_raw)}")
+        raise fail("severity",
+                   f"'severity' must be a table of rule = \"error\"|\"warning\", got {_type_name(severity_raw)}")
     for rule, sev in severity_raw.items():
         if sev not in ("error", "warning"):
             raise fail("severity", f"'severity': rule '{rule}' has {sev!r}; use \"error\" or \"warning\"", rule)
@@ -291,6 +294,5 @@ def _resolve(base: Path, path: str) -> Path:
 
 
 def _type_name(value: Any) -> str:
-    return {str: "a string", int: "an integer", bool: "a boolean", float: "a number", list: "a list", dict: "a table"}.get(
-        type(value), type(value).__name__
-    )
+    names = {str: "a string", int: "an integer", bool: "a boolean", float: "a number", list: "a list", dict: "a table"}
+    return names.get(type(value), type(value).__name__)

@@ -8,10 +8,10 @@ stores them in the positional form of ``pipeline/serial.py``.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 
 
 class Language(str, Enum):

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from alloc_audit.catalog import load_catalog
 from alloc_audit.config import load_config
-from alloc_audit.pipeline.discover import SUFFIXES
 from alloc_audit.model import ScanResult
+from alloc_audit.pipeline.discover import SUFFIXES
 from alloc_audit.pipeline.run import ScanOptions, run_scan
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -112,5 +112,5 @@ def compare_sites(expected: set[tuple[str, int, str, str, str | None]],
             missing.append(f"{path}:{line}: {api} {tier} {kind or ''}")
         else:
             remaining.discard(match)
-    unexpected = [f"{p}:{l}: {a} {t} {k}" for p, l, a, t, k in sorted(remaining)]
+    unexpected = [f"{p}:{n}: {a} {t} {k}" for p, n, a, t, k in sorted(remaining)]
     return missing, unexpected

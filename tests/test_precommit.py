@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from clihelp import git, make_repo, run_cli, write
 
 REPO = Path(__file__).resolve().parent.parent

@@ -3,12 +3,11 @@ skip a file only when no catalogue name or rule trigger can be in it."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from alloc_audit.catalog import load_catalog
-from alloc_audit.pipeline.prefilter import passes_prefilter
 from alloc_audit.config import load_config
+from alloc_audit.pipeline.prefilter import passes_prefilter
 
 
 @pytest.fixture(scope="module")

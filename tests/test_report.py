@@ -15,7 +15,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from clihelp import make_repo, git, run_cli, write
+from clihelp import git, make_repo, run_cli, write
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden"

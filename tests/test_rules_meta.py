@@ -7,12 +7,12 @@ import pkgutil
 import re
 
 import pytest
+from fixtures_harness import ANNOTATION, FIXTURES
 
 import alloc_audit.rules as rules_pkg
 from alloc_audit.model import Language
-from alloc_audit.rules import ALL_RULES, known_rule_names
 from alloc_audit.pipeline.suppress import META_RULES
-from fixtures_harness import ANNOTATION, FIXTURES
+from alloc_audit.rules import ALL_RULES, known_rule_names
 
 HEADINGS = ("What it flags", "Why it matters", "Example", "How to fix", "How to suppress",
             "Known false positives", "Known false negatives")

@@ -14,9 +14,9 @@ the statement is replaced, not duplicated. Files are written atomically.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from ..atomic import atomic_write_bytes
 from ..errors import UsageError
@@ -106,7 +106,7 @@ def annotate_python(source: bytes, edits: Sequence[Edit]) -> bytes:
             if not todo or line in done or not hasattr(updated, "leading_lines"):
                 return updated
             done.add(line)
-            lines = list(updated.leading_lines)  # type: ignore[attr-defined]
+            lines = list(updated.leading_lines)
             for edit in todo:
                 comment = cst.EmptyLine(indent=True, comment=cst.Comment("# " + edit.body))
                 if lines and lines[-1].comment is not None and _same(lines[-1].comment.value, edit):

@@ -38,8 +38,8 @@ def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.E
 
       alloc-audit check src/engine/runner.py src/engine/worker.py
     """
-    from ..ratchet.compare import apply_pins, compare
     from ..ratchet.checks import allowlist_problems, finding_problems, render
+    from ..ratchet.compare import apply_pins, compare
 
     project = load_project(paths, options.config_path)
     entries = require_allowlist(project.config)

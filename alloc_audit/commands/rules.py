@@ -4,7 +4,7 @@ configuration turns on and the severities it sets."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from .outcome import Text
@@ -23,7 +23,7 @@ def list_rules(config_path: Path | None) -> Text:
       alloc-audit rules list
     """
     from ..pipeline.suppress import META_RULES
-    from ..rules import ALL_RULES, enabled_rules
+    from ..rules import ALL_RULES, enabled_rules, listed_rules
 
     try:
         config = load_project(None, config_path).config
@@ -31,7 +31,7 @@ def list_rules(config_path: Path | None) -> Text:
         severities = dict(config.severity)
     except UsageError:
         on, severities = {r.name for r in ALL_RULES if r.default_on}, {}
-    width = max([len(r.name) for r in (*ALL_RULES, *META_RULES)] or [10])
+    width = max([len(r.name) for r in listed_rules()] or [10])
     lines = []
     for rule in ALL_RULES:
         state = "on " if rule.name in on else "off"
@@ -42,7 +42,7 @@ def list_rules(config_path: Path | None) -> Text:
     return Text("".join(lines))
 
 
-def explain(name: str) -> Union[Rule, MetaRule]:
+def explain(name: str) -> Rule | MetaRule:
     """Print a rule's documentation: what it flags, why, an example, how to fix and suppress it.
 
     Example:
@@ -50,10 +50,10 @@ def explain(name: str) -> Union[Rule, MetaRule]:
       alloc-audit rules explain snapshot-before-construction
     """
     from ..pipeline.suppress import META_RULES
-    from ..rules import ALL_RULES, rule_by_name
+    from ..rules import listed_rules, rule_by_name
 
     rule = rule_by_name(name) or next((m for m in META_RULES if m.name == name), None)
     if rule is None:
-        known = ", ".join(r.name for r in (*ALL_RULES, *META_RULES))
+        known = ", ".join(r.name for r in listed_rules())
         raise UsageError(f"unknown rule '{name}'; known rules: {known}")
     return rule

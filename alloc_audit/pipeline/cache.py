@@ -27,8 +27,8 @@ import hashlib
 import marshal
 import os
 import time
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..atomic import atomic_write_bytes

@@ -14,8 +14,9 @@ import functools
 import logging
 import re
 import time
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Collection, Mapping
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..catalog import RulePack
@@ -283,7 +284,8 @@ def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Fu
         else:
             # a Python method is called on self/cls (from its class or a
             # subclass) or on an object of its class: the caller names one
-            named = [factory.name] if factory.kind != "method" else [factory.owner, *index.subclass_names(factory.owner)]
+            named = [factory.name] if factory.kind != "method" else \
+                [factory.owner, *index.subclass_names(factory.owner)]
             table = python["function" if factory.kind == "function" else "class"]
             for name in named:
                 table.setdefault(name, set()).update(factory.home.split("."))
@@ -291,7 +293,10 @@ def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Fu
     definitions |= index.unattached_owners()
     modules = frozenset(d[len("module:"):] for d in definitions if d.startswith("module:"))
     names = {d for d in definitions if not d.startswith("module:")}
-    keep = lambda n: len(n) >= 3 and not n.startswith("__") and n not in ("<module>", "<lambda>")  # noqa: E731
+
+    def keep(n: str) -> bool:
+        return len(n) >= 3 and not n.startswith("__") and n not in ("<module>", "<lambda>")
+
     reach = {kind: {n: (frozenset(parts), frozenset(packages[n])) for n, parts in table.items() if keep(n)}
              for kind, table in python.items()}
     return Wants(frozenset(filter(keep, names)), reach["class"], reach["function"], modules,

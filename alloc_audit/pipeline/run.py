@@ -22,9 +22,9 @@ import hashlib
 import logging
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from .. import __version__
 from ..catalog import Catalog
@@ -138,7 +138,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     return _narrow(result, options.report_paths)
 
 
-def _stats(files: list[object], facts: dict[str, FileFacts], seconds: float) -> Stats:
+def _stats(files: Sequence[object], facts: dict[str, FileFacts], seconds: float) -> Stats:
     return Stats(
         files=len(files),
         parsed=len(facts),

@@ -12,11 +12,11 @@ like ruff's RUF100: a suppression or tier override must say why
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Collection, Iterable, Mapping, Sequence
 
-from .extract.annotations import annotation_applies as applies
 from ..model import Annotation, FileFacts, Finding, Severity, Site
+from .extract.annotations import annotation_applies as applies
 
 _DOC_UNUSED = """\
 ## What it flags

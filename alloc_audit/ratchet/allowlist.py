@@ -25,14 +25,14 @@ import bisect
 import dataclasses
 import os
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from ..atomic import atomic_write_bytes
 from ..errors import UsageError, display_path
-from .keys import escape, key_text, unescape
 from ..model import Tier
+from .keys import escape, key_text, unescape
 
 FORMAT_VERSION = 1
 SUFFIX = ".allowlist"
@@ -145,7 +145,8 @@ def load_texts(texts: Sequence[tuple[str, str]]) -> list[AllowlistEntry]:
         for entry in parse_allowlist(text, name):
             other = where.get(entry.key)
             if other is not None:
-                raise UsageError(f"entry '{key_text(entry.key)}' is also in {other.file}:{other.line}", name, entry.line)
+                raise UsageError(f"entry '{key_text(entry.key)}' is also in {other.file}:{other.line}", name,
+                                 entry.line)
             where[entry.key] = entry
             out.append(entry)
     return out
@@ -165,7 +166,8 @@ def render_file(entries: Iterable[AllowlistEntry]) -> str:
     return HEADER + "".join(e.render() + "\n" for e in lines)
 
 
-def assign_files(entries: Sequence[AllowlistEntry], existing: Sequence[str], default: str) -> dict[str, list[AllowlistEntry]]:
+def assign_files(entries: Sequence[AllowlistEntry], existing: Sequence[str],
+                 default: str) -> dict[str, list[AllowlistEntry]]:
     """Which file each entry is written to: the file it came from; for a new
     entry, the file whose entries share the longest path prefix with it
     (ties: the first file in order). Each file keeps its paths sorted, so the

@@ -4,16 +4,14 @@ pre-commit shows) or GitHub workflow commands."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
+from ..model import Finding, Severity, Site
 from .allowlist import AllowlistEntry
-
 from .compare import Comparison
-
 from .gate import GateResult
 from .keys import key_text
-from ..model import Finding, Severity, Site
 
 UPDATE = "alloc-audit allowlist update"
 
@@ -31,8 +29,8 @@ class Problem:
 
     def github(self) -> str:
         command = {"error": "error", "warning": "warning"}.get(self.level, "notice")
-        return f"::{command} file={_escape_property(self.path)},line={self.line},title={_escape_property(self.title)}::" \
-               f"{_escape_data(self.message)}"
+        where = f"file={_escape_property(self.path)},line={self.line},title={_escape_property(self.title)}"
+        return f"::{command} {where}::{_escape_data(self.message)}"
 
 
 def _escape_data(text: str) -> str:

@@ -7,11 +7,11 @@ stable key; line moves are not changes."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
-from .keys import site_key
 from ..model import TIER_ORDER, Finding, Site, SiteKind, Tier
+from .keys import site_key
 
 SiteId = tuple[str, str, str, str]
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import posixpath
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from ..model import TIER_NAMES, TIER_ORDER, Finding, Severity, Site, SiteKind, Tier
-from .sizes import estimate_bytes, human
 from .context import ReportContext
+from .sizes import estimate_bytes, human
 
 PIVOTS = ("dir", "file", "tier", "rule", "api")
 
@@ -76,7 +76,7 @@ def sizes(ctx: ReportContext) -> dict[int, int]:
 
 
 def tier_kind_counts(sites: Sequence[Site]) -> tuple[list[SiteKind], dict[tuple[Tier, SiteKind], int]]:
-    kinds = [k for k in SiteKind if k is not SiteKind.RELEASE and any(s.kind is k for s in sites)]
+    kinds: list[SiteKind] = [k for k in SiteKind if k is not SiteKind.RELEASE and any(s.kind is k for s in sites)]
     return kinds, dict(Counter((s.tier, s.kind) for s in sites))
 
 
@@ -127,10 +127,9 @@ def pivot(ctx: ReportContext, by: str, known: dict[int, int]) -> list[Row]:
 
 def rule_groups(ctx: ReportContext) -> list[RuleGroup]:
     """Findings by rule, errors first, then by count."""
-    from ..rules import ALL_RULES
-    from ..pipeline.suppress import META_RULES
+    from ..rules import listed_rules
 
-    summaries = {r.name: r.summary for r in (*ALL_RULES, *META_RULES)}
+    summaries = {r.name: r.summary for r in listed_rules()}
     open_: dict[str, list[Finding]] = {}
     suppressed: Counter[str] = Counter()
     severity: dict[str, Severity] = {}

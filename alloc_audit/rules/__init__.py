@@ -4,13 +4,14 @@ lists them (the registry is this tuple, greppable, nothing registers itself).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from ..catalog import RulePack
 from ..config import Config
 from ..globs import matcher
-from ..pipeline.index import Func, ProjectIndex
 from ..model import Finding, Severity, Site
+from ..pipeline.index import Func, ProjectIndex
 from . import (
     alloc_bypasses_plan,
     alloc_in_capture,
@@ -23,6 +24,9 @@ from . import (
     throwaway_graph_pool,
 )
 from .base import Rule, RuleContext
+
+if TYPE_CHECKING:
+    from ..pipeline.suppress import MetaRule
 
 ALL_RULES: tuple[Rule, ...] = (
     alloc_in_capture.RULE,
@@ -79,6 +83,14 @@ def root_finder(pack: RulePack) -> Callable[[ProjectIndex], list[Func]]:
         return [f for f in index.funcs.values() if f.id in calling or otherwise_root(f)]
 
     return roots
+
+
+def listed_rules() -> tuple[Rule | MetaRule, ...]:
+    """Every rule a user can name, in the order lists show them: the hazard
+    rules, then the meta rules about annotations."""
+    from ..pipeline.suppress import META_RULES
+
+    return (*ALL_RULES, *META_RULES)
 
 
 def known_rule_names() -> dict[str, str]:

@@ -43,12 +43,12 @@ allocations made in a helper the wrapper calls, are not seen.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..globs import matcher
 from ..model import Finding, Related, Severity
-from .base import Rule, RuleContext
 from ._lib.findings import is_buffer_allocation, is_returned, returned_names, site_finding
+from .base import Rule, RuleContext
 
 NAME = "alloc-bypasses-plan"
 

@@ -62,13 +62,11 @@ begun in one function and ended in another is not seen, except through
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
-from ..model import Finding, Related, Severity
-from .base import Rule, RuleContext
 from ..globs import matcher
+from ..model import Finding, Related, Severity, Site
 from ..pipeline.index import Func, ProjectIndex
-from ..model import Site
 from ._lib.findings import (
     hop_notes,
     is_device_allocation,
@@ -79,6 +77,7 @@ from ._lib.findings import (
     site_finding,
 )
 from ._lib.regions import calls_in, capture_regions
+from .base import Rule, RuleContext
 
 NAME = "alloc-in-capture"
 

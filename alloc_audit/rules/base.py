@@ -3,12 +3,12 @@ rule's ``check`` receives. No base class: a rule is a function plus data."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from ..catalog import RulePack
-from ..pipeline.index import ProjectIndex
 from ..model import Finding, Language, Severity, Site
+from ..pipeline.index import ProjectIndex
 
 
 @dataclass(frozen=True)

@@ -51,14 +51,14 @@ connected.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..globs import matcher
-from ..model import Language, Finding, Related, Severity
-from .base import Rule, RuleContext
+from ..model import Finding, Language, Related, Severity
 from ._lib.findings import finding_at
 from ._lib.regions import with_items
 from ._lib.throwaway import inside_finally, throwaway_evidence
+from .base import Rule, RuleContext
 
 NAME = "capture-without-rollback"
 

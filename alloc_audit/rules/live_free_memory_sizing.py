@@ -43,14 +43,14 @@ Values carried in object attributes from one method to another
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..globs import matcher
-from ..pipeline.index import Func
 from ..model import Finding, Severity
-from .base import Rule, RuleContext
+from ..pipeline.index import Func
 from ._lib.findings import site_finding
 from ._lib.taint import TaintAnalysis, reading_roots
+from .base import Rule, RuleContext
 
 NAME = "live-free-memory-sizing"
 

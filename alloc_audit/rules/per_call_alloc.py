@@ -38,13 +38,13 @@ helper matches `hot-paths` itself.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..globs import matcher
 from ..model import Finding, Severity
-from .base import Rule, RuleContext
 from ._lib.findings import is_device_allocation, site_finding
 from ._lib.regions import dotted_id
+from .base import Rule, RuleContext
 
 NAME = "per-call-alloc"
 

@@ -46,15 +46,15 @@ Stores into containers more than one attribute away
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from ..globs import matcher
+from ..model import Call, Finding, Language, Related, Severity
 from ..pipeline.index import Func, ProjectIndex
-from ..model import Language, Call, Finding, Related, Severity
-from .base import Rule, RuleContext
-from ._lib.findings import finding_at
 from ._lib.construction import constructed_allocation
+from ._lib.findings import finding_at
+from .base import Rule, RuleContext
 
 NAME = "retained-per-entry-alloc"
 _SUBSCRIPT_STORE = re.compile(r"^((?:self|cls)\.[A-Za-z_]\w*)\s*\[")

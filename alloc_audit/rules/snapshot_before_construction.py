@@ -49,14 +49,14 @@ type are not followed.
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..globs import matcher
+from ..model import Call, Finding, Related, Severity
 from ..pipeline.index import Func, Reach, last_name
 from ._lib.construction import constructed_allocation
-from ..model import Call, Finding, Related, Severity
-from .base import Rule, RuleContext
 from ._lib.findings import finding_at, path_text
+from .base import Rule, RuleContext
 
 NAME = "snapshot-before-construction"
 _RESETS = ("reset_peak_memory_stats", "reset_max_memory_allocated", "reset_accumulated_memory_stats")
@@ -116,7 +116,8 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
             names = ", ".join(dict.fromkeys(c.callee for c, _ in hidden))
             related: list[Related] = []
             for construction, reach in hidden:
-                related.append(Related(func.path, construction.span.line, f"constructs {construction.callee} afterwards"))
+                related.append(Related(func.path, construction.span.line,
+                                       f"constructs {construction.callee} afterwards"))
                 site = reach.site
                 related.append(Related(site.path, site.span.line,
                                        f"{path_text(reach.hops, site.api)} allocates {site.kind.value} memory "

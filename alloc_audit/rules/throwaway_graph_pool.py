@@ -46,14 +46,14 @@ not connected.
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..globs import matcher
+from ..model import Call, Finding, Language, Related, Severity
 from ..pipeline.index import Func
-from ..model import Language, Call, Finding, Related, Severity
-from .base import Rule, RuleContext
 from ._lib.findings import finding_at
 from ._lib.throwaway import throwaway_evidence
+from .base import Rule, RuleContext
 
 NAME = "throwaway-graph-pool"
 

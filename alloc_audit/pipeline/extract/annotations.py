@@ -60,7 +60,7 @@ def annotation_applies(ann: Annotation, line: int, stmt_line: int) -> bool:
     return ann.own_line and ann.line < start and start <= ann.applies_to <= line
 
 
-def next_code_line(lines: list[bytes], line: int, comment: bytes) -> int:
+def next_code_line(lines: list[bytes], line: int, comment: bytes | tuple[bytes, ...]) -> int:
     """The first line after ``line`` (1-based) that is neither blank nor a
     comment, or 0."""
     for number in range(line, len(lines)):

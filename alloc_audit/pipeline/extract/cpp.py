@@ -12,7 +12,7 @@ bodies (``#define``) are not code to tree-sitter and produce nothing.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import tree_sitter as ts
@@ -29,8 +29,8 @@ from ...model import (
 )
 from ..parse import language
 from . import common, cpp_sites, cpp_statements
-from .cpp_names import declared_name, function_declarator, strip_templates, unwrap_type
 from .common import Containers, Source
+from .cpp_names import declared_name, function_declarator, strip_templates, unwrap_type
 
 _QUERY_TEXT = """
 (function_definition) @def
@@ -56,7 +56,7 @@ _QUERY_TEXT = """
 _STATEMENT_PARENTS = {"compound_statement", "translation_unit", "declaration_list", "field_declaration_list"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _query(grammar: Language) -> ts.Query:
     return ts.Query(language(grammar), _QUERY_TEXT)
 
@@ -73,19 +73,20 @@ class CppExtractor:
     def run(self, grammar: Language) -> FileFacts:
         caps = common.ordered_captures(_query(grammar), self.tree.root_node)
         get = caps.get
-        self._containers(get("def", ()), get("class", ()), get("ns", ()), get("lambda", ()))
+        self._containers(get("def", []), get("class", []), get("ns", []), get("lambda", []))
         calls: list[Call] = []
         sites: list[Site] = []
         assigns: list[Assign] = []
         # declarations and assignments first: they record which calls are a
         # whole right-hand side (asking a node for its parent walks the tree)
         self.rhs_targets: dict[int, str] = {}
-        cpp_sites.declarations(self, get("decl", ()), calls, sites, assigns)
-        cpp_statements.assignments(self, get("assign", ()), assigns)
-        cpp_sites.calls(self, get("call", ()), calls, sites)
-        cpp_sites.news(self, get("new", ()), calls, sites)
+        cpp_sites.declarations(self, get("decl", []), calls, sites, assigns)
+        cpp_statements.assignments(self, get("assign", []), assigns)
+        cpp_sites.calls(self, get("call", []), calls, sites)
+        cpp_sites.news(self, get("new", []), calls, sites)
         sites.sort(key=lambda s: (s.span.line, s.span.col))
         assigns.sort(key=lambda a: a.line)
+        comments = common.comment_nodes(self.tree.root_node, self.src.data)
         return FileFacts(
             path=self.path,
             language=self.lang,
@@ -94,10 +95,10 @@ class CppExtractor:
             scopes=tuple(self._scope_facts()),
             calls=CallTable.of(calls),
             assigns=tuple(assigns),
-            returns=tuple(cpp_statements.returns(self, get("return", ()))),
+            returns=tuple(cpp_statements.returns(self, get("return", []))),
             blocks=tuple(cpp_statements.blocks(self, caps)),
-            fields=tuple(cpp_statements.fields(self, get("field", ()))),
-            annotations=tuple(common.annotations(self.src, common.comment_nodes(self.tree.root_node, self.src.data), (b"//", b"/*", b"*"))),
+            fields=tuple(cpp_statements.fields(self, get("field", []))),
+            annotations=tuple(common.annotation_comments(self.src, comments, (b"//", b"/*", b"*"))),
             lines_of_code=self.src.data.count(b"\n") + (0 if self.src.data.endswith(b"\n") or not self.src.data else 1),
         )
 
@@ -176,7 +177,7 @@ class CppExtractor:
 
     def _scope_facts(self) -> list[Scope]:
         out = []
-        for i, (node, kind, body, name) in enumerate(self.entries):
+        for i, (node, kind, _body, name) in enumerate(self.entries):
             if kind == "namespace":
                 continue
             owner = self._owner(i)

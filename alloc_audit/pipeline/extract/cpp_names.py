@@ -12,7 +12,8 @@ from .common import Source
 
 _SMART = re.compile(r"^(?:std::)?(?:unique_ptr|shared_ptr|weak_ptr|optional|reference_wrapper)<(.*)>$")
 MAKERS = {"std::make_unique", "std::make_shared", "make_unique", "make_shared"}
-PRIMITIVE_LIKE = re.compile(r"^(?:const\s+)?(?:unsigned|signed|int|long|short|char|bool|float|double|void|auto|size_t|u?int\d+_t)\b")
+PRIMITIVE_LIKE = re.compile(
+    r"^(?:const\s+)?(?:unsigned|signed|int|long|short|char|bool|float|double|void|auto|size_t|u?int\d+_t)\b")
 
 
 def strip_templates(name: str) -> str:

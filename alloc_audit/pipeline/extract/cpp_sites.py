@@ -207,7 +207,8 @@ def news(ext: CppExtractor, nodes: list[Any], calls: list[Call], sites: list[Sit
             add_site(ext, sites, node, spec, scope, span, args, target)
 
 
-def declarations(ext: CppExtractor, nodes: list[Any], calls: list[Call], sites: list[Site], assigns: list[Assign]) -> None:
+def declarations(ext: CppExtractor, nodes: list[Any], calls: list[Call], sites: list[Site],
+                 assigns: list[Assign]) -> None:
     for node in nodes:
         type_node = node.child_by_field_name("type")
         if type_node is None:

@@ -37,7 +37,8 @@ def returns(ext: CppExtractor, nodes: list[Any]) -> list[Return]:
     out = []
     for node in nodes:
         value = next((c for c in node.named_children if c.type != "comment"), None)
-        out.append(Return(ext.scope_for(node), node.start_point[0] + 1, ext.src.text(value) if value is not None else ""))
+        text = ext.src.text(value) if value is not None else ""
+        out.append(Return(ext.scope_for(node), node.start_point[0] + 1, text))
     return out
 
 

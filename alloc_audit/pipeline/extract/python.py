@@ -85,12 +85,13 @@ class PythonExtractor:
     def run(self) -> FileFacts:
         caps = common.ordered_captures(_get_query(), self.tree.root_node)
         get = caps.get
-        imports = self._imports(get("import", ()))
-        self._scopes(get("def", ()), get("class", ()), get("lambda", ()))
-        self._yields(get("yield", ()))
+        imports = self._imports(get("import", []))
+        self._scopes(get("def", []), get("class", []), get("lambda", []))
+        self._yields(get("yield", []))
         self.rhs_targets: dict[int, str] = {}
-        assigns = python_statements.assigns(self, get("assign", ()), get("augassign", ()), get("del", ()))
-        calls, sites = python_sites.calls(self, get("call", ()), get("with", ()))
+        assigns = python_statements.assigns(self, get("assign", []), get("augassign", []), get("del", []))
+        calls, sites = python_sites.calls(self, get("call", []), get("with", []))
+        comments = common.comment_nodes(self.tree.root_node, self.src.data)
         facts = FileFacts(
             path=self.path,
             language=Language.PYTHON,
@@ -101,11 +102,11 @@ class PythonExtractor:
             scopes=tuple(self._scope_facts()),
             calls=calls,
             assigns=tuple(assigns),
-            returns=tuple(python_statements.returns(self, get("return", ()))),
+            returns=tuple(python_statements.returns(self, get("return", []))),
             blocks=tuple(python_statements.blocks(self, caps)),
-            withs=tuple(python_statements.withs(self, get("with", ()))),
+            withs=tuple(python_statements.withs(self, get("with", []))),
             imports=tuple(imports),
-            annotations=tuple(common.annotations(self.src, common.comment_nodes(self.tree.root_node, self.src.data), b"#")),
+            annotations=tuple(common.annotation_comments(self.src, comments, b"#")),
             lines_of_code=self.src.data.count(b"\n") + (0 if self.src.data.endswith(b"\n") or not self.src.data else 1),
         )
         return facts
@@ -323,7 +324,8 @@ class PythonExtractor:
                 fn = value.child_by_field_name("function")
                 callee = self.callee_of(fn)[0] if fn is not None else self.src.text(value)
                 args_node = value.child_by_field_name("arguments")
-                args = python_sites.call_args(self.src, args_node) if args_node is not None and args_node.type == "argument_list" else ()
+                listed = args_node is not None and args_node.type == "argument_list"
+                args = python_sites.call_args(self.src, args_node) if listed else ()
                 items.append((callee, args, alias))
             else:
                 items.append((self.resolve(self.src.text(value)), (), alias))

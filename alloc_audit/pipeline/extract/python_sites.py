@@ -137,8 +137,9 @@ def calls(ext: PythonExtractor, call_nodes: list[Any], with_nodes: list[Any]) ->
         fn_type = fn.type
         if fn_type == "identifier":
             raw = data[fn.start_byte:fn.end_byte].decode("utf-8", "replace")
-            dotted = aliases.get(raw, raw)
-            callee, leaf = dotted, raw
+            resolved = aliases.get(raw, raw)
+            callee, leaf = resolved, raw
+            dotted: str | None = resolved
         else:
             callee, dotted, leaf = ext.callee_of(fn)
         start = node.start_byte
@@ -202,7 +203,8 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
         pin = kwargs.get("pin_memory")
         dev_text = kwargs.get("device")
         if pin is not None and pin.strip() != "False":
-            kind, device = SiteKind.PINNED_HOST, "cpu" if pin.strip() == "True" else "cpu (pinned if " + pin.strip() + ")"
+            kind = SiteKind.PINNED_HOST
+            device = "cpu" if pin.strip() == "True" else "cpu (pinned if " + pin.strip() + ")"
         elif dev_text is None:
             ctx = [d for s, e, d in device_ranges if s <= node.start_byte < e]
             if ctx:
@@ -257,11 +259,12 @@ def mark_handed(ext: PythonExtractor, sites: list[Site], calls: CallTable) -> li
             by_scope.setdefault(scope, []).append(i)
     handed: dict[int, str] = {}
     for site in pending:
+        target = site.target or ""
         for i in by_scope.get(site.scope, ()):
             arglist = calls.arglists[i]
-            if site.target not in arglist or calls.line(i) <= site.span.end_line:
+            if target not in arglist or calls.line(i) <= site.span.end_line:
                 continue
-            if site.target in {a.text for a in split_args(arglist, False)}:
+            if target in {a.text for a in split_args(arglist, False)}:
                 handed[id(site)] = calls.callees[i]
                 break
     return [dataclasses.replace(s, wrapper=handed[id(s)]) if id(s) in handed else s for s in sites]

@@ -63,13 +63,13 @@ def assigns(ext: PythonExtractor, assigns: list[Any], augs: list[Any], dels: lis
             )
         )
     for node in dels:
-        targets: list[str] = []
+        deleted: list[str] = []
         for child in node.named_children:
             if child.type == "expression_list":
-                targets += [ext.src.text(c) for c in child.named_children]
+                deleted += [ext.src.text(c) for c in child.named_children]
             else:
-                targets.append(ext.src.text(child))
-        out.append(Assign(ext.scope_name(ext.scope_of(node)), node.start_point[0] + 1, tuple(targets), "", "del"))
+                deleted.append(ext.src.text(child))
+        out.append(Assign(ext.scope_name(ext.scope_of(node)), node.start_point[0] + 1, tuple(deleted), "", "del"))
     out.sort(key=lambda a: a.line)
     return out
 

@@ -5,7 +5,7 @@ shortest path to each."""
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from ...model import Call, SiteKind
 from .symbols import Func, Hop, Reach, Symbols, split_callee

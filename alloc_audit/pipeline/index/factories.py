@@ -5,8 +5,8 @@ caller's scope (api = the factory, via = the underlying allocation)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ...arglists import split_args
 from ...model import Call, Language, Site, SiteKind, Tier, Via
@@ -36,7 +36,8 @@ class Factories:
             return self._class_alloc[key]
         self._class_alloc[key] = None  # cycle guard
         found: Reach | None = None
-        reached = [r for ctor in self._symbols.constructors(cls) for r in self._calls.reach(ctor, depth) if not _weight(r.site)]
+        reached = [r for ctor in self._symbols.constructors(cls) for r in self._calls.reach(ctor, depth)
+                   if not _weight(r.site)]
         if reached:
             found = min(reached, key=_significance)
         self._class_alloc[key] = found

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...globs import matcher
-from ...pipeline.index import Func
 from ...model import Span
+from ...pipeline.index import Func
 
 if TYPE_CHECKING:
     from ...catalog import RulePack
