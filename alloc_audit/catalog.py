@@ -110,7 +110,6 @@ class RulePack:
     pool_attributes: tuple[str, ...] = ()
     minting_contexts: tuple[str, ...] = ()
     rollback_names: tuple[str, ...] = ()
-    checkpoint_names: tuple[str, ...] = ()
     per_entry_hooks: tuple[str, ...] = ()
     container_add: tuple[str, ...] = ()
     container_remove: tuple[str, ...] = ()
@@ -138,7 +137,6 @@ _PACK_FIELDS: dict[tuple[str, str], str] = {
     ("graph-pool", "attributes"): "pool_attributes",
     ("rollback", "contexts"): "minting_contexts",
     ("rollback", "restore"): "rollback_names",
-    ("rollback", "checkpoint"): "checkpoint_names",
     ("retain", "hooks"): "per_entry_hooks",
     ("retain", "add"): "container_add",
     ("retain", "remove"): "container_remove",

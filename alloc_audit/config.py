@@ -46,7 +46,6 @@ PACK_KNOBS: dict[str, tuple[str, str]] = {
     "pool-attributes": ("graph-pool", "attributes"),
     "minting-contexts": ("rollback", "contexts"),
     "rollback-names": ("rollback", "restore"),
-    "checkpoint-names": ("rollback", "checkpoint"),
     "per-entry-hooks": ("retain", "hooks"),
     "initialisers": ("grow", "initialisers"),
     "hot-paths": ("hot", "paths"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+from pathlib import Path
 
 import pytest
 from fixtures_harness import ANNOTATION, FIXTURES
@@ -90,3 +91,24 @@ def test_every_annotation_names_a_known_rule() -> None:
     known = known_rule_names()
     unknown = sorted({r for _f, _k, r in ANNOTATIONS if r not in known})
     assert not unknown, f"fixtures name unknown rules: {unknown}"
+
+
+# Where production code names a rule outside its module, on purpose.
+NAMED_ELSEWHERE = {("per-call-alloc", "commands/audit.py")}  # audit's default when a site has no finding
+
+
+def test_a_rule_lives_in_its_module_and_one_registry_line() -> None:
+    """The recipe in docs/ARCHITECTURE.md: adding a rule is one module, one
+    line in ALL_RULES, fixtures and docs. So no other production module names
+    a rule (no table of rules to keep in sync), and the registry names each
+    rule module exactly once."""
+    package = Path(rules_pkg.__file__).parent.parent
+    registry = (package / "rules" / "__init__.py").read_text(encoding="utf-8")
+    for rule in ALL_RULES:
+        module = rule.name.replace("-", "_")
+        assert registry.count(f"{module}.RULE") == 1, f"{rule.name}: one line in ALL_RULES"
+        for path in sorted(package.rglob("*.py")):
+            rel = path.relative_to(package).as_posix()
+            if rel == f"rules/{module}.py" or (rule.name, rel) in NAMED_ELSEWHERE:
+                continue
+            assert f'"{rule.name}"' not in path.read_text(encoding="utf-8"), f"{rel} names {rule.name}"
