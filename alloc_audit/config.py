@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError, display_path
+from .model import TIER_VALUES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -27,7 +28,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 CONFIG_NAME = "alloc-audit.toml"
 DEFAULT_MAX_FILE_SIZE = 2 * 1024 * 1024
-TIERS = ("T1", "T2", "T3", "T4", "T5a", "T5b", "unknown")
+TIERS = TIER_VALUES
 
 # Rule-pack knobs a project may extend: config key -> (pack section, pack key).
 PACK_KNOBS: dict[str, tuple[str, str]] = {

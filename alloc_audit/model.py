@@ -42,6 +42,8 @@ class Tier(str, Enum):
 
 
 TIER_ORDER = tuple(Tier)  # T1 .. T5b, unknown: the order of every table
+TIER_VALUES = tuple(t.value for t in Tier)  # as written in configs, annotations and the allowlist
+ASSIGNABLE_TIERS = tuple(t.value for t in Tier if t is not Tier.UNKNOWN)  # what an override may set
 
 TIER_NAMES = {
     Tier.T1: "model-resident",
@@ -430,8 +432,10 @@ def key_text(key: tuple[str, str, str]) -> str:
 
 
 __all__ = [
+    "ASSIGNABLE_TIERS",
     "TIER_NAMES",
     "TIER_ORDER",
+    "TIER_VALUES",
     "Annotation",
     "Arg",
     "Assign",

@@ -20,11 +20,11 @@ from pathlib import Path
 
 from ..atomic import atomic_write_bytes
 from ..errors import UsageError
-from ..model import Language
+from ..model import ASSIGNABLE_TIERS, Language
 from .outcome import Text
 from .project import Options, Project, load_project, scan_project
 
-_TIERS = ("T1", "T2", "T3", "T4", "T5a", "T5b")
+_TIERS = ASSIGNABLE_TIERS
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config
-from ..model import Site, Tier
+from ..model import ASSIGNABLE_TIERS, Site, Tier
 from ..ratchet.allowlist import AllowlistEntry, load_allowlist, write_allowlist
 from ..ratchet.compare import compare
 from ..ratchet.keys import site_key
 from .annotate import Decision
 from .project import Options, load_project, scan_project
 
-TIERS = ("T1", "T2", "T3", "T4", "T5a", "T5b")
+TIERS = ASSIGNABLE_TIERS
 
 
 def candidates(result: Any, entries: list[AllowlistEntry] | None) -> list[Site]:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..atomic import atomic_write_bytes
 from ..errors import UsageError, display_path
-from ..model import Tier
+from ..model import TIER_VALUES
 from .keys import escape, key_text, unescape
 
 FORMAT_VERSION = 1
@@ -43,7 +43,7 @@ HEADER = (
     "# fails on new sites, grown or loose counts and stale entries; `alloc-audit allowlist update`\n"
     "# prunes and lowers. Format: <path> <scope> <api> [x<count>] <tier>[!] [# reason]\n"
 )
-_TIERS = {t.value for t in Tier if t is not Tier.UNKNOWN} | {"unknown"}
+_TIERS = frozenset(TIER_VALUES)
 _VERSION = re.compile(r"^#\s*alloc-audit allowlist v(\d+)\s*$")
 _COUNT = re.compile(r"^x(\d+)$")
 

@@ -96,7 +96,7 @@ def _allocating_value(index: ProjectIndex, store: Store, depth: int) -> tuple[Ca
         same = call.span.line == store.line or (call.target is not None and call.target == store.value)
         if not same:
             continue
-        if any(s.span.line == call.span.line and s.kind.value != "release" for s in func.sites):
+        if any(s.span.line == call.span.line and s.acquires for s in func.sites):
             return call, call.callee
         reach = constructed_allocation(index, func, call, depth)
         if reach is not None:

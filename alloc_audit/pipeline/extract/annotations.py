@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import re
 
-from ...model import Annotation
+from ...model import ASSIGNABLE_TIERS, Annotation
 
 MARKER = "alloc-audit:"
-_TIERS = {"T1", "T2", "T3", "T4", "T5a", "T5b"}
+_TIERS = frozenset(ASSIGNABLE_TIERS)
 _IGNORE = re.compile(r"ignore\[(?P<rules>[^\]]*)\]\s*(?P<reason>.*)", re.S)
 _TIER = re.compile(r"tier\s*=\s*(?P<tier>\S+)\s*(?P<reason>.*)", re.S)
 
