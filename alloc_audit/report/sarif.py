@@ -81,10 +81,10 @@ def _level(severity: Severity) -> str:
 
 
 def rule_descriptors() -> list[dict[str, Any]]:
-    from ..rules import listed_rules
+    from ..rules import ALL_RULES
 
     out = []
-    for rule in listed_rules():
+    for rule in ALL_RULES:
         out.append(_descriptor(rule.name, rule.severity, rule.summary, rule.doc, rule.default_on))
     for name, severity, summary, doc in _ALLOWLIST_RULES:
         out.append(_descriptor(name, severity, summary, doc, True))

@@ -5,7 +5,6 @@ lists them (the registry is this tuple, greppable, nothing registers itself).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from ..catalog import RulePack
 from ..config import Config
@@ -18,15 +17,13 @@ from . import (
     capture_without_rollback,
     grow_on_demand,
     live_free_memory_sizing,
+    meta,
     per_call_alloc,
     retained_per_entry_alloc,
     snapshot_before_construction,
     throwaway_graph_pool,
 )
 from .base import Rule, RuleContext
-
-if TYPE_CHECKING:
-    from ..pipeline.suppress import MetaRule
 
 ALL_RULES: tuple[Rule, ...] = (
     alloc_in_capture.RULE,
@@ -38,6 +35,9 @@ ALL_RULES: tuple[Rule, ...] = (
     live_free_memory_sizing.RULE,
     grow_on_demand.RULE,
     per_call_alloc.RULE,
+    meta.UNUSED,
+    meta.NO_REASON,
+    meta.INVALID,
 )
 
 
@@ -50,7 +50,7 @@ def rule_by_name(name: str) -> Rule | None:
 
 def enabled_rules(config: Config) -> tuple[Rule, ...]:
     enable, disable = set(config.enable), set(config.disable)
-    return tuple(r for r in ALL_RULES if (r.default_on or r.name in enable) and r.name not in disable)
+    return tuple(r for r in ALL_RULES if r.meta or ((r.default_on or r.name in enable) and r.name not in disable))
 
 
 def root_finder(pack: RulePack) -> Callable[[ProjectIndex], list[Func]]:
@@ -85,19 +85,9 @@ def root_finder(pack: RulePack) -> Callable[[ProjectIndex], list[Func]]:
     return roots
 
 
-def listed_rules() -> tuple[Rule | MetaRule, ...]:
-    """Every rule a user can name, in the order lists show them: the hazard
-    rules, then the meta rules about annotations."""
-    from ..pipeline.suppress import META_RULES
-
-    return (*ALL_RULES, *META_RULES)
-
-
 def known_rule_names() -> dict[str, str]:
     """Every accepted rule name (aliases included) -> the current name."""
-    from ..pipeline.suppress import META_RULES
-
-    names = {m.name: m.name for m in META_RULES}
+    names = {r.name: r.name for r in ALL_RULES if r.meta}
     for rule in ALL_RULES:
         names[rule.name] = rule.name
         for alias in rule.aliases:
@@ -106,9 +96,7 @@ def known_rule_names() -> dict[str, str]:
 
 
 def enabled_names(config: Config) -> frozenset[str]:
-    from ..pipeline.suppress import META_RULES
-
-    return frozenset({r.name for r in enabled_rules(config)} | {m.name for m in META_RULES})
+    return frozenset(r.name for r in enabled_rules(config))
 
 
 def run_rules(index: ProjectIndex, pack: RulePack, config: Config, sites: Sequence[Site]) -> tuple[Finding, ...]:

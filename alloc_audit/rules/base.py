@@ -28,3 +28,4 @@ class Rule:
     languages: frozenset[Language] = frozenset(Language)
     default_on: bool = True
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    meta: bool = False  # about annotations: reported by pipeline/suppress.py, always on
