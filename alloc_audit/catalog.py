@@ -24,6 +24,7 @@ from . import __version__
 from .config import TIERS, Config, toml_error_line
 from .errors import UsageError
 from .model import SiteKind
+from .pack import PACK_FIELDS, RulePack
 
 if TYPE_CHECKING:
     from .pipeline.prefilter import Prefilter
@@ -87,63 +88,6 @@ class ApiCatalog:
         if spec is None and "::" in name:
             spec = self.cpp_names.get(name.rsplit("::", 1)[1]) if name.startswith("std::") else None
         return spec
-
-
-@dataclass(frozen=True)
-class RulePack:
-    """The names the hazard rules look for (rules/packs/default.toml)."""
-
-    capture_contexts: tuple[str, ...] = ()
-    capture_begin: tuple[str, ...] = ()
-    capture_end: tuple[str, ...] = ()
-    capture_depth: int = 3
-    captured: tuple[str, ...] = ()
-    capture_checks: tuple[str, ...] = ()
-    scratch_accessors: tuple[str, ...] = ()
-    measurements: tuple[str, ...] = ()
-    free_memory_readings: tuple[str, ...] = ()
-    free_memory_attributes: tuple[str, ...] = ()
-    flow_depth: int = 3
-    fresh_pools: tuple[str, ...] = ()
-    graph_destroyers: tuple[str, ...] = ()
-    throwaway_names: tuple[str, ...] = ()
-    pool_attributes: tuple[str, ...] = ()
-    minting_contexts: tuple[str, ...] = ()
-    rollback_names: tuple[str, ...] = ()
-    per_entry_hooks: tuple[str, ...] = ()
-    container_add: tuple[str, ...] = ()
-    container_remove: tuple[str, ...] = ()
-    contextmanagers: tuple[str, ...] = ()
-    initialisers: tuple[str, ...] = ()
-    hot_paths: tuple[str, ...] = ()
-
-
-# pack (section, key) -> RulePack field
-_PACK_FIELDS: dict[tuple[str, str], str] = {
-    ("capture", "contexts"): "capture_contexts",
-    ("capture", "begin"): "capture_begin",
-    ("capture", "end"): "capture_end",
-    ("capture", "depth"): "capture_depth",
-    ("capture", "captured"): "captured",
-    ("capture", "checks"): "capture_checks",
-    ("plan", "accessors"): "scratch_accessors",
-    ("measure", "calls"): "measurements",
-    ("free-memory", "calls"): "free_memory_readings",
-    ("free-memory", "attributes"): "free_memory_attributes",
-    ("free-memory", "depth"): "flow_depth",
-    ("graph-pool", "fresh"): "fresh_pools",
-    ("graph-pool", "destroy"): "graph_destroyers",
-    ("graph-pool", "throwaway"): "throwaway_names",
-    ("graph-pool", "attributes"): "pool_attributes",
-    ("rollback", "contexts"): "minting_contexts",
-    ("rollback", "restore"): "rollback_names",
-    ("retain", "hooks"): "per_entry_hooks",
-    ("retain", "add"): "container_add",
-    ("retain", "remove"): "container_remove",
-    ("retain", "contextmanagers"): "contextmanagers",
-    ("grow", "initialisers"): "initialisers",
-    ("hot", "paths"): "hot_paths",
-}
 
 
 @dataclass(frozen=True)
@@ -365,7 +309,7 @@ def _build_pack(packs: list[tuple[str, Mapping[str, Any]]], config: Config) -> R
             if not isinstance(table, dict):
                 raise UsageError(f"[{section}] must be a table", where)
             for key, value in table.items():
-                name = _PACK_FIELDS.get((section, key))
+                name = PACK_FIELDS.get((section, key))
                 if name is None:
                     raise UsageError(f"unknown rule-pack key [{section}] {key}", where)
                 if isinstance(value, bool) or not isinstance(value, (int, list)):
@@ -375,10 +319,10 @@ def _build_pack(packs: list[tuple[str, Mapping[str, Any]]], config: Config) -> R
                 else:
                     values[name] = tuple(dict.fromkeys((*values.get(name, ()), *_str_tuple(where, table, key))))
     for section, key, extra in config.pack_extensions:
-        name = _PACK_FIELDS[(section, key)]
+        name = PACK_FIELDS[(section, key)]
         values[name] = tuple(dict.fromkeys((*values.get(name, ()), *extra)))
     for section, key, depth in config.pack_depths:
-        values[_PACK_FIELDS[(section, key)]] = depth
+        values[PACK_FIELDS[(section, key)]] = depth
     return RulePack(**values)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from .errors import UsageError, display_path
 from .model import TIER_VALUES
+from .pack import PACK_DEPTHS, PACK_KNOBS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,32 +30,6 @@ else:  # pragma: no cover - exercised on 3.10 only
 CONFIG_NAME = "alloc-audit.toml"
 DEFAULT_MAX_FILE_SIZE = 2 * 1024 * 1024
 TIERS = TIER_VALUES
-
-# Rule-pack knobs a project may extend: config key -> (pack section, pack key).
-PACK_KNOBS: dict[str, tuple[str, str]] = {
-    "capture-contexts": ("capture", "contexts"),
-    "capture-begin": ("capture", "begin"),
-    "capture-end": ("capture", "end"),
-    "captured": ("capture", "captured"),
-    "capture-checks": ("capture", "checks"),
-    "scratch-accessors": ("plan", "accessors"),
-    "measurements": ("measure", "calls"),
-    "free-memory-readings": ("free-memory", "calls"),
-    "free-memory-attributes": ("free-memory", "attributes"),
-    "fresh-pools": ("graph-pool", "fresh"),
-    "graph-destroyers": ("graph-pool", "destroy"),
-    "throwaway-names": ("graph-pool", "throwaway"),
-    "pool-attributes": ("graph-pool", "attributes"),
-    "minting-contexts": ("rollback", "contexts"),
-    "rollback-names": ("rollback", "restore"),
-    "per-entry-hooks": ("retain", "hooks"),
-    "initialisers": ("grow", "initialisers"),
-    "hot-paths": ("hot", "paths"),
-}
-PACK_DEPTHS: dict[str, tuple[str, str]] = {
-    "capture-depth": ("capture", "depth"),
-    "flow-depth": ("free-memory", "depth"),
-}
 
 _STR_LISTS = (
     "include",

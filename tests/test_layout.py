@@ -21,9 +21,9 @@ BASE = {"model", "errors", "globs", "arglists", "atomic", "__init__"}
 # A prefix allows the package and everything in it.
 ALLOWED = {
     "cli": ("commands", "report", "errors", "model", "__init__"),
-    # a rule sees the facts, the shared analyses and the index facade only
-    "rules.rule": ("model", "globs", "arglists", "rules.base", "rules._lib", "pipeline.index"),
-    "rules._lib": ("model", "globs", "arglists", "rules._lib", "pipeline.index"),
+    # a rule sees the facts, its knobs (the pack), the shared analyses and the index facade only
+    "rules.rule": ("model", "globs", "arglists", "pack", "rules.base", "rules._lib", "pipeline.index"),
+    "rules._lib": ("model", "globs", "arglists", "pack", "rules._lib", "pipeline.index"),
     "report": ("model", "errors", "__init__", "report", "ratchet", "rules", "pipeline.run", "pipeline.suppress"),
     "ratchet": ("model", "errors", "atomic", "ratchet"),
 }

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..catalog import RulePack
+    from ..pack import RulePack
     from .index import Func, ProjectIndex
     from .workers import Outcomes
 

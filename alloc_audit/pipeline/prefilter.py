@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from ..model import Language
 
 if TYPE_CHECKING:
-    from ..catalog import ApiCatalog, RulePack
+    from ..catalog import ApiCatalog
+    from ..pack import RulePack
 
 Needle = tuple[bytes, tuple[bytes, ...]]  # (gate, alternatives): see _needles
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..catalog import RulePack
 from ..config import Config
 from ..globs import matcher
 from ..model import Finding, Severity, Site
+from ..pack import RulePack
 from ..pipeline.index import Func, ProjectIndex
 from . import (
     alloc_bypasses_plan,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from ..catalog import RulePack
 from ..model import Finding, Language, Severity, Site
+from ..pack import RulePack
 from ..pipeline.index import ProjectIndex
 
 

@@ -11,7 +11,7 @@ from ...model import Span
 from ...pipeline.index import Func
 
 if TYPE_CHECKING:
-    from ...catalog import RulePack
+    from ...pack import RulePack
 
 
 def throwaway_evidence(func: Func, pack: RulePack) -> tuple[str, int] | None:
