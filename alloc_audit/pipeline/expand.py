@@ -181,7 +181,7 @@ def _inside_function(lines: list[bytes], number: int) -> bool:
 
 
 @dataclass(frozen=True)
-class Wants:
+class WantedFiles:
     """What the on-demand expansion should parse next: native files that
     define one of ``definitions`` (callees the rules follow but could not
     resolve), Python files of ``modules`` (the same, by import), and files
@@ -249,7 +249,7 @@ class Wants:
         return any(".".join(parts[i:]) in self.modules for i in range(1, len(parts)))
 
 
-def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Func]], depth: int) -> Wants:
+def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Func]], depth: int) -> WantedFiles:
     """Downward from the functions the rules start at (captures, readings,
     context managers...), the names of callees that could not be resolved;
     upward, the names of buffer factories. Names a file must define or
@@ -279,8 +279,8 @@ def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Fu
         if not factory.python:
             # a class name defined in several places is not resolved from
             # elsewhere (see ``_derive``): its callers cannot be derived sites
-            if factory.everywhere:
-                native.add(factory.home if factory.kind == "method" else factory.name)
+            if factory.callable_anywhere:
+                native.add(factory.defined_in if factory.kind == "method" else factory.name)
         else:
             # a Python method is called on self/cls (from its class or a
             # subclass) or on an object of its class: the caller names one
@@ -288,8 +288,8 @@ def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Fu
                 [factory.owner, *index.subclass_names(factory.owner)]
             table = python["function" if factory.kind == "function" else "class"]
             for name in named:
-                table.setdefault(name, set()).update(factory.home.split("."))
-                packages.setdefault(name, set()).add(factory.home.rpartition(".")[0])
+                table.setdefault(name, set()).update(factory.defined_in.split("."))
+                packages.setdefault(name, set()).add(factory.defined_in.rpartition(".")[0])
     definitions |= index.unattached_owners()
     modules = frozenset(d[len("module:"):] for d in definitions if d.startswith("module:"))
     names = {d for d in definitions if not d.startswith("module:")}
@@ -299,7 +299,7 @@ def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Fu
 
     reach = {kind: {n: (frozenset(parts), frozenset(packages[n])) for n, parts in table.items() if keep(n)}
              for kind, table in python.items()}
-    return Wants(frozenset(filter(keep, names)), reach["class"], reach["function"], modules,
+    return WantedFiles(frozenset(filter(keep, names)), reach["class"], reach["function"], modules,
                  frozenset(filter(keep, native)))
 
 

@@ -260,8 +260,8 @@ class Factory:
     name: str
     python: bool
     kind: str
-    home: str
-    everywhere: bool = True  # False: a native class defined in several files
+    defined_in: str  # Python: the defining module; a native method: its class
+    callable_anywhere: bool = True  # False: a native class defined in several files (callers elsewhere are unknown)
     owner: str = ""  # a method's class
 
     @staticmethod
