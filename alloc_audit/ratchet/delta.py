@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..model import TIER_ORDER, Finding, Site, SiteKind, Tier
+from ..model import TIER_ORDER, Finding, Site, Tier
 from .keys import site_key
 
 SiteId = tuple[str, str, str, str]
@@ -43,7 +43,7 @@ def _site_id(site: Site) -> SiteId:
 
 
 def _counted(sites: Iterable[Site]) -> list[Site]:
-    return [s for s in sites if s.via is None and s.kind is not SiteKind.RELEASE]
+    return [s for s in sites if s.counted]
 
 
 def _surplus(ours: list[Site], theirs: list[Site]) -> list[Site]:

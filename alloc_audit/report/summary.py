@@ -58,7 +58,7 @@ class AllowlistStatus:
 
 def counted(sites: Iterable[Site]) -> list[Site]:
     """The acquisitions a census counts: direct sites, releases left out."""
-    return [s for s in sites if s.via is None and s.kind is not SiteKind.RELEASE]
+    return [s for s in sites if s.counted]
 
 
 def derived(sites: Iterable[Site]) -> list[Site]:

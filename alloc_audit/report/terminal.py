@@ -58,7 +58,7 @@ def header_line(ctx: ReportContext) -> str:
 
 
 def acquisitions(sites: Iterable[Site]) -> list[Site]:
-    return [s for s in sites if s.kind is not SiteKind.RELEASE]
+    return [s for s in sites if s.acquires]
 
 
 def tier_kind_table(sites: list[Site]):  # type: ignore[no-untyped-def]

@@ -61,7 +61,7 @@ class Factories:
         returned_lines = {r.line for r in func.returns}
         returned_names = {r.value for r in func.returns if r.value}
         for site in func.sites:
-            if site.kind is SiteKind.RELEASE or _weight(site):
+            if not site.acquires or _weight(site):
                 continue
             if site.stmt_line in returned_lines or (site.target and site.target in returned_names):
                 return Reach(site, ())
