@@ -52,6 +52,16 @@ def test_golden_demo_report(fmt: str, name: str) -> None:
     check_golden(name, first.out)
 
 
+def test_golden_demo_scan_json() -> None:
+    """The JSON of `scan` on the demo, wall-clock seconds left out (the only
+    value that differs between runs)."""
+    result = run_cli("scan", "examples", "--format", "json", "--no-cache", "--jobs", "1", cwd=REPO)
+    assert result.code == 0, result.err
+    doc = json.loads(result.out)
+    assert isinstance(doc["stats"].pop("seconds"), float)
+    check_golden("examples.scan.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+
 def test_demo_sarif_is_valid_and_complete() -> None:
     result = run_cli("report", "examples", "--format", "sarif", cwd=REPO)
     doc = json.loads(result.out)
