@@ -306,12 +306,9 @@ def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Fu
 # ---------------------------------------------------------------- the rounds
 
 
-def expand_skipped(index: ProjectIndex, files: Outcomes, read: Callable[[str], bytes],
-                   parse: Callable[[list[str]], None], pack: RulePack, sizes: Mapping[str, int]) -> None:
+def expand_skipped(index: ProjectIndex, files: Outcomes, pack: RulePack) -> None:
     """Parse the skipped files the rules or the derived sites need, round by
-    round up to the configured depth, adding each round to the index:
-    ``parse`` parses the chosen paths whatever the pre-filter says (and
-    feeds their outcomes to ``files``); ``read`` reads a skipped file again."""
+    round up to the configured depth, adding each round to the index."""
     from ..rules import root_finder
 
     roots = root_finder(pack)
@@ -321,7 +318,7 @@ def expand_skipped(index: ProjectIndex, files: Outcomes, read: Callable[[str], b
     def look(path: str) -> SkippedFile:
         found = looks.get(path)
         if found is None:
-            found = looks[path] = SkippedFile(functools.partial(read, path))
+            found = looks[path] = SkippedFile(functools.partial(files.read, path))
         return found
 
     for _round in range(depth):
@@ -330,11 +327,11 @@ def expand_skipped(index: ProjectIndex, files: Outcomes, read: Callable[[str], b
         chosen = sorted(p for p, idents in files.skipped.items()
                         if wants.wants_file(p, idents, functools.partial(look, p)))
         LOG.debug("expansion round %d: %d of %d skipped files wanted (%d bytes; chosen in %.3f s)", _round + 1,
-                  len(chosen), len(files.skipped), sum(sizes[p] for p in chosen), time.perf_counter() - asked)
+                  len(chosen), len(files.skipped), sum(files.size(p) for p in chosen), time.perf_counter() - asked)
         if not chosen:
             break
         before = set(files.facts)
-        parse(chosen)
+        files.parse(chosen)
         for p in chosen:
             files.skipped.pop(p, None)
         index.add({p: files.facts[p] for p in sorted(files.facts) if p not in before})

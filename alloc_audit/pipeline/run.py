@@ -29,15 +29,15 @@ from pathlib import Path
 from .. import __version__
 from ..catalog import Catalog
 from ..config import Config
-from ..model import FileError, FileFacts, Finding, ScanResult, Stats
+from ..model import FileError, FileFacts, Finding, ScanResult, Site, Stats
 from . import serial
 from .cache import Cache, RunCache, result_key
 from .derive import derive_sites
 from .discover import discover_files
 from .expand import expand_skipped
-from .index import build_index
+from .index import ProjectIndex, build_index
 from .parse import grammar_versions
-from .workers import Outcomes, job_count, read_bytes, run_files, skipped_outcome
+from .workers import Outcomes, job_count
 
 LOG = logging.getLogger("alloc_audit")
 
@@ -72,40 +72,14 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         if stored is not None:
             return _narrow(stored, options.report_paths)
 
-    by_path = {f.path: f for f in files}
-    outcomes = Outcomes(catalog, cache, by_path, discovery.errors)
+    outcomes = Outcomes(catalog, cache, files, discovery.errors, job_count(options.jobs, config.jobs))
     skip_table = run_cache.skip_table()
-    done = [0]
-
-    def tick() -> None:
-        done[0] += 1
-        if options.progress:
-            options.progress(done[0], len(files))
-
-    todo = []
-    for f in files:  # files known unchanged and skipped last time need no worker
-        digest = digests.get(f.path)
-        last = skip_table.get(cache.fact_key(f.path, digest, f.language.value)) if digest else None
-        if last is not None and last[0] == f.path:
-            outcomes.absorb(skipped_outcome(f.path, digest or "", last[1], last[2]))
-            tick()
-        else:
-            todo.append((f, False))
-    jobs = job_count(options.jobs, config.jobs)
-    for outcome in run_files(todo, catalog, cache, jobs):
-        outcomes.absorb(outcome)
-        tick()
+    outcomes.read_all(files, digests, skip_table, options.progress)
     phases.mark("files")
-
     index = build_index(outcomes.in_path_order())
     phases.mark("index")
     if options.with_rules and outcomes.skipped:
-        def parse(paths: list[str]) -> None:
-            for outcome in run_files([(by_path[p], True) for p in paths], catalog, cache, jobs):
-                outcomes.absorb(outcome)
-
-        expand_skipped(index, outcomes, lambda p: read_bytes(by_path[p]), parse, catalog.pack,
-                       {p: f.size for p, f in by_path.items()})
+        expand_skipped(index, outcomes, catalog.pack)
     facts = outcomes.in_path_order()
     phases.mark("expansion")
     errors = outcomes.errors + [FileError(path, e) for path, f in facts.items() for e in f.errors]
@@ -113,15 +87,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites += derive_sites(index, facts, catalog.tiers, sites)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
-    findings: tuple[Finding, ...] = ()
-    if options.with_rules:
-        from ..rules import enabled_names, known_rule_names, run_rules
-        from .suppress import apply_suppressions
-
-        findings = run_rules(index, catalog.pack, config, tuple(sites))
-        complete = options.complete if options.complete is not None else all(Path(p).is_dir() for p in options.paths)
-        findings = apply_suppressions(findings, facts, sites, known_rule_names(), enabled_names(config), complete)
-        phases.mark("rules")
+    findings = _findings(index, facts, sites, config, catalog, options) if options.with_rules else ()
+    phases.mark("rules")
     result = ScanResult(
         root=config.root,
         sites=tuple(sites),
@@ -136,6 +103,17 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
                     result_key(cache, inputs, files, outcomes.digests) if every_file_read else None, result)
     phases.mark("store")
     return _narrow(result, options.report_paths)
+
+
+def _findings(index: ProjectIndex, facts: dict[str, FileFacts], sites: list[Site], config: Config, catalog: Catalog,
+              options: ScanOptions) -> tuple[Finding, ...]:
+    """Stage 6 and 7: the enabled rules, then the inline suppressions and the meta findings."""
+    from ..rules import enabled_names, known_rule_names, run_rules
+    from .suppress import apply_suppressions
+
+    findings = run_rules(index, catalog.pack, config, tuple(sites))
+    complete = options.complete if options.complete is not None else all(Path(p).is_dir() for p in options.paths)
+    return apply_suppressions(findings, facts, sites, known_rule_names(), enabled_names(config), complete)
 
 
 def _stats(files: Sequence[object], facts: dict[str, FileFacts], seconds: float) -> Stats:

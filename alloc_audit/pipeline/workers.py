@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import logging
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,16 +184,19 @@ def run_files(items: list[tuple[SourceFile, bool]], catalog: Catalog, cache: Cac
 
 
 class Outcomes:
-    """What the outcomes say, file by file, as the parent receives them:
-    facts (direct sites classified at once: the index tells weights, T1,
-    apart when it looks for buffer factories), skipped files with the names
-    they mention, errors, and what the cache should learn."""
+    """The parent's side of the per-file work: it sends files to the workers
+    and keeps what the outcomes say, file by file: facts (direct sites
+    classified at once: the index tells weights, T1, apart when it looks for
+    buffer factories), skipped files with the names they mention, errors,
+    and what the cache should learn."""
 
-    def __init__(self, catalog: Catalog, cache: Cache, by_path: dict[str, SourceFile],
-                 errors: Sequence[FileError]) -> None:
+    def __init__(self, catalog: Catalog, cache: Cache, files: Sequence[SourceFile], errors: Sequence[FileError],
+                 jobs: int) -> None:
+        self._catalog = catalog
         self._tiers = catalog.tiers
         self._cache = cache
-        self._by_path = by_path
+        self._jobs = jobs
+        self._by_path = {f.path: f for f in files}
         self.facts: dict[str, FileFacts] = {}
         self.skipped: dict[str, tuple[str, ...]] = {}  # path -> the identifiers it mentions
         self.errors: list[FileError] = list(errors)
@@ -217,6 +221,38 @@ class Outcomes:
                 self.errors.append(FileError(path, outcome.message))
         else:
             self.errors.append(FileError(path, outcome.message or ""))
+
+    def read_all(self, files: Sequence[SourceFile], digests: dict[str, str],
+                 skip_table: dict[str, tuple[str, tuple[str, ...], str | None]],
+                 progress: Callable[[int, int], None] | None) -> None:
+        """Every file once: those known unchanged and skipped last time from
+        the skip table, the rest through the workers."""
+        done = 0
+        todo: list[tuple[SourceFile, bool]] = []
+        outcomes: list[FileOutcome] = []
+        for f in files:
+            digest = digests.get(f.path)
+            last = skip_table.get(self._cache.fact_key(f.path, digest, f.language.value)) if digest else None
+            if last is not None and last[0] == f.path:
+                outcomes.append(skipped_outcome(f.path, digest or "", last[1], last[2]))
+            else:
+                todo.append((f, False))
+        for outcome in itertools.chain(outcomes, run_files(todo, self._catalog, self._cache, self._jobs)):
+            self.absorb(outcome)
+            done += 1
+            if progress:
+                progress(done, len(files))
+
+    def parse(self, paths: Sequence[str]) -> None:
+        """Parse ``paths`` whatever the pre-filter says (the expansion wants them)."""
+        for outcome in run_files([(self._by_path[p], True) for p in paths], self._catalog, self._cache, self._jobs):
+            self.absorb(outcome)
+
+    def read(self, path: str) -> bytes:
+        return read_bytes(self._by_path[path])
+
+    def size(self, path: str) -> int:
+        return self._by_path[path].size
 
     def in_path_order(self) -> dict[str, FileFacts]:
         """The facts sorted by path: arrival order from the workers must not
