@@ -55,15 +55,16 @@ def enabled_rules(config: Config) -> tuple[Rule, ...]:
 
 def root_finder(pack: RulePack) -> Callable[[ProjectIndex], list[Func]]:
     """Functions where some rule starts looking (the on-demand expansion
-    parses what they call): captures, memory readings, fresh pools, planned
-    scratch, context managers and other per-entry hooks, declared captured
-    functions and hot paths. Returns a function of the index, in its order."""
-    calls = matcher((*pack.capture_begin, *pack.measurements, *pack.free_memory_readings, *pack.fresh_pools,
-                     *pack.scratch_accessors))
-    contexts = matcher((*pack.capture_contexts, *pack.minting_contexts))
-    decorators = matcher(pack.contextmanagers)
-    hooks = matcher(("__enter__", *pack.per_entry_hooks))
-    declared = matcher((*pack.captured, *pack.hot_paths))
+    parses what they call): the union of every rule's ``starts`` (captures,
+    memory readings, fresh pools, planned scratch, context managers and other
+    per-entry hooks, declared captured functions and hot paths). Returns a
+    function of the index, in its order."""
+    points = [rule.starts(pack) for rule in ALL_RULES]
+    calls = matcher(tuple(g for p in points for g in p.calls))
+    contexts = matcher(tuple(g for p in points for g in p.contexts))
+    decorators = matcher(tuple(g for p in points for g in p.decorators))
+    hooks = matcher(tuple(g for p in points for g in p.hooks))
+    declared = matcher(tuple(g for p in points for g in p.declared))
 
     memo: dict[str, bool] = {}  # a function's facts never change once indexed
 

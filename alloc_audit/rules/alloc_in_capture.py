@@ -66,6 +66,7 @@ from collections.abc import Callable, Iterator
 
 from ..globs import matcher
 from ..model import Finding, Related, Severity, Site
+from ..pack import RulePack
 from ..pipeline.index import Func, ProjectIndex
 from ._lib.findings import (
     hop_notes,
@@ -77,7 +78,7 @@ from ._lib.findings import (
     site_finding,
 )
 from ._lib.regions import calls_in, capture_regions
-from .base import Rule, RuleContext
+from .base import Rule, RuleContext, StartPoints
 
 NAME = "alloc-in-capture"
 
@@ -151,10 +152,16 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
                     )
 
 
+
+def starts(pack: RulePack) -> StartPoints:
+    """Where this rule starts looking (the expansion parses what these call)."""
+    return StartPoints(calls=pack.capture_begin, contexts=pack.capture_contexts, declared=pack.captured)
+
 RULE = Rule(
     name=NAME,
     severity=Severity.ERROR,
     summary="a device allocation executed under CUDA-graph capture",
     doc=__doc__ or "",
     check=check,
+    starts=starts,
 )

@@ -19,6 +19,24 @@ class RuleContext:
 
 
 @dataclass(frozen=True)
+class StartPoints:
+    """Where a rule starts looking, as name globs: functions that call one of
+    ``calls``, enter a ``with`` item matching ``contexts``, carry a decorator
+    matching ``decorators``, are named like ``hooks``, or whose qualified name
+    matches ``declared``. The on-demand expansion parses what these call."""
+
+    calls: tuple[str, ...] = ()
+    contexts: tuple[str, ...] = ()
+    decorators: tuple[str, ...] = ()
+    hooks: tuple[str, ...] = ()
+    declared: tuple[str, ...] = ()
+
+
+def no_start_points(pack: RulePack) -> StartPoints:
+    return StartPoints()
+
+
+@dataclass(frozen=True)
 class Rule:
     name: str
     severity: Severity
@@ -29,3 +47,4 @@ class Rule:
     default_on: bool = True
     aliases: tuple[str, ...] = field(default_factory=tuple)
     meta: bool = False  # about annotations: reported by pipeline/suppress.py, always on
+    starts: Callable[[RulePack], StartPoints] = no_start_points  # where check() starts, from the pack

@@ -55,10 +55,11 @@ from collections.abc import Iterator
 
 from ..globs import matcher
 from ..model import Finding, Language, Related, Severity
+from ..pack import RulePack
 from ._lib.findings import finding_at
 from ._lib.regions import with_items
 from ._lib.throwaway import inside_finally, throwaway_evidence
-from .base import Rule, RuleContext
+from .base import Rule, RuleContext, StartPoints
 
 NAME = "capture-without-rollback"
 
@@ -90,6 +91,11 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
         )
 
 
+
+def starts(pack: RulePack) -> StartPoints:
+    """Where this rule starts looking (the expansion parses what these call)."""
+    return StartPoints(contexts=pack.minting_contexts)
+
 RULE = Rule(
     name=NAME,
     severity=Severity.WARNING,
@@ -97,4 +103,5 @@ RULE = Rule(
     doc=__doc__ or "",
     check=check,
     languages=frozenset({Language.PYTHON}),
+    starts=starts,
 )

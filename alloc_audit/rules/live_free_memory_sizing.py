@@ -47,10 +47,11 @@ from collections.abc import Iterator
 
 from ..globs import matcher
 from ..model import Finding, Severity
+from ..pack import RulePack
 from ..pipeline.index import Func
 from ._lib.findings import site_finding
 from ._lib.taint import TaintAnalysis, reading_roots
-from .base import Rule, RuleContext
+from .base import Rule, RuleContext, StartPoints
 
 NAME = "live-free-memory-sizing"
 
@@ -89,10 +90,16 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
         frontier = next_frontier
 
 
+
+def starts(pack: RulePack) -> StartPoints:
+    """Where this rule starts looking (the expansion parses what these call)."""
+    return StartPoints(calls=pack.free_memory_readings)
+
 RULE = Rule(
     name=NAME,
     severity=Severity.WARNING,
     summary="an allocation sized from a live free-memory reading",
     doc=__doc__ or "",
     check=check,
+    starts=starts,
 )

@@ -42,9 +42,10 @@ from collections.abc import Iterator
 
 from ..globs import matcher
 from ..model import Finding, Severity
+from ..pack import RulePack
 from ._lib.findings import is_device_allocation, site_finding
 from ._lib.regions import dotted_id
-from .base import Rule, RuleContext
+from .base import Rule, RuleContext, StartPoints
 
 NAME = "per-call-alloc"
 
@@ -68,6 +69,11 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
                 )
 
 
+
+def starts(pack: RulePack) -> StartPoints:
+    """Where this rule starts looking (the expansion parses what these call)."""
+    return StartPoints(declared=pack.hot_paths)
+
 RULE = Rule(
     name=NAME,
     severity=Severity.WARNING,
@@ -75,4 +81,5 @@ RULE = Rule(
     doc=__doc__ or "",
     check=check,
     default_on=False,
+    starts=starts,
 )

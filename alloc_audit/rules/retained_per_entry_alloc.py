@@ -51,10 +51,11 @@ from dataclasses import dataclass
 
 from ..globs import matcher
 from ..model import Call, Finding, Language, Related, Severity
+from ..pack import RulePack
 from ..pipeline.index import Func, ProjectIndex
 from ._lib.construction import constructed_allocation
 from ._lib.findings import finding_at
-from .base import Rule, RuleContext
+from .base import Rule, RuleContext, StartPoints
 
 NAME = "retained-per-entry-alloc"
 _SUBSCRIPT_STORE = re.compile(r"^((?:self|cls)\.[A-Za-z_]\w*)\s*\[")
@@ -194,6 +195,11 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
         )
 
 
+
+def starts(pack: RulePack) -> StartPoints:
+    """Where this rule starts looking (the expansion parses what these call)."""
+    return StartPoints(decorators=pack.contextmanagers, hooks=("__enter__", *pack.per_entry_hooks))
+
 RULE = Rule(
     name=NAME,
     severity=Severity.WARNING,
@@ -201,4 +207,5 @@ RULE = Rule(
     doc=__doc__ or "",
     check=check,
     languages=frozenset({Language.PYTHON}),
+    starts=starts,
 )

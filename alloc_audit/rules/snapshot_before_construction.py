@@ -53,10 +53,11 @@ from collections.abc import Iterator
 
 from ..globs import matcher
 from ..model import Call, Finding, Related, Severity
+from ..pack import RulePack
 from ..pipeline.index import Func, Reach, last_name
 from ._lib.construction import constructed_allocation
 from ._lib.findings import finding_at, path_text
-from .base import Rule, RuleContext
+from .base import Rule, RuleContext, StartPoints
 
 NAME = "snapshot-before-construction"
 _RESETS = ("reset_peak_memory_stats", "reset_max_memory_allocated", "reset_accumulated_memory_stats")
@@ -132,10 +133,16 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
             )
 
 
+
+def starts(pack: RulePack) -> StartPoints:
+    """Where this rule starts looking (the expansion parses what these call)."""
+    return StartPoints(calls=pack.measurements)
+
 RULE = Rule(
     name=NAME,
     severity=Severity.ERROR,
     summary="a memory measurement taken before constructing an object whose constructor allocates",
     doc=__doc__ or "",
     check=check,
+    starts=starts,
 )

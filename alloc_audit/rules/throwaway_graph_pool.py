@@ -50,10 +50,11 @@ from collections.abc import Iterator
 
 from ..globs import matcher
 from ..model import Call, Finding, Language, Related, Severity
+from ..pack import RulePack
 from ..pipeline.index import Func
 from ._lib.findings import finding_at
 from ._lib.throwaway import throwaway_evidence
-from .base import Rule, RuleContext
+from .base import Rule, RuleContext, StartPoints
 
 NAME = "throwaway-graph-pool"
 
@@ -113,6 +114,11 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
             )
 
 
+
+def starts(pack: RulePack) -> StartPoints:
+    """Where this rule starts looking (the expansion parses what these call)."""
+    return StartPoints(calls=pack.fresh_pools)
+
 RULE = Rule(
     name=NAME,
     severity=Severity.WARNING,
@@ -120,4 +126,5 @@ RULE = Rule(
     doc=__doc__ or "",
     check=check,
     languages=frozenset({Language.PYTHON}),
+    starts=starts,
 )
