@@ -49,29 +49,22 @@ def _literal(glob: str) -> str:
 
 
 def _trigger_needles(pack: RulePack) -> set[tuple[str, ...]]:
-    needles: set[tuple[str, ...]] = {("__enter__",)}
-    calls = (
-        pack.capture_contexts,
-        pack.capture_begin,
-        pack.capture_end,
-        pack.measurements,
-        pack.free_memory_readings,
-        pack.fresh_pools,
-        pack.minting_contexts,
-        pack.per_entry_hooks,
-    )
-    # Scratch accessors are not needles: alloc-bypasses-plan needs a direct
-    # allocation in the same function, whose own needle passes the file.
-    for names in calls:
-        for name in names:
+    """Every rule's triggers (``Rule.triggers``). Scratch accessors are not
+    needles: alloc-bypasses-plan needs a direct allocation in the same
+    function, whose own needle passes the file."""
+    from ..rules import ALL_RULES
+
+    needles: set[tuple[str, ...]] = set()
+    for rule in ALL_RULES:
+        triggers = rule.triggers(pack)
+        for name in triggers.called:
             leaf = re.split(r"\.|::", name)[-1]
             if "*" not in leaf and "?" not in leaf:
                 needles.add((f"{leaf}(",))
             elif len(_literal(name)) >= 4:
                 needles.add((_literal(name),))
-    # decorators and attributes are not called
-    for names in (pack.contextmanagers, pack.free_memory_attributes):
-        needles |= {(re.split(r"\.|::", n)[-1],) for n in names}
+        # decorators and attributes are not called
+        needles |= {(re.split(r"\.|::", n)[-1],) for n in triggers.named}
     return needles
 
 

@@ -78,7 +78,7 @@ from ._lib.findings import (
     site_finding,
 )
 from ._lib.regions import calls_in, capture_regions
-from .base import Rule, RuleContext, StartPoints
+from .base import Rule, RuleContext, StartPoints, Triggers
 
 NAME = "alloc-in-capture"
 
@@ -157,6 +157,11 @@ def starts(pack: RulePack) -> StartPoints:
     """Where this rule starts looking (the expansion parses what these call)."""
     return StartPoints(calls=pack.capture_begin, contexts=pack.capture_contexts, declared=pack.captured)
 
+
+def triggers(pack: RulePack) -> Triggers:
+    """What a file must say for this rule to need it parsed."""
+    return Triggers(called=(*pack.capture_contexts, *pack.capture_begin, *pack.capture_end))
+
 RULE = Rule(
     name=NAME,
     severity=Severity.ERROR,
@@ -164,4 +169,5 @@ RULE = Rule(
     doc=__doc__ or "",
     check=check,
     starts=starts,
+    triggers=triggers,
 )

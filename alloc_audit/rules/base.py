@@ -37,6 +37,21 @@ def no_start_points(pack: RulePack) -> StartPoints:
 
 
 @dataclass(frozen=True)
+class Triggers:
+    """What must be in a file's bytes for the rule to need it parsed (the
+    pre-filter, ``pipeline/prefilter.py``): names that are called (their last
+    component followed by ``(``) and names that are only written (decorators,
+    attributes)."""
+
+    called: tuple[str, ...] = ()
+    named: tuple[str, ...] = ()
+
+
+def no_triggers(pack: RulePack) -> Triggers:
+    return Triggers()
+
+
+@dataclass(frozen=True)
 class Rule:
     name: str
     severity: Severity
@@ -48,3 +63,4 @@ class Rule:
     aliases: tuple[str, ...] = field(default_factory=tuple)
     meta: bool = False  # about annotations: reported by pipeline/suppress.py, always on
     starts: Callable[[RulePack], StartPoints] = no_start_points  # where check() starts, from the pack
+    triggers: Callable[[RulePack], Triggers] = no_triggers  # what a file must say to be parsed for it

@@ -59,7 +59,7 @@ from ..pack import RulePack
 from ._lib.findings import finding_at
 from ._lib.regions import with_items
 from ._lib.throwaway import inside_finally, throwaway_evidence
-from .base import Rule, RuleContext, StartPoints
+from .base import Rule, RuleContext, StartPoints, Triggers
 
 NAME = "capture-without-rollback"
 
@@ -96,6 +96,11 @@ def starts(pack: RulePack) -> StartPoints:
     """Where this rule starts looking (the expansion parses what these call)."""
     return StartPoints(contexts=pack.minting_contexts)
 
+
+def triggers(pack: RulePack) -> Triggers:
+    """What a file must say for this rule to need it parsed."""
+    return Triggers(called=pack.minting_contexts)
+
 RULE = Rule(
     name=NAME,
     severity=Severity.WARNING,
@@ -104,4 +109,5 @@ RULE = Rule(
     check=check,
     languages=frozenset({Language.PYTHON}),
     starts=starts,
+    triggers=triggers,
 )

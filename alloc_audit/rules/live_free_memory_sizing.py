@@ -51,7 +51,7 @@ from ..pack import RulePack
 from ..pipeline.index import Func
 from ._lib.findings import site_finding
 from ._lib.taint import TaintAnalysis, reading_roots
-from .base import Rule, RuleContext, StartPoints
+from .base import Rule, RuleContext, StartPoints, Triggers
 
 NAME = "live-free-memory-sizing"
 
@@ -95,6 +95,11 @@ def starts(pack: RulePack) -> StartPoints:
     """Where this rule starts looking (the expansion parses what these call)."""
     return StartPoints(calls=pack.free_memory_readings)
 
+
+def triggers(pack: RulePack) -> Triggers:
+    """What a file must say for this rule to need it parsed."""
+    return Triggers(called=pack.free_memory_readings, named=pack.free_memory_attributes)
+
 RULE = Rule(
     name=NAME,
     severity=Severity.WARNING,
@@ -102,4 +107,5 @@ RULE = Rule(
     doc=__doc__ or "",
     check=check,
     starts=starts,
+    triggers=triggers,
 )

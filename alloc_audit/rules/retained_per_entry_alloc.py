@@ -55,7 +55,7 @@ from ..pack import RulePack
 from ..pipeline.index import Func, ProjectIndex
 from ._lib.construction import constructed_allocation
 from ._lib.findings import finding_at
-from .base import Rule, RuleContext, StartPoints
+from .base import Rule, RuleContext, StartPoints, Triggers
 
 NAME = "retained-per-entry-alloc"
 _SUBSCRIPT_STORE = re.compile(r"^((?:self|cls)\.[A-Za-z_]\w*)\s*\[")
@@ -200,6 +200,11 @@ def starts(pack: RulePack) -> StartPoints:
     """Where this rule starts looking (the expansion parses what these call)."""
     return StartPoints(decorators=pack.contextmanagers, hooks=("__enter__", *pack.per_entry_hooks))
 
+
+def triggers(pack: RulePack) -> Triggers:
+    """What a file must say for this rule to need it parsed."""
+    return Triggers(called=pack.per_entry_hooks, named=("__enter__", *pack.contextmanagers))
+
 RULE = Rule(
     name=NAME,
     severity=Severity.WARNING,
@@ -208,4 +213,5 @@ RULE = Rule(
     check=check,
     languages=frozenset({Language.PYTHON}),
     starts=starts,
+    triggers=triggers,
 )

@@ -57,7 +57,7 @@ from ..pack import RulePack
 from ..pipeline.index import Func, Reach, last_name
 from ._lib.construction import constructed_allocation
 from ._lib.findings import finding_at, path_text
-from .base import Rule, RuleContext, StartPoints
+from .base import Rule, RuleContext, StartPoints, Triggers
 
 NAME = "snapshot-before-construction"
 _RESETS = ("reset_peak_memory_stats", "reset_max_memory_allocated", "reset_accumulated_memory_stats")
@@ -138,6 +138,11 @@ def starts(pack: RulePack) -> StartPoints:
     """Where this rule starts looking (the expansion parses what these call)."""
     return StartPoints(calls=pack.measurements)
 
+
+def triggers(pack: RulePack) -> Triggers:
+    """What a file must say for this rule to need it parsed."""
+    return Triggers(called=pack.measurements)
+
 RULE = Rule(
     name=NAME,
     severity=Severity.ERROR,
@@ -145,4 +150,5 @@ RULE = Rule(
     doc=__doc__ or "",
     check=check,
     starts=starts,
+    triggers=triggers,
 )

@@ -54,7 +54,7 @@ from ..pack import RulePack
 from ..pipeline.index import Func
 from ._lib.findings import finding_at
 from ._lib.throwaway import throwaway_evidence
-from .base import Rule, RuleContext, StartPoints
+from .base import Rule, RuleContext, StartPoints, Triggers
 
 NAME = "throwaway-graph-pool"
 
@@ -119,6 +119,11 @@ def starts(pack: RulePack) -> StartPoints:
     """Where this rule starts looking (the expansion parses what these call)."""
     return StartPoints(calls=pack.fresh_pools)
 
+
+def triggers(pack: RulePack) -> Triggers:
+    """What a file must say for this rule to need it parsed."""
+    return Triggers(called=pack.fresh_pools)
+
 RULE = Rule(
     name=NAME,
     severity=Severity.WARNING,
@@ -127,4 +132,5 @@ RULE = Rule(
     check=check,
     languages=frozenset({Language.PYTHON}),
     starts=starts,
+    triggers=triggers,
 )
