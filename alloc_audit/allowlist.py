@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from .cache import atomic_write_bytes
+from .atomic_files import locked_directory, write_atomically
 from .errors import UsageError, display_path
 from .keys import escape, key_text, site_key, unescape
 from .model import Site, SiteKind, Tier
@@ -179,9 +179,14 @@ class Comparison:
     ok: tuple[tuple[AllowlistEntry, tuple[Site, ...]], ...]
     entries: tuple[AllowlistEntry, ...]
     covered_keys: frozenset[Key] = field(default_factory=frozenset)
+    # entries of files the run could not analyse completely, with the
+    # reason: neither confirmed nor stale, and never pruned
+    unchecked: tuple[tuple[AllowlistEntry, str], ...] = ()
 
     @property
     def failed(self) -> bool:
+        """New, grown, loose or stale; entries not checked are the caller's
+        call (``check --unchecked``)."""
         return bool(self.new or self.grown or self.loose or self.stale)
 
     def to_json(self) -> dict[str, Any]:
@@ -195,6 +200,8 @@ class Comparison:
                       for e, s in self.grown],
             "loose": [{"key": key_text(e.key), "allowed": e.count, "found": len(s)} for e, s in self.loose],
             "stale": [{"key": key_text(e.key), "file": e.file, "line": e.line} for e in self.stale],
+            "not_checked": [{"key": key_text(e.key), "file": e.file, "line": e.line, "reason": why}
+                            for e, why in self.unchecked],
         }
 
 
@@ -213,21 +220,32 @@ def coverage_test(coverage: Sequence[str]) -> Callable[[str], bool]:
 
 
 def compare(sites: Iterable[Site], entries: Sequence[AllowlistEntry], scanned: Iterable[str],
-            coverage: Sequence[str] = ("",), partial_apis: frozenset[str] | None = None) -> Comparison:
+            coverage: Sequence[str] = ("",), partial_apis: frozenset[str] | None = None,
+            unchecked: Mapping[str, str] | None = None) -> Comparison:
     """Entries are judged only where the run looked: a file that was scanned,
     or a path under the scanned roots that no longer exists (deleted or
     renamed: its entries are stale, not silently carried).
+
+    ``unchecked``: path -> why the run could not analyse that file
+    completely (too large, unreadable, a parser failure). A file that was
+    not analysed has unknown sites, not zero: its entries are set apart as
+    "not checked", never stale or loose, and its sites (if any) are not
+    judged either.
 
     ``partial_apis``: the run saw only some files (pre-commit), so a derived
     site (a call to a project factory defined elsewhere) may be invisible:
     entries whose api is not one of these direct-site apis can then be
     found grown or new, never loose or stale. Full runs judge them all."""
-    scanned_set = set(scanned)
+    unanalysed = dict(unchecked or {})
+    scanned_set = set(scanned) - set(unanalysed)
     by_key: dict[Key, list[Site]] = {}
     for site in sites:
         if counted(site) and site.path in scanned_set:
             by_key.setdefault(site_key(site), []).append(site)
-    entry_by_key = {e.key: e for e in entries}
+    not_checked = tuple((e, unanalysed[e.path]) for e in sorted(entries, key=lambda e: e.key)
+                        if e.path in unanalysed)
+    entries_judged = [e for e in entries if e.path not in unanalysed]
+    entry_by_key = {e.key: e for e in entries_judged}
     new, grown, loose, ok = [], [], [], []
     covered: set[Key] = set()
     for key in sorted(by_key):
@@ -245,7 +263,7 @@ def compare(sites: Iterable[Site], entries: Sequence[AllowlistEntry], scanned: I
             covered.add(key)
     stale = []
     covers = coverage_test(coverage)
-    for entry in sorted(entries, key=lambda e: e.key):
+    for entry in sorted(entries_judged, key=lambda e: e.key):
         if entry.key in by_key:
             continue
         if partial_apis is not None and entry.api not in partial_apis:
@@ -253,7 +271,7 @@ def compare(sites: Iterable[Site], entries: Sequence[AllowlistEntry], scanned: I
         if entry.path in scanned_set or covers(entry.path):
             stale.append(entry)
     return Comparison(tuple(new), tuple(grown), tuple(loose), tuple(stale), tuple(ok), tuple(entries),
-                      frozenset(covered))
+                      frozenset(covered), not_checked)
 
 
 def apply_pins(sites: Sequence[Site], entries: Sequence[AllowlistEntry]) -> tuple[Site, ...]:
@@ -291,6 +309,7 @@ class UpdatePlan:
     renamed: tuple[Rename, ...]
     still_grown: tuple[tuple[AllowlistEntry, int], ...]
     not_added: tuple[tuple[Key, int], ...]
+    unchecked: tuple[tuple[AllowlistEntry, str], ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -352,6 +371,8 @@ def plan_update(comparison: Comparison, add_new: bool) -> UpdatePlan:
         if tier != entry.tier:
             retiered.append((entry, updated))
         kept[entry.key] = updated
+    for entry, _why in comparison.unchecked:
+        kept[entry.key] = entry  # not analysed: kept exactly as it is
     new = dict(comparison.new)
     renames = detect_renames(comparison.stale, new)
     moved_from: dict[Key, Key] = {}
@@ -385,6 +406,7 @@ def plan_update(comparison: Comparison, add_new: bool) -> UpdatePlan:
         renamed=tuple(renames),
         still_grown=tuple(still_grown),
         not_added=tuple(not_added),
+        unchecked=comparison.unchecked,
     )
 
 
@@ -431,32 +453,68 @@ def _longest_shared_prefix(sorted_paths: list[str], path: str) -> int:
     return best
 
 
-def write_allowlist(directory: Path, root: Path, entries: Sequence[AllowlistEntry],
-                    split_top_level: bool = False) -> list[str]:
-    """Write entries to their files atomically; returns the files written.
-    Files whose content would not change are left untouched."""
-    directory.mkdir(parents=True, exist_ok=True)
-    existing = [display_path(p, root) for p in allowlist_files(directory)]
-    default = display_path(directory / DEFAULT_FILE, root)
-    if split_top_level and not existing:
-        groups: dict[str, list[AllowlistEntry]] = {}
-        for e in entries:
-            top = e.path.split("/", 1)[0] if "/" in e.path else "root"
-            name = display_path(directory / f"{_safe(top)}{SUFFIX}", root)
-            groups.setdefault(name, []).append(e)
-    else:
-        groups = assign_files(entries, existing, default)
-    written = []
-    for name, members in sorted(groups.items()):
-        path = root / name if not Path(name).is_absolute() else Path(name)
-        text = render_file(members)
+class AllowlistChanged(Exception):
+    """The allowlist files changed on disk since they were read (another
+    run or an editor wrote them): plan again from what is there now."""
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    """The allowlist files' bytes by file name, to tell later whether
+    anyone wrote them in between (compare-and-swap)."""
+    out = {}
+    for path in allowlist_files(directory):
         try:
-            if path.read_text(encoding="utf-8") == text:
-                continue
+            out[path.name] = path.read_bytes()
         except OSError:
-            pass
-        atomic_write_bytes(path, text.encode("utf-8"))
-        written.append(name)
+            out[path.name] = b""
+    return out
+
+
+def write_allowlist(directory: Path, root: Path, entries: Sequence[AllowlistEntry],
+                    split_top_level: bool = False, expected: Mapping[str, bytes] | None = None,
+                    replace: bool = False) -> list[str]:
+    """Write entries to their files atomically; returns the files written.
+    Files whose content would not change are left untouched.
+
+    Under a lock on the directory, and only if the files still hold
+    ``expected`` (what the caller planned from; None: no check), else
+    AllowlistChanged: a concurrent writer's entries are never overwritten.
+    ``replace`` (``init --force``): the entries go to new files as if none
+    existed, and the old files are removed only after every new one is
+    complete, so a failing write leaves the old allowlist whole."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with locked_directory(directory):
+        if expected is not None and snapshot(directory) != dict(expected):
+            raise AllowlistChanged(str(directory))
+        old = [display_path(p, root) for p in allowlist_files(directory)]
+        existing = [] if replace else old
+        default = display_path(directory / DEFAULT_FILE, root)
+        if split_top_level and not existing:
+            groups: dict[str, list[AllowlistEntry]] = {}
+            for e in entries:
+                top = e.path.split("/", 1)[0] if "/" in e.path else "root"
+                name = display_path(directory / f"{_safe(top)}{SUFFIX}", root)
+                groups.setdefault(name, []).append(e)
+        else:
+            plain = [dataclasses.replace(e, file="") for e in entries] if replace else list(entries)
+            groups = assign_files(plain, existing, default)
+        written = []
+        for name, members in sorted(groups.items()):
+            path = root / name if not Path(name).is_absolute() else Path(name)
+            text = render_file(members)
+            try:
+                if path.read_text(encoding="utf-8") == text:
+                    continue
+            except (OSError, UnicodeDecodeError):
+                pass
+            write_atomically(path, text.encode("utf-8"))
+            written.append(name)
+        if replace:
+            for name in old:
+                if name not in groups:
+                    path = root / name if not Path(name).is_absolute() else Path(name)
+                    path.unlink()
+                    written.append(name)
     return written
 
 

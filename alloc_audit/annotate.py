@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .cache import atomic_write_bytes
+from .atomic_files import write_atomically
 from .errors import UsageError
 
 _TIERS = ("T1", "T2", "T3", "T4", "T5a", "T5b")
@@ -164,7 +164,7 @@ def apply_edits(path: Path, language: str, edits: Sequence[Edit]) -> bool:
         new = annotate_native(source, edits)
     if new == source:
         return False
-    atomic_write_bytes(path, new)
+    write_atomically(path, new)
     return True
 
 

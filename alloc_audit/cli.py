@@ -1,7 +1,8 @@
 """The command line (typer): options -> pipeline -> report -> exit code.
 
 Only this module reads argv, prints, and chooses exit codes: 0 clean, 1
-findings or gate failure, 2 usage, configuration or input error. Heavy
+findings or gate failure, 2 usage, configuration or input error, 3 an
+internal error (a bug in alloc-audit; ``entry`` says where to report it). Heavy
 modules (rich, libcst, the pipeline) are imported inside the commands so that
 ``--version`` and the pre-commit path start fast.
 """
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, TypeVar
 import typer
 
 from . import __version__
-from .errors import UsageError
+from .errors import INTERNAL_ERROR, UsageError, internal_error_message
 
 if TYPE_CHECKING:
     from .allowlist import Comparison
@@ -65,6 +66,17 @@ class FailOn(str, Enum):
     never = "never"
     warning = "warning"
     error = "error"
+
+
+class Unchecked(str, Enum):
+    fail = "fail"
+    warn = "warn"
+
+
+UNCHECKED = typer.Option(None, "--unchecked",
+                         help="Allowlist entries of files that could not be analysed (too large, unreadable, a "
+                              "parser failure): fail (default; config key 'unchecked') or warn. They are never "
+                              "pruned.", show_default=False)
 
 
 def _version(value: bool) -> None:
@@ -135,6 +147,13 @@ def load_project(paths: list[Path] | None, config_path: Path | None) -> tuple[Co
     from .catalog import load_catalog
     from .config import find_project, load_config
 
+    for path in paths or ():
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            pass  # a dangling link or a missing path: discovery names it
+        except OSError as exc:  # a symlink loop, a path through a file, no permission
+            raise UsageError(f"cannot read: {exc.strerror}", str(path)) from None
     if config_path is not None:
         if not config_path.is_file():
             raise UsageError("no such configuration file", str(config_path))
@@ -300,10 +319,10 @@ def emit(text: str, output: Path | None, summary: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    from .cache import atomic_write_bytes
+    from .atomic_files import write_atomically
 
     try:
-        atomic_write_bytes(output, text.encode("utf-8"))
+        write_atomically(output, text.encode("utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot write report: {exc.strerror}", str(output)) from None
     typer.echo(f"{summary}; report written to {output}")
@@ -544,6 +563,32 @@ def _coverage(config: Config, paths: list[Path] | None) -> tuple[str, ...]:
     return tuple("" if c == "." else c for c in out)
 
 
+def _unanalysed(result: ScanResult) -> dict[str, str]:
+    """Files whose sites are unknown, with the reason (their entries are
+    "not checked")."""
+    out: dict[str, str] = {}
+    for problem in result.unchecked:
+        out.setdefault(problem.path, problem.message)
+    return out
+
+
+def _fail_unchecked(config: Config, option: Unchecked | None) -> bool:
+    return (option.value if option is not None else config.unchecked) == "fail"
+
+
+def _file_counts(result: ScanResult) -> str:
+    """The file problems in a summary line: never let a skipped file look
+    like a file without sites."""
+    missing = len({e.path for e in result.unchecked})
+    partly = len({e.path for e in result.errors}) - missing
+    parts = []
+    if missing:
+        parts.append(f"{missing} files not analysed (listed above)")
+    if partly > 0:
+        parts.append(f"{partly} files with problems (`alloc-audit scan --format json` lists them)")
+    return "; " + ", ".join(parts) if parts else ""
+
+
 def _require_allowlist(config: Config) -> list[Any]:
     from .allowlist import load_allowlist
 
@@ -568,6 +613,7 @@ def check(
     cache_dir: Optional[Path] = CACHE_DIR,
     changed_since: Optional[str] = CHANGED,
     debug: bool = DEBUG,
+    unchecked: Optional[Unchecked] = UNCHECKED,
 ) -> None:
     """Check sites against the allowlist and run the rules; exit 1 on failure (the pre-commit hook).
 
@@ -586,7 +632,8 @@ def check(
       alloc-audit check src/engine/runner.py src/engine/worker.py
     """
     from .allowlist import apply_pins, compare
-    from .report.checks import allowlist_problems, finding_problems, render as render_checks
+    from .report.checks import (allowlist_problems, file_problems, finding_problems, render as render_checks,
+                                unchecked_problems)
 
     config, catalog = load_project(paths, config_path)
     entries = _require_allowlist(config)
@@ -594,8 +641,10 @@ def check(
     coverage = _coverage(config, paths)
     # a run over part of the tree cannot see every factory a derived site calls
     partial = None if "" in coverage else catalog.apis.api_names()
-    comparison = compare(result.sites, entries, result.scanned_paths, coverage, partial)
+    comparison = compare(result.sites, entries, result.scanned_paths, coverage, partial, _unanalysed(result))
     problems = allowlist_problems(comparison)
+    problems += unchecked_problems(comparison, _fail_unchecked(config, unchecked))
+    problems += file_problems(result.unchecked)
     severities = {"error"} if fail_on is FailOn.error else {"error", "warning"}
     findings = [f for f in result.findings if not f.suppressed and fail_on is not FailOn.never]
     problems += finding_problems(findings, fail_on is FailOn.warning)
@@ -614,7 +663,8 @@ def check(
             status = "failed" if failed else "passed"
             typer.echo(f"alloc-audit check {status}: {len(comparison.entries)} allowlist entries, "
                        f"{len(comparison.new)} new, {len(comparison.grown)} grown, {len(comparison.loose)} loose, "
-                       f"{len(comparison.stale)} stale; {len(findings)} rule findings; {errors} errors",
+                       f"{len(comparison.stale)} stale, {len(comparison.unchecked)} not checked; "
+                       f"{len(findings)} rule findings; {errors} errors{_file_counts(result)}",
                        err=failed)
     if failed:
         raise typer.Exit(1)
@@ -633,6 +683,7 @@ def gate(
     no_cache: bool = NO_CACHE,
     cache_dir: Optional[Path] = CACHE_DIR,
     debug: bool = DEBUG,
+    unchecked: Optional[Unchecked] = UNCHECKED,
 ) -> None:
     """CI gate: fail if the allowlist grew since --base, listing what grew and the sites that need it.
 
@@ -651,7 +702,8 @@ def gate(
     from .allowlist import compare, compare_allowlists, load_texts
     from .gitio import list_tree, require_ref, show
     from .keys import site_key
-    from .report.checks import allowlist_problems, finding_problems, gate_problems, render as render_checks
+    from .report.checks import (allowlist_problems, file_problems, finding_problems, gate_problems,
+                                render as render_checks, unchecked_problems)
 
     config, catalog = load_project(None, config_path)
     require_ref(config.root, base)
@@ -687,13 +739,15 @@ def gate(
             sites_by_key.setdefault(site_key(site), []).append(site)
         problems += gate_problems(result, sites_by_key, allow_growth)
         grew = result.failed
-    comparison = compare(scan.sites, now_entries, scan.scanned_paths, ("",))
+    comparison = compare(scan.sites, now_entries, scan.scanned_paths, ("",), None, _unanalysed(scan))
     problems += allowlist_problems(comparison)
+    not_checked = unchecked_problems(comparison, _fail_unchecked(config, unchecked))
+    problems += not_checked + file_problems(scan.unchecked)
     findings = [f for f in scan.findings if not f.suppressed and f.severity.value == "error"]
     problems += finding_problems(findings, False)
     problems.sort(key=lambda p: (p.path, p.line, p.title))
     sys.stdout.write("".join(out) + render_checks(problems, fmt.value))
-    check_failed = comparison.failed or bool(findings)
+    check_failed = comparison.failed or bool(findings) or any(p.level == "error" for p in not_checked)
     if fmt is CheckFormat.text:
         if result is not None:
             summary = (f"alloc-audit gate against {base}: {len(result.grown)} grown, {len(result.shrunk)} lowered, "
@@ -701,7 +755,9 @@ def gate(
             if grew and allow_growth:
                 summary += " — growth let through by --allow-growth"
             typer.echo(summary)
-        typer.echo(f"alloc-audit check: {'failed' if check_failed else 'passed'}")
+        typer.echo(f"alloc-audit check: {'failed' if check_failed else 'passed'}"
+                   + (f" ({len(comparison.unchecked)} entries not checked)" if comparison.unchecked else "")
+                   + _file_counts(scan))
     if (grew and not allow_growth) or check_failed:
         raise typer.Exit(1)
 
@@ -722,7 +778,7 @@ def allowlist_init(
 
       alloc-audit allowlist init && git add allowlists/
     """
-    from .allowlist import AllowlistEntry, _tier_of, allowlist_files, write_allowlist
+    from .allowlist import AllowlistEntry, _tier_of, allowlist_files, load_allowlist, write_allowlist
     from .keys import site_key
 
     config, catalog = load_project(None, config_path)
@@ -736,12 +792,22 @@ def allowlist_init(
         if site.kind.value != "release":
             groups.setdefault(site_key(site), []).append(site)
     entries = [AllowlistEntry(k[0], k[1], k[2], len(v), _tier_of(v)) for k, v in sorted(groups.items())]
-    if force:
-        for path in existing:
-            path.unlink()
-    written = write_allowlist(config.allowlist_dir, config.root, entries, split_top_level=split)
+    unanalysed = _unanalysed(result)
+    kept = []
+    if force and unanalysed:
+        # the old entries of files this run could not analyse stay as they are
+        kept = [e for e in load_allowlist(config.allowlist_dir, config.root) or () if e.path in unanalysed]
+        entries += kept
+    try:
+        written = write_allowlist(config.allowlist_dir, config.root, entries, split_top_level=split, replace=force)
+    except OSError as exc:
+        raise UsageError(f"cannot write the allowlist ({exc.strerror or exc}); the old one is unchanged",
+                         str(config.allowlist_dir)) from None
     sites = sum(e.count for e in entries)
-    typer.echo(f"alloc-audit: wrote {len(entries)} entries ({sites} sites) to {', '.join(written) or 'nothing'}")
+    for problem in result.unchecked:
+        typer.echo(f"! not analysed  {problem.path}: {problem.message}; its sites are not on the allowlist", err=True)
+    typer.echo(f"alloc-audit: wrote {len(entries)} entries ({sites} sites) to {', '.join(written) or 'nothing'}"
+               + (f"; kept {len(kept)} entries of files not analysed" if kept else "") + _file_counts(result))
 
 
 @allowlist_app.command("update")
@@ -764,19 +830,35 @@ def allowlist_update(
 
       alloc-audit allowlist update --add-new --dry-run
     """
-    from .allowlist import compare, plan_update, write_allowlist
+    from .allowlist import AllowlistChanged, compare, plan_update, snapshot, write_allowlist
 
     config, catalog = load_project(None, config_path)
+    before = snapshot(config.allowlist_dir)
     entries = _require_allowlist(config)
     result = run_project_scan(config, catalog, None, jobs, no_cache, None, None, True, False)
-    plan = plan_update(compare(result.sites, entries, result.scanned_paths, ("",)), add_new)
-    lines = _update_summary(plan)
-    if dry_run:
-        typer.echo("".join(lines) + "alloc-audit: dry run, nothing written")
-        return
-    written = write_allowlist(config.allowlist_dir, config.root, plan.entries)
+    for _attempt in range(20):
+        plan = plan_update(compare(result.sites, entries, result.scanned_paths, ("",), None, _unanalysed(result)),
+                           add_new)
+        lines = _update_summary(plan)
+        if dry_run:
+            typer.echo("".join(lines) + "alloc-audit: dry run, nothing written" + _file_counts(result))
+            return
+        try:
+            written = write_allowlist(config.allowlist_dir, config.root, plan.entries, expected=before)
+            break
+        except OSError as exc:
+            raise UsageError(f"cannot write the allowlist ({exc.strerror or exc}); the old one is unchanged",
+                             str(config.allowlist_dir)) from None
+        except AllowlistChanged:
+            # another run (or an editor) wrote the allowlist while we scanned:
+            # plan again from its version, so its entries are not lost
+            before = snapshot(config.allowlist_dir)
+            entries = _require_allowlist(config)
+    else:
+        raise UsageError("the allowlist kept changing while it was being updated; nothing written",
+                         str(config.allowlist_dir))
     typer.echo("".join(lines) + (f"alloc-audit: wrote {', '.join(written)}" if written else
-                                 "alloc-audit: the allowlist is up to date"))
+                                 "alloc-audit: the allowlist is up to date") + _file_counts(result))
 
 
 def _update_summary(plan: Any) -> list[str]:
@@ -797,6 +879,8 @@ def _update_summary(plan: Any) -> list[str]:
         out.append(f"! grown    {key_text(e.key)} accepts {e.count}, the code has {found} (use --add-new to accept)\n")
     for key, found in plan.not_added:
         out.append(f"! new      {key_text(key)} x{found} not added (use --add-new to accept)\n")
+    for e, why in plan.unchecked:
+        out.append(f"? not checked {key_text(e.key)} kept as it is: {e.path} could not be analysed ({why})\n")
     return out
 
 
@@ -875,7 +959,7 @@ def allowlist_merge_driver(
       allowlists/*.allowlist merge=alloc-audit
     """
     from .allowlist import merge_entries, parse_allowlist, render_file
-    from .cache import atomic_write_bytes
+    from .atomic_files import write_atomically
 
     def read(path: Path, label: str) -> list[Any]:
         try:
@@ -890,7 +974,10 @@ def allowlist_merge_driver(
         # leave %A as it is: git reports a conflict for a hand merge
         typer.echo(f"alloc-audit merge-driver: {exc}", err=True)
         raise typer.Exit(1) from None
-    atomic_write_bytes(ours, render_file(merged).encode("utf-8"))
+    try:
+        write_atomically(ours, render_file(merged).encode("utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot write the merge result: {exc.strerror or exc}", str(ours)) from None
 
 
 
@@ -986,6 +1073,16 @@ def audit(
 
 
 def entry() -> None:
-    """Console-script entry point."""
-    app(prog_name="alloc-audit")
+    """Console-script entry point: an exception that escapes a command is
+    our bug, and exits INTERNAL_ERROR (3) so CI can tell a broken tool from
+    a failing check (1) or a usage error (2)."""
+    try:
+        app(prog_name="alloc-audit")
+    except Exception as exc:  # the process boundary; KeyboardInterrupt is handled in _guard
+        if "--debug" in sys.argv[1:]:
+            import traceback
+
+            traceback.print_exc()
+        typer.echo(internal_error_message(exc), err=True)
+        sys.exit(INTERNAL_ERROR)
 

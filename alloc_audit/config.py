@@ -50,6 +50,10 @@ PACK_KNOBS: dict[str, tuple[str, str]] = {
     "initialisers": ("grow", "initialisers"),
     "hot-paths": ("hot", "paths"),
 }
+# Call depths the rules follow: each level multiplies the paths a rule may
+# walk, so a depth in the millions would never finish; real chains from a
+# capture to an allocation are a handful of calls deep.
+MAX_DEPTH = 32
 PACK_DEPTHS: dict[str, tuple[str, str]] = {
     "capture-depth": ("capture", "depth"),
     "flow-depth": ("free-memory", "depth"),
@@ -79,6 +83,7 @@ _KNOWN = (
     "severity",
     "default-pack",
     "bindings",
+    "unchecked",
 )
 
 
@@ -107,6 +112,9 @@ class Config:
     severity: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     # name -> integer, for the report's size estimates (sizes.py)
     bindings: tuple[tuple[str, int], ...] = ()
+    # allowlist entries of files that could not be analysed: "fail" the
+    # check and the gate (default) or "warn"
+    unchecked: str = "fail"
 
     @property
     def allowlist_dir(self) -> Path:
@@ -205,12 +213,14 @@ def _validate(
             raise fail(key, f"'{key}' must be a list of strings, got {_type_name(value)}")
         return tuple(value)
 
-    def integer(key: str, default: int | None, minimum: int) -> int | None:
+    def integer(key: str, default: int | None, minimum: int, maximum: int | None = None) -> int | None:
         value = table.get(key, default)
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise fail(key, f"'{key}' must be an integer >= {minimum}, got {value!r}")
+        if maximum is not None and value > maximum:
+            raise fail(key, f"'{key}' must be an integer from {minimum} to {maximum}, got {value!r}")
         return value
 
     def string(key: str, default: str) -> str:
@@ -229,7 +239,7 @@ def _validate(
         str_list(key)
     extensions = tuple((sec, k, str_list(key)) for key, (sec, k) in PACK_KNOBS.items() if key in table)
     depths = tuple(
-        (sec, k, integer(key, None, 0) or 0) for key, (sec, k) in PACK_DEPTHS.items() if key in table
+        (sec, k, integer(key, None, 0, MAX_DEPTH) or 0) for key, (sec, k) in PACK_DEPTHS.items() if key in table
     )
 
     class_tiers_raw = table.get("class-tiers", {})
@@ -258,6 +268,10 @@ def _validate(
     if not isinstance(default_pack, bool):
         raise fail("default-pack", f"'default-pack' must be true or false, got {_type_name(default_pack)}")
 
+    unchecked = table.get("unchecked", "fail")
+    if unchecked not in ("fail", "warn"):
+        raise fail("unchecked", f"'unchecked' must be \"fail\" or \"warn\", got {unchecked!r}")
+
     max_size = integer("max-file-size", DEFAULT_MAX_FILE_SIZE, 1)
     assert max_size is not None
     return Config(
@@ -268,7 +282,7 @@ def _validate(
         max_file_size=max_size,
         allowlist=string("allowlist", "allowlists"),
         cache_dir=string("cache-dir", ".alloc-audit-cache"),
-        jobs=integer("jobs", None, 1),
+        jobs=integer("jobs", None, 1, 1024),
         api_catalogues=tuple(_resolve(base, p) for p in str_list("api-catalogues")),
         apis=tables("apis"),
         allocators=str_list("allocators"),
@@ -283,6 +297,7 @@ def _validate(
         disable=str_list("disable"),
         severity=tuple(sorted(severity_raw.items())),
         bindings=tuple(sorted(bindings_raw.items())),
+        unchecked=unchecked,
     )
 
 

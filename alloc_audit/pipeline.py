@@ -34,9 +34,10 @@ from .catalog import Catalog, passes_prefilter
 from .classify import classify_sites
 from .config import Config
 from .discover import SourceFile, discover_files
+from .errors import UsageError
 from .index import ProjectIndex, build_index, expansion_wants
 from .model import FileError, FileFacts, Finding, Language, Site, Tier
-from .parse import error_summary, grammar_versions, parse_source
+from .parse import error_summary, grammar_versions, nesting_problem, parse_source
 
 LOG = logging.getLogger("alloc_audit")
 # A worker returns one of these per file.
@@ -76,6 +77,11 @@ class ScanResult:
     files: dict[str, FileFacts] = field(default_factory=dict)
     index: ProjectIndex | None = None
     scanned_paths: frozenset[str] = frozenset()
+    # Files whose sites may be incomplete (over the size limit, unreadable,
+    # an undecodable name, a parser or extractor failure), with the reason;
+    # also listed in ``errors``. Their allowlist entries are "not checked":
+    # never judged stale, never pruned (ratchet).
+    unchecked: tuple[FileError, ...] = ()
 
     @property
     def direct_sites(self) -> tuple[Site, ...]:
@@ -129,7 +135,8 @@ def _facts_or_skip(source: SourceFile, data: bytes, digest: str, catalog: Catalo
     if cached is not None:
         return cached[0], cached[1], cached[2]
     if b"\0" in data[:8192]:
-        return SKIP, (), "binary content (a NUL byte in the first 8 KiB); skipped"
+        # not analysed (FAILED, not SKIP): its allowlist entries are "not checked"
+        return FAILED, "binary content (a NUL byte in the first 8 KiB); skipped", None
     warning = None
     try:
         data.decode("utf-8")
@@ -144,6 +151,9 @@ def _facts_or_skip(source: SourceFile, data: bytes, digest: str, catalog: Catalo
         # names it mentions (see mentions.py); Python files are also wanted
         # by module name. Cached by the parent, in one table (Cache.load_skips).
         return SKIP, mentions.identifiers(data), warning
+    too_deep = nesting_problem(data, source.language)
+    if too_deep is not None:
+        return FAILED, too_deep, None
     apis = catalog.apis
     parsed = parse_source(data, source.language, apis.attribute_macros, apis.specifier_macros,
                           apis.lone_macro_lines)
@@ -194,6 +204,9 @@ def _cache_for(config: Config, catalog: Catalog, options: ScanOptions) -> Cache:
     if not options.use_cache:
         return Cache(None, salt)
     directory = options.cache_dir or (config.root / config.cache_dir)
+    if directory.exists() and not directory.is_dir():
+        raise UsageError("the cache directory is not a directory (give --cache-dir a directory, or --no-cache)",
+                         str(directory))
     return Cache(directory, salt)
 
 
@@ -233,15 +246,57 @@ def _run_files(items: list[tuple[SourceFile, bool]], catalog: Catalog, cache: Ca
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    from concurrent.futures import as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
     context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     cache_dir = str(cache.directory) if cache.enabled and cache.directory is not None else None
+    initargs = (catalog, cache_dir, cache.salt)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_init_worker,
-                             initargs=(catalog, cache_dir, cache.salt)) as pool:
-        futures = [pool.submit(_process_batch, batch) for batch in _batches(items, jobs)]
-        from concurrent.futures import as_completed
-
-        for future in as_completed(futures):
+                             initargs=initargs) as pool:
+        pending = {pool.submit(_process_batch, batch): batch for batch in _batches(items, jobs)}
+        try:
+            for future in as_completed(list(pending)):
+                outcomes = future.result()
+                del pending[future]
+                yield from outcomes
+        except BrokenProcessPool:
+            LOG.debug("a worker died; %d batches are run again one file at a time", len(pending))
+    left: list[tuple[SourceFile, bool]] = []
+    for future, batch in pending.items():
+        if future.done() and not future.cancelled() and future.exception() is None:
             yield from future.result()
+        else:
+            left.extend(batch)
+    if left:
+        yield from _run_isolated(left, context, initargs)
+
+
+def _run_isolated(items: list[tuple[SourceFile, bool]], context: Any,
+                  initargs: tuple[Catalog, str | None, str]) -> Iterator[tuple[str, str, str, Any, str | None]]:
+    """After a worker died (a native crash in a parser): the files of the
+    batches that did not finish, one at a time in a one-worker pool, so the
+    file that kills its worker is known and becomes a per-file error; the
+    rest of the scan is complete and the same as with --jobs 1."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool: ProcessPoolExecutor | None = None
+    try:
+        for source, force in sorted(items, key=lambda it: it[0].path):
+            if pool is None:
+                pool = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_init_worker,
+                                           initargs=initargs)
+            try:
+                yield from pool.submit(_process_batch, [(source, force)]).result()
+            except BrokenProcessPool:
+                pool.shutdown(wait=True)
+                pool = None
+                yield (source.path, "", FAILED,
+                       "the parser crashed on this file (its worker process died); not analysed", None)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 def _result_key(cache: Cache, config: Config, catalog: Catalog, files: Sequence[SourceFile],
@@ -296,8 +351,11 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     if cache.enabled and len(digests) == len(files):
         key = _result_key(cache, config, catalog, files, digests, options.with_rules)
         stored = cache.load_result(key)
-        if stored is not None:
-            result = _decode_result(stored, config.root, time.perf_counter() - started)
+        try:
+            result = _decode_result(stored, config.root, time.perf_counter() - started) if stored else None
+        except (TypeError, ValueError):  # a result stored in an older layout: a miss
+            result = None
+        if result is not None:
             if misses:
                 table = dict(stat_table)
                 table.update({f.path: (f.size, f.mtime_ns, f.inode, digests[f.path]) for f in misses})
@@ -317,6 +375,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     facts: dict[str, FileFacts] = {}
     skipped: dict[str, tuple[str, ...]] = {}  # path -> the identifiers it mentions
     errors: list[FileError] = list(discovery.errors)
+    unchecked: list[FileError] = list(discovery.unchecked)
     new_digests: dict[str, str] = {}
     skip_table = cache.load_skips(root_key) if cache.enabled else {}
     new_skips: dict[str, tuple[str, tuple[str, ...], str | None]] = {}
@@ -340,6 +399,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
                 errors.append(FileError(path, warning))
         else:
             errors.append(FileError(path, payload))
+            unchecked.append(FileError(path, payload))
+            facts.pop(path, None)
 
     # files known unchanged and skipped last time need no worker
     todo: list[tuple[SourceFile, bool]] = []
@@ -426,6 +487,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         files=facts,
         index=index,
         scanned_paths=frozenset(f.path for f in files),
+        unchecked=tuple(sorted(set(unchecked), key=lambda e: (e.path, e.message))),
     )
     if cache.enabled:
         table = {f.path: (f.size, f.mtime_ns, f.inode, new_digests[f.path]) for f in files if f.path in new_digests}
@@ -471,6 +533,7 @@ def _narrow(result: ScanResult, report_paths: frozenset[str] | None) -> ScanResu
         findings=tuple(f for f in result.findings if f.path in keep),
         errors=tuple(e for e in result.errors if e.path in keep),
         scanned_paths=result.scanned_paths & keep,
+        unchecked=tuple(e for e in result.unchecked if e.path in keep),
     )
 
 
@@ -481,11 +544,12 @@ def _encode_result(result: ScanResult) -> Any:
         tuple(serial.encode(e) for e in result.errors),
         (result.stats.files, result.stats.parsed, result.stats.parse_errors, result.stats.lines),
         tuple(sorted(result.scanned_paths)),
+        tuple(serial.encode(e) for e in result.unchecked),
     )
 
 
 def _decode_result(stored: Any, root: Path, seconds: float) -> ScanResult:
-    sites, findings, errors, stats, scanned = stored
+    sites, findings, errors, stats, scanned, unchecked = stored
     return ScanResult(
         root=root,
         sites=tuple(serial.decode(Site, s) for s in sites),
@@ -493,6 +557,7 @@ def _decode_result(stored: Any, root: Path, seconds: float) -> ScanResult:
         errors=tuple(serial.decode(FileError, e) for e in errors),
         stats=Stats(files=stats[0], parsed=stats[1], parse_errors=stats[2], seconds=seconds, lines=stats[3]),
         scanned_paths=frozenset(scanned),
+        unchecked=tuple(serial.decode(FileError, e) for e in unchecked),
     )
 
 

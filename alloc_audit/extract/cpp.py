@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 import tree_sitter as ts
 
@@ -37,7 +37,7 @@ from ..model import (
 )
 from ..parse import language
 from .annotations import MARKER, next_code_line, parse_annotation
-from .nodes import Containers, Source, comment_nodes, inside_error, ordered_captures
+from .nodes import Ancestry, Containers, Source, comment_nodes, inside_error, ordered_captures
 
 _QUERY_TEXT = """
 (function_definition) @def
@@ -156,6 +156,7 @@ class _Extractor:
         self.src = Source(source)
         self.tree = tree
         self.apis = apis
+        self.up = Ancestry(tree.root_node)
 
     def run(self, grammar: Language) -> FileFacts:
         caps = ordered_captures(_query(grammar), self.tree.root_node)
@@ -456,17 +457,15 @@ class _Extractor:
                 device=device,
                 target=target,
                 wrapper=self._wrapper(node),
-                stmt_line=_statement_line(node),
-                recovered=self.tree.root_node.has_error and inside_error(node),
+                stmt_line=_statement_line(node, self.up.parent),
+                recovered=self.tree.root_node.has_error and inside_error(node, self.up.parent),
             )
         )
 
     def _wrapper(self, node: Any) -> str | None:
-        parent = node.parent
-        if parent is None or parent.type != "argument_list" or parent.parent is None:
-            return None
-        outer = parent.parent
-        if outer.type != "call_expression":
+        parent = self.up.parent(node)
+        outer = self.up.parent(parent) if parent is not None and parent.type == "argument_list" else None
+        if outer is None or outer.type != "call_expression":
             return None
         fn = outer.child_by_field_name("function")
         return self._callee(fn)[0] if fn is not None else None
@@ -672,11 +671,11 @@ def _unwrapped(node: Any) -> Any:
     return node
 
 
-def _statement_line(node: Any) -> int:
+def _statement_line(node: Any, parent_of: Callable[[Any], Any | None]) -> int:
     child = node
-    parent = node.parent
+    parent = parent_of(node)
     while parent is not None and parent.type not in _STATEMENT_PARENTS:
-        child, parent = parent, parent.parent
+        child, parent = parent, parent_of(parent)
     return child.start_point[0] + 1
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from operator import attrgetter
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..model import Span
 
@@ -150,11 +150,45 @@ _HEADERS = {"function_definition": ("parameters", "declarator", "name"), "class_
             "class_specifier": ("name",), "struct_specifier": ("name",)}
 
 
-def inside_error(node: Any) -> bool:
+class Ancestry:
+    """Parents of the nodes an extractor asks about, mostly in document
+    order, in amortised constant time. tree-sitter's ``Node.parent`` walks
+    down from the root on every call, O(depth); in a 20,000-branch
+    ``else if`` chain the depth is the chain's length, and asking for every
+    site's parent made extraction quadratic (231 s, issue 14). This keeps
+    the path from the root to the last node asked about and moves along it:
+    up to the first ancestor that contains the next node, then down."""
+
+    __slots__ = ("_path", "steps")
+
+    def __init__(self, root: Any) -> None:
+        self._path = [root]
+        self.steps = 0  # nodes walked down to, in total (linear in the tree: tests/test_nodes.py)
+
+    def parent(self, node: Any) -> Any | None:
+        path = self._path
+        # walking up from the last node: it is on the path already
+        for i in range(len(path) - 1, max(-1, len(path) - 32), -1):
+            if path[i] == node:
+                return path[i - 1] if i > 0 else None
+        start, end = node.start_byte, node.end_byte
+        while len(path) > 1 and not (path[-1].start_byte <= start and end <= path[-1].end_byte):
+            path.pop()
+        while path[-1] != node:
+            child = path[-1].child_with_descendant(node)
+            if child is None:  # not below the path (an empty node at a boundary)
+                return node.parent
+            path.append(child)
+            self.steps += 1
+        return path[-2] if len(path) > 1 else None
+
+
+def inside_error(node: Any, parent_of: Callable[[Any], Any | None] | None = None) -> bool:
     """Whether a node lies inside an ERROR node, or inside a definition whose
     header the parser had to repair (its scope boundaries are then guesses).
     Walks up the tree: use sparingly."""
-    parent = node.parent
+    up = parent_of or _parent
+    parent = up(node)
     while parent is not None:
         if parent.type == "ERROR":
             return True
@@ -164,5 +198,9 @@ def inside_error(node: Any) -> bool:
                 part = parent.child_by_field_name(name)
                 if part is not None and part.has_error:
                     return True
-        parent = parent.parent
+        parent = up(parent)
     return False
+
+
+def _parent(node: Any) -> Any | None:
+    return node.parent

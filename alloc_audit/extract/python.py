@@ -9,9 +9,10 @@ over the tree. Import aliases are resolved while callees are read, so
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
-from typing import Any
+from typing import Any, Callable
 
 import tree_sitter as ts
 
@@ -35,7 +36,7 @@ from ..model import (
 )
 from ..parse import language
 from .annotations import MARKER, next_code_line, parse_annotation
-from .nodes import Containers, Source, comment_nodes, inside_error, ordered_captures
+from .nodes import Ancestry, Containers, Source, comment_nodes, inside_error, ordered_captures
 
 _QUERY_TEXT = """
 (function_definition) @def
@@ -113,6 +114,7 @@ class _Extractor:
         self.src = Source(source)
         self.tree = tree
         self.apis = apis
+        self.up = Ancestry(tree.root_node)
         self.module = module_name(path)
         self.aliases: dict[str, str] = {}
 
@@ -325,7 +327,9 @@ class _Extractor:
             # `torch.empty` as written, mostly; else without spaces and line breaks
             flat = raw if _DOTTED.fullmatch(raw) else \
                 raw.replace(" ", "").replace("\n", "").replace("\t", "").replace("\\", "")
-            if flat is raw or _DOTTED.fullmatch(flat):
+            # a name longer than the 200-byte cap is cut: its last name comes
+            # from the attribute node below, not from the cut text
+            if (flat is raw or _DOTTED.fullmatch(flat)) and "." in flat:
                 dotted = self.resolve(flat)
                 return dotted, dotted, flat.rsplit(".", 1)[1]
             obj = fn.child_by_field_name("object")
@@ -401,7 +405,7 @@ class _Extractor:
                 continue
             args = _args(src, args_node) if args_node.type == "argument_list" else ()
             if target is None:
-                target = _target_of(node, src)  # a method chain on the allocation
+                target = _target_of(node, src, self.up.parent)  # a method chain on the allocation
             site = self._site(node, spec, scope, span_of(node), args, target, device_ranges)
             if site is not None:
                 sites.append(site)
@@ -473,19 +477,18 @@ class _Extractor:
             device=device,
             target=target,
             wrapper=self._wrapper(node),
-            stmt_line=_statement_line(node),
-            recovered=self.tree.root_node.has_error and inside_error(node),
+            stmt_line=_statement_line(node, self.up.parent),
+            recovered=self.tree.root_node.has_error and inside_error(node, self.up.parent),
         )
 
     def _wrapper(self, node: Any) -> str | None:
         """The callee the allocation is passed to as an argument, if any."""
-        parent = node.parent
+        up = self.up.parent
+        parent = up(node)
         if parent is not None and parent.type == "keyword_argument":
-            parent = parent.parent
-        if parent is None or parent.type != "argument_list" or parent.parent is None:
-            return None
-        outer = parent.parent
-        if outer.type != "call":
+            parent = up(parent)
+        outer = up(parent) if parent is not None and parent.type == "argument_list" else None
+        if outer is None or outer.type != "call":
             return None
         fn = outer.child_by_field_name("function")
         return self.callee_of(fn)[0] if fn is not None else None
@@ -499,20 +502,34 @@ class _Extractor:
         pending = [s for s in sites if s.wrapper is None and s.target and s.target.isidentifier()]
         if not pending:
             return sites
-        wanted = {s.scope for s in pending}
-        by_scope: dict[str, list[int]] = {}
+        wanted: dict[str, set[str]] = {}
+        for site in pending:
+            wanted.setdefault(site.scope, set()).add(site.target or "")
+        # Per (scope, name): the calls taking that name as a whole argument,
+        # in call order, found in one pass over the calls; each site then
+        # bisects for the first one after it. (Looping over the scope's calls
+        # per site was quadratic: 20 s for a function of 8,000 allocations.)
+        takers: dict[tuple[str, str], list[int]] = {}
         for i, scope in enumerate(calls.scopes):
-            if scope in wanted:
-                by_scope.setdefault(scope, []).append(i)
+            targets = wanted.get(scope)
+            if not targets:
+                continue
+            arglist = calls.arglists[i]
+            words = targets.intersection(_WORDS.findall(arglist))
+            if words:
+                for word in words.intersection(a.text for a in split_args(arglist, False)):
+                    takers.setdefault((scope, word), []).append(i)
+        lines = {key: [calls.line(i) for i in found] for key, found in takers.items()}
+        ordered = {key: all(a <= b for a, b in zip(ln, ln[1:])) for key, ln in lines.items()}
         handed: dict[int, str] = {}
         for site in pending:
-            for i in by_scope.get(site.scope, ()):
-                arglist = calls.arglists[i]
-                if site.target not in arglist or calls.line(i) <= site.span.end_line:
-                    continue
-                if site.target in {a.text for a in split_args(arglist, False)}:
-                    handed[id(site)] = calls.callees[i]
-                    break
+            key = (site.scope, site.target or "")
+            found = takers.get(key)
+            if not found:
+                continue
+            at = _first_after(lines[key], site.span.end_line, ordered[key])
+            if at is not None:
+                handed[id(site)] = calls.callees[found[at]]
         return [dataclasses.replace(s, wrapper=handed[id(s)]) if id(s) in handed else s for s in sites]
 
     def _mark_exports(self, sites: list[Site], calls: CallTable) -> list[Site]:
@@ -737,12 +754,24 @@ def _args(src: Source, node: Any) -> tuple[Arg, ...]:
     return tuple(out)
 
 
-def _target_of(node: Any, src: Source) -> str | None:
+_WORDS = re.compile(r"\w+")
+
+
+def _first_after(lines: list[int], line: int, ordered: bool) -> int | None:
+    """The index of the first entry greater than ``line``: bisect when the
+    lines are in order (calls come in document order), else scan."""
+    if ordered:
+        at = bisect.bisect_right(lines, line)
+        return at if at < len(lines) else None
+    return next((i for i, value in enumerate(lines) if value > line), None)
+
+
+def _target_of(node: Any, src: Source, parent_of: Callable[[Any], Any | None]) -> str | None:
     """The assignment target that receives a call's value: the call may be the
     right-hand side itself or the start of a method chain on it
     (``self.buf = torch.empty(n).view(a, b)``)."""
     child = node
-    parent = node.parent
+    parent = parent_of(node)
     while parent is not None:
         t = parent.type
         if t == "assignment":
@@ -752,23 +781,23 @@ def _target_of(node: Any, src: Source) -> str | None:
             return None
         if t == "attribute" and parent.child_by_field_name("object") == child:
             child = parent
-            parent = parent.parent
+            parent = parent_of(parent)
             if parent is not None and parent.type == "call" and parent.child_by_field_name("function") == child:
                 child = parent
-                parent = parent.parent
+                parent = parent_of(parent)
             continue
         if t in ("parenthesized_expression", "await"):
-            child, parent = parent, parent.parent
+            child, parent = parent, parent_of(parent)
             continue
         return None
     return None
 
 
-def _statement_line(node: Any) -> int:
+def _statement_line(node: Any, parent_of: Callable[[Any], Any | None]) -> int:
     child = node
-    parent = node.parent
+    parent = parent_of(node)
     while parent is not None and parent.type not in ("block", "module"):
-        child, parent = parent, parent.parent
+        child, parent = parent, parent_of(parent)
     return child.start_point[0] + 1
 
 
