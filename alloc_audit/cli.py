@@ -36,6 +36,8 @@ app = typer.Typer(
         "Static audit of GPU memory allocation in Python/C++/CUDA engines: a census of every "
         "allocation site with its lifetime tier, hazard rules, and an allowlist that may only shrink."
     ),
+    epilog=("Exit codes: 0 clean; 1 findings, check or gate failed; 2 usage, configuration or input error; "
+            "3 internal error (a bug in alloc-audit: the message says where to report it)."),
     no_args_is_help=True,
     add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
