@@ -333,6 +333,8 @@ def test_the_pool_survives_a_worker_that_dies(monkeypatch: pytest.MonkeyPatch, t
                  id="api = 5 in a catalogue"),
     pytest.param("capture-depth = 100000000\n", ("scan",), "'capture-depth' must be an integer from 0 to 32",
                  id="capture-depth 1e8"),
+    pytest.param("max-file-size = 100000000\n", ("scan",), "'max-file-size' must be an integer from 1 to 33554432",
+                 id="max-file-size 100 MB"),
 ])
 def test_bad_input_exits_2_without_traceback(tmp_path: Path, config: str, args: tuple[str, ...],
                                              message: str) -> None:
@@ -365,6 +367,7 @@ def test_internal_error_exits_3_and_says_where_to_report(tmp_path: Path, monkeyp
     assert "Traceback" not in err
     code, _out, err = in_process(monkeypatch, capsys, root, "check", "--no-cache", "--debug")
     assert code == 3 and "Traceback" in err
+    assert "3 internal error" in run_cli("--help", cwd=root).out
 
 
 # ---------------------------------------------------------------- real processes: kills and races
