@@ -393,7 +393,7 @@ def _comparison_if_present(config: Config, result: ScanResult) -> Comparison | N
     entries = load_allowlist(config.allowlist_dir, config.root)
     if entries is None:
         return None
-    return compare(result.sites, entries, result.scanned_paths)
+    return compare(result.sites, entries, result.scanned_paths, ("",), None, _unanalysed(result))
 
 
 # ---------------------------------------------------------------- report
@@ -938,7 +938,10 @@ def allowlist_explain(
     typer.echo(f"{key_text(key)}: " + (entry_line(entry) if entry else "no allowlist entry"))
     for site in sites:
         typer.echo(f"  {site.path}:{site.span.line}: {site.api} ({site.tier.value}: {site.tier_reason})")
-    if not sites:
+    unanalysed = _unanalysed(result)
+    if not sites and key[0] in unanalysed:
+        typer.echo(f"  not checked: {key[0]} could not be analysed ({unanalysed[key[0]]})")
+    elif not sites:
         typer.echo("  no site matches it (stale)" if entry else "  no site has this key")
 
 

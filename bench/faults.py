@@ -60,7 +60,8 @@ def cli(root: Path, *args: str, env: dict[str, str] | None = None, timeout: floa
     full = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": os.pathsep.join(
         [str(HOOK_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]), **(env or {})}
     try:
-        proc = subprocess.run([*exe, *args], cwd=root, capture_output=True, text=True, env=full, timeout=timeout)
+        proc = subprocess.run([*exe, *args], cwd=root, capture_output=True, text=True, errors="replace", env=full,
+                              timeout=timeout)
     except subprocess.TimeoutExpired:
         return None, "", ""
     return proc.returncode, proc.stdout, proc.stderr

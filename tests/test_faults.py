@@ -154,6 +154,14 @@ def test_cache_deleted_during_the_run_loses_no_site(tmp_path: Path, monkeypatch:
     assert "removed" not in out
     assert entry_keys(root) == {("src/a.py", "f", "torch.empty"), ("src/b.py", "g", "torch.zeros")}
     assert calls[0] >= 2
+    # and a scan whose cache vanishes gives what --no-cache gives
+    shutil.rmtree(root / ".alloc-audit-cache")
+    calls[0] = 0
+    code, out, err = in_process(monkeypatch, capsys, root, "scan", "--format", "json", "--jobs", "1")
+    assert code == 0, err
+    doc = json.loads(out)
+    doc["stats"].pop("seconds")
+    assert doc == scan_doc(root, "--no-cache")
 
 
 def test_edited_cache_entry_is_a_miss(tmp_path: Path) -> None:
