@@ -244,9 +244,7 @@ def _run_files(items: list[tuple[SourceFile, bool]], catalog: Catalog, cache: Ca
             yield process_file(source, catalog, cache, force)
         return
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    from concurrent.futures import as_completed
+    from concurrent.futures import ProcessPoolExecutor, as_completed
     from concurrent.futures.process import BrokenProcessPool
 
     context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
@@ -400,7 +398,6 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         else:
             errors.append(FileError(path, payload))
             unchecked.append(FileError(path, payload))
-            facts.pop(path, None)
 
     # files known unchanged and skipped last time need no worker
     todo: list[tuple[SourceFile, bool]] = []
