@@ -29,13 +29,20 @@ from typing import Callable
 A_SITE = 'import torch\n\n\ndef f{i}(n):\n    return torch.empty(n, device="cuda")\n'
 HOOK = '''
 import os
+import importlib
+def _module(*names):
+    for name in names:  # the layout before and after issue 10
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            pass
 if os.environ.get("ALLOC_AUDIT_FAULT") == "bug":
-    import alloc_audit.pipeline as _p
+    _p = _module("alloc_audit.pipeline.run", "alloc_audit.pipeline")
     def _broken(*a, **k):
         raise RuntimeError("injected bug")
     _p.run_scan = _broken
 if os.environ.get("ALLOC_AUDIT_FAULT") == "disk-full":
-    import alloc_audit.allowlist as _a
+    _a = _module("alloc_audit.ratchet.allowlist", "alloc_audit.allowlist")
     def _full(*a, **k):
         raise OSError(28, "No space left on device")
     for _name in ("write_atomically", "atomic_write_bytes"):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from alloc_audit import cli
-from alloc_audit.allowlist import load_allowlist
+from alloc_audit.ratchet.allowlist import load_allowlist
 from clihelp import git, make_repo, run_cli, write
 
 A_SITE = 'import torch\n\n\ndef f(n):\n    return torch.empty(n, device="cuda")\n'
@@ -135,7 +135,7 @@ def test_cache_deleted_during_the_run_loses_no_site(tmp_path: Path, monkeypatch:
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     import shutil
 
-    from alloc_audit.cache import Cache
+    from alloc_audit.pipeline.cache import Cache
 
     root = project(tmp_path)
     shutil.rmtree(root / ".alloc-audit-cache")  # a cold run: every file is stored
@@ -186,7 +186,9 @@ def test_concurrent_update_keeps_the_other_runs_additions(tmp_path: Path, monkey
     root = project(tmp_path)
     write(root, "src/c.py", B_SITE.replace("def g", "def h"))
     allowlist = root / "allowlists" / "alloc-audit.allowlist"
-    original = cli.run_project_scan
+    from alloc_audit.commands import allowlist as command
+
+    original = command.scan_project
 
     def scan_while_another_run_writes(*args: object, **kwargs: object) -> object:
         result = original(*args, **kwargs)  # type: ignore[arg-type]
@@ -194,7 +196,7 @@ def test_concurrent_update_keeps_the_other_runs_additions(tmp_path: Path, monkey
         allowlist.write_text(allowlist.read_text() + "src/c.py h torch.zeros T4 # accepted by the other run\n")
         return result
 
-    monkeypatch.setattr(cli, "run_project_scan", scan_while_another_run_writes)
+    monkeypatch.setattr(command, "scan_project", scan_while_another_run_writes)
     code, out, err = in_process(monkeypatch, capsys, root, "allowlist", "update", "--no-cache")
     assert code == 0, err
     assert "src/c.py h torch.zeros T4 # accepted by the other run" in allowlist.read_text()
@@ -202,7 +204,7 @@ def test_concurrent_update_keeps_the_other_runs_additions(tmp_path: Path, monkey
 
 def test_init_force_keeps_the_old_allowlist_when_the_write_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from alloc_audit import allowlist as ratchet
+    from alloc_audit.ratchet import allowlist as ratchet
 
     root = project(tmp_path)
     allowlist = root / "allowlists" / "alloc-audit.allowlist"
@@ -212,7 +214,7 @@ def test_init_force_keeps_the_old_allowlist_when_the_write_fails(tmp_path: Path,
     def disk_full(path: Path, data: bytes) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ratchet, "write_atomically", disk_full)
+    monkeypatch.setattr(ratchet, "atomic_write_bytes", disk_full)
     code, _out, err = in_process(monkeypatch, capsys, root, "allowlist", "init", "--force", "--no-cache")
     assert code == 2, err
     assert "No space left on device" in err
@@ -299,10 +301,10 @@ def test_deep_nesting_is_a_file_error_with_any_jobs(tmp_path: Path) -> None:
 def test_the_pool_survives_a_worker_that_dies(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import signal
 
-    from alloc_audit import pipeline
-    from alloc_audit.cache import Cache
-    from alloc_audit.discover import SourceFile
     from alloc_audit.model import Language
+    from alloc_audit.pipeline import run as pipeline
+    from alloc_audit.pipeline.cache import Cache
+    from alloc_audit.pipeline.discover import SourceFile
 
     real = pipeline.process_file
 
@@ -360,7 +362,7 @@ def test_bad_input_exits_2_without_traceback(tmp_path: Path, config: str, args: 
 
 def test_internal_error_exits_3_and_says_where_to_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    from alloc_audit import pipeline
+    from alloc_audit.pipeline import run as pipeline
 
     root = project(tmp_path)
 
@@ -393,7 +395,7 @@ def test_sigkill_during_update_never_leaves_a_torn_allowlist(tmp_path: Path) -> 
     import subprocess
     import time
 
-    from alloc_audit.allowlist import parse_allowlist
+    from alloc_audit.ratchet.allowlist import parse_allowlist
     from clihelp import cli_command
 
     root = many_sites_project(tmp_path)

@@ -1,4 +1,4 @@
-"""extract/nodes.py: ``Ancestry`` gives the same parents as tree-sitter's
+"""pipeline/extract/common.py: ``Ancestry`` gives the same parents as tree-sitter's
 ``Node.parent`` without walking down from the root for every node, so an
 ``else if`` chain of n branches costs O(n), not O(n^2) (issue 14, item 9)."""
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from alloc_audit.extract.nodes import Ancestry
+from alloc_audit.pipeline.extract.common import Ancestry
 from alloc_audit.model import Language
-from alloc_audit.parse import parse_source
+from alloc_audit.pipeline.parse import parse_source
 
 
 def chain(n: int, lang: Language) -> bytes:
