@@ -2,7 +2,8 @@
 
 Only this module reads argv, prints, and chooses exit codes (``exit_code``):
 0 clean, 1 findings or gate failure, 2 usage, configuration or input error,
-130 interrupted. The commands (``commands/``) return outcome values; their
+3 internal error (a bug in alloc-audit; ``__main__.entry``, the process
+boundary, says where to report it), 130 interrupted. The commands (``commands/``) return outcome values; their
 docstrings are the help. Heavy modules (rich, libcst, the pipeline) are
 imported inside the commands so that ``--version`` and the pre-commit path
 start fast.
@@ -21,7 +22,7 @@ import typer
 from . import __version__, report
 from .commands import allowlist, annotate, audit, check, gate, rules, scan
 from .commands import report as report_cmd
-from .commands.check import CheckFormat
+from .commands.check import CheckFormat, Unchecked
 from .commands.outcome import Report, Text
 from .commands.project import Options
 from .errors import UsageError
@@ -34,6 +35,8 @@ app = typer.Typer(
     name="alloc-audit",
     help="Static audit of GPU memory allocation in Python/C++/CUDA engines: a census of every allocation site "
          "with its lifetime tier, hazard rules, and an allowlist that may only shrink.",
+    epilog=("Exit codes: 0 clean; 1 findings, check or gate failed; 2 usage, configuration or input error; "
+            "3 internal error (a bug in alloc-audit: the message says where to report it)."),
     no_args_is_help=True,
     add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -73,6 +76,10 @@ DEBUG = typer.Option(False, "--debug", help="Show internal tracebacks for files 
 OUTPUT = typer.Option(None, "--output", "-o", help="Write the report to a file (atomically).", show_default=False)
 VERBOSE = typer.Option(False, "--verbose", "-v", help="List every site and finding.")
 PROGRESS = typer.Option(True, "--progress/--no-progress", help="Progress bar on a terminal for long scans.")
+
+
+UNCHECKED = typer.Option(None, "--unchecked", show_default=False, help="Entries of files not analysed (too large, "
+                         "unreadable, a parser failure): fail (default; config 'unchecked') or warn; never pruned.")
 
 
 def exit_code(outcome: Union[Report, Text]) -> int:
@@ -162,10 +169,9 @@ def report_command(
     base: Optional[str] = typer.Option(None, "--base", metavar="REF",
                                        help="Also scan REF (through git, no checkout) and show the delta: sites "
                                             "added/removed by tier, findings new/fixed.", show_default=False),
-    bind: Optional[List[str]] = typer.Option(None, "--bind", metavar="NAME=VALUE",
+    bind: Optional[List[str]] = typer.Option(None, "--bind", metavar="NAME=VALUE", show_default=False,
                                              help="A value for a size symbol, for estimated bytes "
-                                                  "(repeatable; adds to [tool.alloc-audit] bindings).",
-                                             show_default=False),
+                                                  "(repeatable; adds to [tool.alloc-audit] bindings)."),
     verbose: bool = VERBOSE,
     config_path: Optional[Path] = CONFIG,
     jobs: Optional[int] = JOBS,
@@ -189,18 +195,14 @@ def rules_list_command(config_path: Optional[Path] = CONFIG) -> None:
 @rules_app.command("explain", help=rules.explain.__doc__)
 @_guard
 def rules_explain_command(name: str = typer.Argument(..., help="Rule name, e.g. alloc-in-capture.")) -> None:
-    from .report.terminal import render_rule_doc
-
-    rule = rules.explain(name)
-    _print(Text(render_rule_doc(rule.name, rule.severity.value, rule.default_on, rule.doc, tty.color(), tty.width())))
+    _print(rules.explain(name, tty.color(), tty.width()))
 
 
 @app.command("check", help=check.check.__doc__)
 @_guard
 def check_command(
     paths: Optional[List[Path]] = PATHS,
-    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f",
-                                    help="text, github (workflow commands) or json."),
+    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f", help="text, github (workflow commands), json."),
     fail_on: FailOn = typer.Option(FailOn.ERROR, "--fail-on", help="Rule findings of this severity fail the check."),
     config_path: Optional[Path] = CONFIG,
     jobs: Optional[int] = JOBS,
@@ -208,9 +210,10 @@ def check_command(
     cache_dir: Optional[Path] = CACHE_DIR,
     changed_since: Optional[str] = CHANGED,
     debug: bool = DEBUG,
+    unchecked: Optional[Unchecked] = UNCHECKED,
 ) -> None:
     _print(check.check(paths, _options(config_path, jobs, no_cache, cache_dir, changed_since, False, debug), fail_on,
-                       fmt.value))
+                       fmt.value, unchecked))
 
 
 @app.command("gate", help=gate.gate.__doc__)
@@ -226,9 +229,10 @@ def gate_command(
     no_cache: bool = NO_CACHE,
     cache_dir: Optional[Path] = CACHE_DIR,
     debug: bool = DEBUG,
+    unchecked: Optional[Unchecked] = UNCHECKED,
 ) -> None:
     options = _options(config_path, jobs, no_cache, cache_dir, None, False, debug)
-    _print(gate.gate(base, options, allow_growth, allow_new_allowlist, fmt.value))
+    _print(gate.gate(base, options, allow_growth, allow_new_allowlist, fmt.value, unchecked))
 
 
 @allowlist_app.command("init", help=allowlist.init.__doc__)
@@ -293,7 +297,3 @@ def annotate_command(
 def audit_command(paths: Optional[List[Path]] = PATHS, config_path: Optional[Path] = CONFIG) -> None:
     audit.audit(paths, _options(config_path))
 
-
-def entry() -> None:
-    """Console-script entry point."""
-    app(prog_name="alloc-audit")

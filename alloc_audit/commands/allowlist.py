@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from .outcome import Text
-from .project import Options, load_project, require_allowlist, scan_project
+from .project import Options, file_counts, load_project, require_allowlist, scan_project, unanalysed
 
 if TYPE_CHECKING:
     from ..ratchet.allowlist import AllowlistEntry
@@ -23,7 +23,7 @@ def init(options: Options, force: bool = False, split: bool = False) -> Text:
 
       alloc-audit allowlist init && git add allowlists/
     """
-    from ..ratchet.allowlist import allowlist_files, write_allowlist
+    from ..ratchet.allowlist import allowlist_files, load_allowlist, write_allowlist
     from ..ratchet.compare import entries_for
 
     project = load_project(None, options.config_path)
@@ -33,13 +33,25 @@ def init(options: Options, force: bool = False, split: bool = False) -> Text:
         raise UsageError(f"an allowlist already exists ({', '.join(p.name for p in existing)}); use "
                          "`alloc-audit allowlist update`, or --force to start over", str(config.allowlist_dir))
     result = scan_project(project, None, options)
-    entries = entries_for(result.sites)
-    if force:
-        for path in existing:
-            path.unlink()
-    written = write_allowlist(config.allowlist_dir, config.root, entries, split_top_level=split)
+    entries = list(entries_for(result.sites))
+    missing = unanalysed(result)
+    kept = []
+    if force and missing:
+        # the old entries of files this run could not analyse stay as they are
+        kept = [e for e in load_allowlist(config.allowlist_dir, config.root) or () if e.path in missing]
+        entries += kept
+    try:
+        # --force: the old files go only once the new ones are complete
+        written = write_allowlist(config.allowlist_dir, config.root, entries, split_top_level=split, replace=force)
+    except OSError as exc:
+        raise UsageError(f"cannot write the allowlist ({exc.strerror or exc}); the old one is unchanged",
+                         str(config.allowlist_dir)) from None
     sites = sum(e.count for e in entries)
-    return Text(f"alloc-audit: wrote {len(entries)} entries ({sites} sites) to {', '.join(written) or 'nothing'}\n")
+    err = "".join(f"! not analysed  {p.path}: {p.message}; its sites are not on the allowlist\n"
+                  for p in result.unchecked)
+    return Text(f"alloc-audit: wrote {len(entries)} entries ({sites} sites) to {', '.join(written) or 'nothing'}"
+                + (f"; kept {len(kept)} entries of files not analysed" if kept else "") + file_counts(result) + "\n",
+                err)
 
 
 def update(options: Options, add_new: bool = False, dry_run: bool = False) -> Text:
@@ -54,20 +66,36 @@ def update(options: Options, add_new: bool = False, dry_run: bool = False) -> Te
 
       alloc-audit allowlist update --add-new --dry-run
     """
-    from ..ratchet.allowlist import write_allowlist
+    from ..ratchet.allowlist import AllowlistChanged, snapshot, write_allowlist
     from ..ratchet.compare import compare, plan_update
 
     project = load_project(None, options.config_path)
     config = project.config
+    before = snapshot(config.allowlist_dir)
     entries = require_allowlist(config)
     result = scan_project(project, None, options)
-    plan = plan_update(compare(result.sites, entries, result.scanned_paths, ("",)), add_new)
-    lines = "".join(_update_summary(plan))
-    if dry_run:
-        return Text(lines + "alloc-audit: dry run, nothing written\n")
-    written = write_allowlist(config.allowlist_dir, config.root, plan.entries)
-    return Text(lines + (f"alloc-audit: wrote {', '.join(written)}\n" if written else
-                         "alloc-audit: the allowlist is up to date\n"))
+    missing = unanalysed(result)
+    for _attempt in range(20):
+        plan = plan_update(compare(result.sites, entries, result.scanned_paths, ("",), None, missing), add_new)
+        lines = "".join(_update_summary(plan))
+        if dry_run:
+            return Text(lines + "alloc-audit: dry run, nothing written" + file_counts(result) + "\n")
+        try:
+            written = write_allowlist(config.allowlist_dir, config.root, plan.entries, expected=before)
+            break
+        except OSError as exc:
+            raise UsageError(f"cannot write the allowlist ({exc.strerror or exc}); the old one is unchanged",
+                             str(config.allowlist_dir)) from None
+        except AllowlistChanged:
+            # another run (or an editor) wrote the allowlist while we scanned:
+            # plan again from its version, so its entries are not lost
+            before = snapshot(config.allowlist_dir)
+            entries = require_allowlist(config)
+    else:
+        raise UsageError("the allowlist kept changing while it was being updated; nothing written",
+                         str(config.allowlist_dir))
+    return Text(lines + (f"alloc-audit: wrote {', '.join(written)}" if written else
+                         "alloc-audit: the allowlist is up to date") + file_counts(result) + "\n")
 
 
 def _update_summary(plan: UpdatePlan) -> list[str]:
@@ -88,6 +116,8 @@ def _update_summary(plan: UpdatePlan) -> list[str]:
         out.append(f"! grown    {key_text(e.key)} accepts {e.count}, the code has {found} (use --add-new to accept)\n")
     for key, found in plan.not_added:
         out.append(f"! new      {key_text(key)} x{found} not added (use --add-new to accept)\n")
+    for e, why in plan.unchecked:
+        out.append(f"? not checked {key_text(e.key)} kept as it is: {e.path} could not be analysed ({why})\n")
     return out
 
 
@@ -138,7 +168,10 @@ def explain(what: str, options: Options) -> Text:
     out.append(f"{key_text(parsed)}: " + (entry_line(found) if found else "no allowlist entry"))
     for site in sites:
         out.append(f"  {site.path}:{site.span.line}: {site.api} ({site.tier.value}: {site.tier_reason})")
-    if not sites:
+    missing = unanalysed(result)
+    if not sites and parsed[0] in missing:
+        out.append(f"  not checked: {parsed[0]} could not be analysed ({missing[parsed[0]]})")
+    elif not sites:
         out.append("  no site matches it (stale)" if found else "  no site has this key")
     return Text("".join(f"{line}\n" for line in out))
 
@@ -170,5 +203,9 @@ def merge_driver(ancestor: Path, ours: Path, theirs: Path) -> Text:
     except UsageError as exc:
         # leave %A as it is: git reports a conflict for a hand merge
         return Text(err=f"alloc-audit merge-driver: {exc}\n", failed=True)
-    atomic_write_bytes(ours, render_file(merged).encode("utf-8"))
+    try:
+        # %A may be a link or a device: atomic_write_bytes writes through, never replaces
+        atomic_write_bytes(ours, render_file(merged).encode("utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot write the merge result: {exc.strerror or exc}", str(ours)) from None
     return Text()

@@ -10,7 +10,17 @@ from pathlib import Path
 
 from ..model import FailOn
 from .outcome import Text
-from .project import Options, coverage, load_project, report_context, require_allowlist, scan_project
+from .project import (
+    Options,
+    coverage,
+    fails_unchecked,
+    file_counts,
+    load_project,
+    report_context,
+    require_allowlist,
+    scan_project,
+    unanalysed,
+)
 
 
 class CheckFormat(str, Enum):
@@ -21,12 +31,22 @@ class CheckFormat(str, Enum):
     json = "json"
 
 
-def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.ERROR, fmt: str = "text") -> Text:
+class Unchecked(str, Enum):
+    """What allowlist entries of files that could not be analysed do (``--unchecked``)."""
+
+    fail = "fail"
+    warn = "warn"
+
+
+def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.ERROR, fmt: str = "text",
+          unchecked: str | None = None) -> Text:
     """Check sites against the allowlist and run the rules; exit 1 on failure (the pre-commit hook).
 
     Fails on sites not on the allowlist (new), entries whose count is exceeded
     (grown) or higher than what is left (loose), entries that match nothing
-    (stale), and unsuppressed rule findings of --fail-on severity. With file
+    (stale), entries of files that could not be analysed (not checked;
+    --unchecked warn lets them pass), and unsuppressed rule findings of
+    --fail-on severity. With file
     paths (pre-commit passes the staged files) only those files' sites and
     entries are checked, and the rules see only those files; entries of
     derived sites (calls to project factories, which may be defined in
@@ -38,7 +58,7 @@ def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.E
 
       alloc-audit check src/engine/runner.py src/engine/worker.py
     """
-    from ..ratchet.checks import allowlist_problems, finding_problems, render
+    from ..ratchet.checks import allowlist_problems, file_problems, finding_problems, render, unchecked_problems
     from ..ratchet.compare import apply_pins, compare
 
     project = load_project(paths, options.config_path)
@@ -47,8 +67,10 @@ def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.E
     covered = coverage(project.config, paths)
     # a run over part of the tree cannot see every factory a derived site calls
     partial = None if "" in covered else project.catalog.apis.api_names()
-    comparison = compare(result.sites, entries, result.scanned_paths, covered, partial)
+    comparison = compare(result.sites, entries, result.scanned_paths, covered, partial, unanalysed(result))
     problems = allowlist_problems(comparison)
+    problems += unchecked_problems(comparison, fails_unchecked(project.config, unchecked))
+    problems += file_problems(result.unchecked)
     findings = [f for f in result.findings if not f.suppressed and fail_on is not FailOn.NEVER]
     problems += finding_problems(findings, fail_on is FailOn.WARNING)
     problems.sort(key=lambda p: (p.path, p.line, p.title))
@@ -64,5 +86,6 @@ def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.E
     errors = sum(1 for p in problems if p.level == "error")
     summary = (f"alloc-audit check {'failed' if failed else 'passed'}: {len(comparison.entries)} allowlist entries, "
                f"{len(comparison.new)} new, {len(comparison.grown)} grown, {len(comparison.loose)} loose, "
-               f"{len(comparison.stale)} stale; {len(findings)} rule findings; {errors} errors\n")
+               f"{len(comparison.stale)} stale, {len(comparison.unchecked)} not checked; "
+               f"{len(findings)} rule findings; {errors} errors{file_counts(result)}\n")
     return Text(out, summary, failed) if failed else Text(out + summary)

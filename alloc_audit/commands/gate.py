@@ -8,11 +8,11 @@ from pathlib import Path
 from ..errors import UsageError
 from ..model import Severity, Site
 from .outcome import Text
-from .project import Options, load_project, require_allowlist, scan_project
+from .project import Options, fails_unchecked, file_counts, load_project, require_allowlist, scan_project, unanalysed
 
 
 def gate(base: str, options: Options, allow_growth: bool = False, allow_new_allowlist: bool = False,
-         fmt: str = "text") -> Text:
+         fmt: str = "text", unchecked: str | None = None) -> Text:
     """CI gate: fail if the allowlist grew since --base, listing what grew and the sites that need it.
 
     Reads the allowlist at REF through git (no checkout) and compares it
@@ -29,7 +29,14 @@ def gate(base: str, options: Options, allow_growth: bool = False, allow_new_allo
     """
     from ..gitio import list_tree, require_ref, show
     from ..ratchet.allowlist import load_texts
-    from ..ratchet.checks import allowlist_problems, finding_problems, gate_problems, render
+    from ..ratchet.checks import (
+        allowlist_problems,
+        file_problems,
+        finding_problems,
+        gate_problems,
+        render,
+        unchecked_problems,
+    )
     from ..ratchet.compare import compare
     from ..ratchet.gate import compare_allowlists
     from ..ratchet.keys import site_key
@@ -66,17 +73,21 @@ def gate(base: str, options: Options, allow_growth: bool = False, allow_new_allo
             sites_by_key.setdefault(site_key(site), []).append(site)
         problems += gate_problems(result, sites_by_key, allow_growth)
         grew = result.failed
-    comparison = compare(scan.sites, now_entries, scan.scanned_paths, ("",))
+    comparison = compare(scan.sites, now_entries, scan.scanned_paths, ("",), None, unanalysed(scan))
     problems += allowlist_problems(comparison)
+    not_checked = unchecked_problems(comparison, fails_unchecked(config, unchecked))
+    problems += not_checked + file_problems(scan.unchecked)
     findings = [f for f in scan.findings if not f.suppressed and f.severity is Severity.ERROR]
     problems += finding_problems(findings, False)
     problems.sort(key=lambda p: (p.path, p.line, p.title))
     out = head + render(problems, fmt)
-    check_failed = comparison.failed or bool(findings)
+    check_failed = comparison.failed or bool(findings) or any(p.level == "error" for p in not_checked)
     if fmt == "text":
         if result is not None:
             out += (f"alloc-audit gate against {base}: {len(result.grown)} grown, {len(result.shrunk)} lowered, "
                     f"{len(result.removed)} removed, {len(result.moved)} moved")
             out += " — growth let through by --allow-growth\n" if grew and allow_growth else "\n"
-        out += f"alloc-audit check: {'failed' if check_failed else 'passed'}\n"
+        out += (f"alloc-audit check: {'failed' if check_failed else 'passed'}"
+                + (f" ({len(comparison.unchecked)} entries not checked)" if comparison.unchecked else "")
+                + file_counts(scan) + "\n")
     return Text(out, failed=(grew and not allow_growth) or check_failed)
