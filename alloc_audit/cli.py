@@ -985,6 +985,76 @@ def audit(
     run_audit(config, result, lambda decisions: _apply_decisions(config, catalog, decisions))
 
 
+# ---------------------------------------------------------------- join and record (issue 13)
+
+
+class JoinFormat(str, Enum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+    html = "html"
+
+
+@app.command()
+@_guard
+def join(
+    args: List[Path] = typer.Argument(..., metavar="SNAPSHOT... [PATHS]", help=(
+        "Memory snapshots (torch.cuda.memory._dump_snapshot pickles, gzipped or not) or native records, "
+        "then the tree to scan (directories, source files; default: the current project).")),
+    fmt: JoinFormat = typer.Option(JoinFormat.table, "--format", "-f", help="Output format."),
+    path_map: List[str] = typer.Option([], "--path-map", metavar="OLD=NEW",
+                                       help="Rewrite recorded frame paths that start with OLD (repeatable)."),
+    min_accounted: Optional[float] = typer.Option(None, "--min-accounted", metavar="PCT",
+                                                  help="Exit 1 when less than PCT% of live bytes map to sites."),
+    max_snapshot_mb: int = typer.Option(1024, "--max-snapshot-mb", help="Refuse larger records (unpacked)."),
+    config_path: Optional[Path] = CONFIG,
+    output: Optional[Path] = OUTPUT,
+) -> None:
+    """Attribute a real run's GPU memory (a PyTorch memory snapshot) to the census's sites.
+
+    Per site and tier: bytes live at the snapshot, peak, allocations, churn
+    per step, lifetimes, bytes allocated under capture; the static tier
+    against the observed lifetime; the static findings confirmed or not.
+
+    Example:
+
+      alloc-audit join snapshot-rank0.pickle.gz src/engine --min-accounted 90
+    """
+    from .commands.join import run_join, split_arguments
+    from .report import join_html, join_json, join_text
+    from .runtime.match import parse_path_map
+
+    records, paths = split_arguments(args)
+    try:
+        maps = [parse_path_map(m) for m in path_map]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    config, catalog = load_project(paths or None, config_path)
+    result = run_project_scan(config, catalog, paths or None, progress=False)
+    outcome = run_join(result, config, catalog, records, root_display(config.root), maps, min_accounted,
+                       max_snapshot_mb << 20)
+    text = {JoinFormat.json: join_json.render, JoinFormat.markdown: join_text.render_markdown,
+            JoinFormat.html: join_html.render}.get(fmt, lambda o: join_text.render_terminal(o, _color(), _width()))
+    emit(text(outcome), output, "alloc-audit join")
+    raise typer.Exit(0 if outcome.passed else 1)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def record(ctx: typer.Context) -> None:
+    """Run a program with PyTorch's memory history on and dump snapshots for `join` (needs torch).
+
+    Options before `--` are the recorder's (--out DIR, --max-entries N,
+    --stacks python|all); after it, the program.
+
+    Example:
+
+      alloc-audit record --out snaps -- python serve.py --steps 16
+    """
+    from .record import main as record_main
+
+    raise typer.Exit(record_main(list(ctx.args)))
+
+
 def entry() -> None:
     """Console-script entry point."""
     app(prog_name="alloc-audit")

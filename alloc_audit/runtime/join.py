@@ -1,0 +1,655 @@
+"""Runtime, join: snapshots + census -> per-site runtime usage and verdicts.
+
+Input: normalised snapshots (:mod:`.snapshot`, or native records read by
+:mod:`.native` into the same shape), the census's sites, findings and file
+facts; output one frozen :class:`Join`. Pure.
+
+Two passes. The blocks live at the snapshot give *live bytes*, attributed
+through their stacks (:mod:`.match`); bytes no site accounts for go to
+implicit points or named buckets, never dropped, and the footer reconciles
+them: reserved = live (sites + implicit + no frames + outside the tree) +
+cache slack. The trace, replayed in time order, gives what a snapshot alone
+cannot: allocation counts, peaks, lifetimes, churn per step (steps from
+``step=N`` user metadata), streams, and bytes allocated while a capture was
+under way (the allocation landed in a segment of a CUDA-graph private pool —
+segment events are replayed in order, because a graph pool can reuse the
+address of a freed warm-up segment — or a frame lies inside a static capture
+region). Then each site's observed lifetime is compared with its tier, and
+the static findings are confirmed, or not, by what the run did.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence, cast
+
+from ..model import TIER_NAMES, Finding, Site, SiteKind, Tier
+from .match import EXACT, FUNCTION, IMPLICIT, NO_FRAMES, OUTSIDE, Attribution, Matcher, _last
+from .snapshot import DEFAULT_POOL, Snapshot
+
+BUCKETS = {
+    NO_FRAMES: "no frames (allocated before recording began, or recorded without stacks)",
+    OUTSIDE: "frames outside the scanned tree (framework or library code only)",
+    "history-truncated": "freed allocations whose allocation fell off the trace (max_entries)",
+    "cache-slack": "reserved by the allocator but not allocated (cache slack)",
+    "pytorch-allocator": "native allocations made by PyTorch's caching allocator (they are in the snapshot)",
+}
+TIMELINE_POINTS = 240
+_PLACE = re.compile(r"([\w./-]+\.\w+):(\d+)")
+LOAD_PHASES = frozenset({"", "init", "load"})
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What the run did at one site, implicit point or bucket."""
+
+    live_bytes: int = 0
+    live_blocks: int = 0
+    live_in_graph_pools: int = 0
+    peak_bytes: int = 0
+    allocs: int = 0
+    bytes_allocated: int = 0
+    frees: int = 0
+    median_lifetime_us: float | None = None
+    churn_per_step: float | None = None
+    capture_allocs: int = 0
+    capture_bytes: int = 0
+    streams: tuple[int, ...] = ()
+    phases: tuple[str, ...] = ()
+    grew: bool = False  # a later allocation was larger than the one before it
+    late_allocs: int = 0  # allocations outside the init/load phases
+
+    @property
+    def reached(self) -> bool:
+        return self.allocs > 0 or self.live_bytes > 0
+
+
+@dataclass(frozen=True, slots=True)
+class JoinedSite:
+    site: Site
+    how: str  # exact, function, exact+function; "" when not reached
+    usage: Usage
+    observed: str  # alive at end, per step, freed, not reached, not visible
+    verdict: str  # agrees, disagrees, not-reached, not-visible, no-tier
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ImplicitPoint:
+    path: str
+    line: int
+    function: str
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    name: str
+    bytes: int
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeFinding:
+    """A finding with a ``runtime`` evidence section. ``status`` is
+    confirmed, not-observed, not-reached or runtime (found by the run alone)."""
+
+    rule: str
+    severity: str
+    path: str
+    line: int
+    scope: str
+    message: str
+    status: str
+    runtime: tuple[tuple[str, int | float | str], ...] = ()
+
+    @property
+    def sort_key(self) -> tuple[str, int, str]:
+        return (self.path, self.line, self.rule)
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    pool: tuple[int, int]
+    reserved: int
+    live: int
+    capture_bytes: int
+    functions: tuple[str, ...]  # project functions on the stacks of its capture allocations
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotSummary:
+    path: str
+    stacks: str
+    segments: int
+    blocks: int
+    events: int
+    reserved: int
+    allocated: int
+    truncated: bool
+    steps: int
+    unknown_actions: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    snapshots: tuple[SnapshotSummary, ...]
+    sites: tuple[JoinedSite, ...]
+    implicit: tuple[ImplicitPoint, ...]
+    buckets: tuple[Bucket, ...]
+    findings: tuple[RuntimeFinding, ...]
+    pools: tuple[Pool, ...]
+    tiers: tuple[tuple[str, int, int], ...]  # (tier, live bytes, peak bytes)
+    timeline: tuple[tuple[int, tuple[int, ...]], ...]  # (time_us from start, live bytes per tier in `tiers` order)
+    frames_mapped: int
+    frames_total: int
+    reserved: int
+    live: int
+    accounted: int  # live bytes attributed to a site (exact or function)
+    steps: int
+    source: str = "snapshot"  # or "native"
+
+    @property
+    def accounted_share(self) -> float:
+        return 100.0 * self.accounted / self.live if self.live else 100.0
+
+
+# ---------------------------------------------------------------- accumulation
+
+
+@dataclass
+class _Acc:
+    live_bytes: int = 0
+    live_blocks: int = 0
+    live_pool: int = 0
+    current: int = 0
+    peak: int = 0
+    allocs: int = 0
+    bytes_allocated: int = 0
+    frees: int = 0
+    lifetimes: list[int] = field(default_factory=list)
+    step_allocs: int = 0
+    capture_allocs: int = 0
+    capture_bytes: int = 0
+    streams: set[int] = field(default_factory=set)
+    phases: set[str] = field(default_factory=set)
+    last_size: int = 0
+    grew: bool = False
+    late: int = 0
+    how: set[str] = field(default_factory=set)
+
+    def freeze(self, steps: int) -> Usage:
+        return Usage(
+            live_bytes=self.live_bytes, live_blocks=self.live_blocks, live_in_graph_pools=self.live_pool,
+            peak_bytes=max(self.peak, self.live_bytes), allocs=self.allocs, bytes_allocated=self.bytes_allocated,
+            frees=self.frees,
+            median_lifetime_us=float(statistics.median(self.lifetimes)) if self.lifetimes else None,
+            churn_per_step=round(self.step_allocs / steps, 3) if steps else None,
+            capture_allocs=self.capture_allocs, capture_bytes=self.capture_bytes,
+            streams=tuple(sorted(self.streams)), phases=tuple(sorted(p for p in self.phases if p)),
+            grew=self.grew, late_allocs=self.late,
+        )
+
+
+def _key(a: Attribution) -> tuple[str, object]:
+    if a.how in (EXACT, FUNCTION):
+        return ("site", a.site)
+    if a.how == IMPLICIT:
+        return ("implicit", (a.path, a.line, a.function))
+    return ("bucket", a.how)
+
+
+class _Segments:
+    """Segments open at a point of the replay, by start address, per device."""
+
+    def __init__(self) -> None:
+        self.starts: dict[int, list[int]] = {}
+        self.info: dict[tuple[int, int], tuple[int, tuple[int, int] | None]] = {}  # -> (size, pool)
+
+    def open(self, device: int, addr: int, size: int, pool: tuple[int, int] | None) -> None:
+        starts = self.starts.setdefault(device, [])
+        if (device, addr) not in self.info:
+            bisect.insort(starts, addr)
+        self.info[(device, addr)] = (size, pool)
+
+    def close(self, device: int, addr: int) -> None:
+        if self.info.pop((device, addr), None) is not None:
+            starts = self.starts[device]
+            del starts[bisect.bisect_left(starts, addr)]
+
+    def pool_of(self, device: int, addr: int) -> tuple[int, int] | None:
+        starts = self.starts.get(device)
+        if not starts:
+            return None
+        i = bisect.bisect_right(starts, addr) - 1
+        if i < 0:
+            return None
+        size, pool = self.info[(device, starts[i])]
+        return pool if addr < starts[i] + size else None
+
+
+def join(snapshots: Sequence[Snapshot], matcher: Matcher, sites: Sequence[Site],
+         findings: Iterable[Finding] = (), source: str = "snapshot") -> Join:
+    accs: dict[tuple[str, object], _Acc] = {}
+
+    def acc(key: tuple[str, object]) -> _Acc:
+        a = accs.get(key)
+        if a is None:
+            a = accs[key] = _Acc()
+        return a
+
+    tier_of_key: dict[tuple[str, object], str] = {}
+
+    def tier(key: tuple[str, object]) -> str:
+        t = tier_of_key.get(key)
+        if t is None:
+            if key[0] == "site":
+                t = sites[cast(int, key[1])].tier.value
+            elif key[0] == "implicit":
+                t = "implicit"
+            else:
+                t = "unattributed"
+            tier_of_key[key] = t
+        return t
+
+    summaries: list[SnapshotSummary] = []
+    reserved = live = 0
+    pool_reserved: dict[tuple[int, int], int] = {}
+    pool_live: dict[tuple[int, int], int] = {}
+    pool_capture: dict[tuple[int, int], int] = {}
+    pool_functions: dict[tuple[int, int], set[str]] = {}
+    truncated_bytes = 0
+    total_steps = 0
+    timeline_raw: list[tuple[int, str, int]] = []  # (time, tier, delta)
+    baseline: dict[str, int] = {}
+    stack_scopes: dict[int, frozenset[str]] = {}
+
+    for snap in snapshots:
+        attrib = [matcher.attribute(s) for s in snap.stacks]
+        # -------- live blocks at the snapshot
+        for seg in snap.segments:
+            reserved += seg.total
+            pool_reserved[seg.pool] = pool_reserved.get(seg.pool, 0) + seg.total
+        live_addrs: dict[tuple[int, int], tuple[tuple[str, object], int]] = {}
+        for block in snap.blocks:
+            if not block.live:
+                continue
+            a = attrib[block.stack]
+            key = _key(a)
+            entry = acc(key)
+            entry.live_bytes += block.size
+            entry.live_blocks += 1
+            if a.how in (EXACT, FUNCTION):
+                entry.how.add(a.how)
+            if block.pool != DEFAULT_POOL:
+                entry.live_pool += block.size
+                pool_live[block.pool] = pool_live.get(block.pool, 0) + block.size
+            live += block.size
+            live_addrs[(block.device, block.addr)] = (key, block.size)
+        # -------- the trace, in time order
+        events = snap.events
+        steps = {e.step for e in events if e.step is not None}
+        total_steps += len(steps)
+        final_pools = {(s.device, s.addr, s.total): s.pool for s in snap.segments}
+        open_segments = _Segments()
+        seen_segment: set[tuple[int, int]] = set()
+        allocs: dict[tuple[int, int], tuple[tuple[str, object], int, int]] = {}  # -> (key, size, time)
+        allocated_in_trace: set[tuple[int, int]] = set()
+        t0 = events[0].time_us if events else 0
+        for e in events:
+            action = e.action
+            where = (e.device, e.addr)
+            if action == "alloc":
+                a = attrib[e.stack]
+                key = _key(a)
+                entry = acc(key)
+                entry.allocs += 1
+                entry.bytes_allocated += e.size
+                entry.current += e.size
+                if entry.current > entry.peak:
+                    entry.peak = entry.current
+                entry.streams.add(e.stream)
+                entry.phases.add(e.phase)
+                if e.phase not in LOAD_PHASES:
+                    entry.late += 1
+                if e.step is not None:
+                    entry.step_allocs += 1
+                if entry.last_size and e.size > entry.last_size:
+                    entry.grew = True
+                entry.last_size = e.size
+                if a.how in (EXACT, FUNCTION):
+                    entry.how.add(a.how)
+                pool = open_segments.pool_of(e.device, e.addr)
+                if a.capture or (pool is not None and pool != DEFAULT_POOL):
+                    entry.capture_allocs += 1
+                    entry.capture_bytes += e.size
+                    if pool is not None and pool != DEFAULT_POOL:
+                        pool_capture[pool] = pool_capture.get(pool, 0) + e.size
+                        scopes = stack_scopes.get(e.stack)
+                        if scopes is None:
+                            scopes = stack_scopes[e.stack] = _scopes_on(snap, e.stack, matcher)
+                        pool_functions.setdefault(pool, set()).update(scopes)
+                allocs[where] = (key, e.size, e.time_us)
+                allocated_in_trace.add(where)
+                timeline_raw.append((e.time_us - t0, tier(key), e.size))
+            elif action in ("free_requested", "free_completed"):
+                found = allocs.pop(where, None)
+                if found is None:
+                    if action == "free_requested" and where not in allocated_in_trace:
+                        truncated_bytes += e.size
+                    continue
+                key, size, start = found
+                entry = acc(key)
+                entry.frees += 1
+                entry.current -= size
+                entry.lifetimes.append(e.time_us - start)
+                timeline_raw.append((e.time_us - t0, tier(key), -size))
+            elif action in ("segment_alloc", "segment_map"):
+                seen_segment.add(where)
+                open_segments.open(e.device, e.addr, e.size, final_pools.get((e.device, e.addr, e.size)))
+            elif action in ("segment_free", "segment_unmap"):
+                open_segments.close(e.device, e.addr)
+        # blocks live at the snapshot that the trace never saw allocated
+        for where, (key, size) in live_addrs.items():
+            if where not in allocated_in_trace:
+                baseline[tier(key)] = baseline.get(tier(key), 0) + size
+        summaries.append(SnapshotSummary(
+            path=snap.path, stacks=snap.stack_kind, segments=len(snap.segments), blocks=len(snap.blocks),
+            events=len(events), reserved=sum(s.total for s in snap.segments), allocated=snap.allocated,
+            truncated=truncated_bytes > 0, steps=len(steps), unknown_actions=snap.unknown_actions,
+        ))
+
+    # ---------------------------------------------------------------- per site
+    usage: dict[tuple[str, object], Usage] = {k: v.freeze(total_steps) for k, v in accs.items()}
+    reached_via: set[int] = set()
+    for key, u in usage.items():
+        if key[0] == "site" and u.reached:
+            s = sites[cast(int, key[1])]
+            if s.via is not None:
+                for k, base in enumerate(sites):
+                    if base.via is None and base.path == s.via.path and base.span.line == s.via.line:
+                        reached_via.add(k)
+    joined: list[JoinedSite] = []
+    for k, site in enumerate(sites):
+        if site.kind is SiteKind.RELEASE:
+            continue
+        u = usage.get(("site", k), Usage())
+        how = "+".join(sorted(accs[("site", k)].how)) if ("site", k) in accs else ""
+        joined.append(_verdict(site, u, how, matcher, total_steps, k in reached_via or k in matcher.outer_derived,
+                               source))
+    implicit = sorted(
+        (ImplicitPoint(key[1][0], key[1][1], key[1][2], u) for key, u in usage.items()  # type: ignore[index]
+         if key[0] == "implicit"),
+        key=lambda p: (-p.usage.live_bytes, -p.usage.bytes_allocated, p.path, p.line))
+    accounted = sum(u.live_bytes for key, u in usage.items() if key[0] == "site")
+    implicit_live = sum(p.usage.live_bytes for p in implicit)
+    buckets = [Bucket(name, usage.get(("bucket", name), Usage()).live_bytes, BUCKETS[name])
+               for name in (NO_FRAMES, OUTSIDE)]
+    buckets.append(Bucket("history-truncated", truncated_bytes, BUCKETS["history-truncated"]))
+    if source == "snapshot":
+        buckets.append(Bucket("cache-slack", reserved - live, BUCKETS["cache-slack"]))
+    extra: dict[str, int] = {}
+    for snap in snapshots:
+        for name, size in snap.extra_buckets:
+            extra[name] = extra.get(name, 0) + size
+    buckets += [Bucket(name, size, BUCKETS.get(name, name)) for name, size in sorted(extra.items())]
+    assert accounted + implicit_live + buckets[0].bytes + buckets[1].bytes == live
+    # ---------------------------------------------------------------- tiers and timeline
+    tier_names = [t.value for t in Tier] + ["implicit", "unattributed"]
+    tier_live = {t: 0 for t in tier_names}
+    tier_peak = {t: 0 for t in tier_names}
+    for key, u in usage.items():
+        tier_live[tier(key)] += u.live_bytes
+    samples = _timeline(timeline_raw, tier_names, baseline, tier_peak)
+    for t in tier_names:
+        tier_peak[t] = max(tier_peak[t], tier_live[t])
+    tiers = tuple((t, tier_live[t], tier_peak[t]) for t in tier_names if tier_live[t] or tier_peak[t])
+    shown = [t for t, _, _ in tiers]
+    index = [tier_names.index(t) for t in shown]
+    timeline = tuple((time, tuple(values[i] for i in index)) for time, values in samples)
+    pools = tuple(Pool(p, pool_reserved.get(p, 0), pool_live.get(p, 0), pool_capture.get(p, 0),
+                       tuple(sorted(pool_functions.get(p, ()))))
+                  for p in sorted(set(pool_reserved) | set(pool_capture)) if p != DEFAULT_POOL)
+    frames_total = len(matcher.mapped)
+    frames_mapped = sum(1 for v in matcher.mapped.values() if v is not None)
+    result = Join(
+        snapshots=tuple(summaries), sites=tuple(joined), implicit=tuple(implicit), buckets=tuple(buckets),
+        findings=(), pools=pools, tiers=tiers, timeline=timeline, frames_mapped=frames_mapped,
+        frames_total=frames_total, reserved=reserved, live=live, accounted=accounted, steps=total_steps,
+        source=source,
+    )
+    return _with_findings(result, findings, sites)
+
+
+def _scopes_on(snap: Snapshot, stack: int, matcher: Matcher) -> frozenset[str]:
+    out = set()
+    for frame in snap.stacks[stack]:
+        if not frame.native:
+            path = matcher.map_path(frame.filename)
+            if path is not None:
+                out.add(f"{path}:{frame.name}")
+    return frozenset(out)
+
+
+def _timeline(raw: list[tuple[int, str, int]], tier_names: list[str], baseline: Mapping[str, int],
+              peaks: dict[str, int]) -> list[tuple[int, tuple[int, ...]]]:
+    """Live bytes per tier over time, sampled down to about TIMELINE_POINTS
+    points (each sample keeps the running maximum of its window, so a peak is
+    never sampled away)."""
+    if not raw:
+        return []
+    raw.sort(key=lambda r: r[0])
+    pos = {t: i for i, t in enumerate(tier_names)}
+    current = [baseline.get(t, 0) for t in tier_names]
+    window = max(1, len(raw) // TIMELINE_POINTS)
+    out: list[tuple[int, tuple[int, ...]]] = [(0, tuple(current))]
+    high = list(current)
+    for n, (time, t, delta) in enumerate(raw, 1):
+        i = pos[t]
+        current[i] += delta
+        if current[i] > high[i]:
+            high[i] = current[i]
+        if current[i] > peaks[t]:
+            peaks[t] = current[i]
+        if n % window == 0 or n == len(raw):
+            out.append((time, tuple(high)))
+            high = list(current)
+    return out
+
+
+# ---------------------------------------------------------------- verdicts
+
+PERSISTENT = frozenset({Tier.T1, Tier.T2, Tier.T3})
+
+
+def _verdict(site: Site, u: Usage, how: str, matcher: Matcher, steps: int, via_reached: bool,
+             source: str) -> JoinedSite:
+    if site.kind is SiteKind.GRAPH_POOL:
+        return JoinedSite(site, "", u, "not visible", "not-visible",
+                          "a pool handle allocates nothing itself; its memory shows as capture allocations per pool")
+    if site.kind not in matcher.kinds:
+        what = "host memory" if site.kind is SiteKind.PINNED_HOST else f"{site.kind.value} memory"
+        return JoinedSite(site, "", u, "not visible", "not-visible",
+                          f"{what} is not in a PyTorch memory snapshot" if source == "snapshot"
+                          else f"{what} is not in this native record")
+    if not u.reached and source == "native" and site.language.value == "python" \
+            and site.kind in (SiteKind.DEVICE, SiteKind.WORKSPACE):
+        return JoinedSite(site, "", u, "not visible", "not-visible",
+                          "PyTorch's allocator hands this memory out: see the snapshot, not the native record")
+    if not u.reached:
+        if via_reached:
+            return JoinedSite(site, "", u, "through other sites", "agrees",
+                              "its bytes are attributed to the derived sites on the same stacks")
+        return JoinedSite(site, "", u, "not reached", "not-reached")
+    per_step = steps > 0 and u.churn_per_step is not None and u.churn_per_step >= 1.0
+    default_live = u.live_bytes - u.live_in_graph_pools
+    if u.live_bytes > 0:
+        observed = "alive at end" + (" (graph pool)" if default_live == 0 else "")
+    elif per_step:
+        observed = "per step"
+    else:
+        observed = "freed"
+    if site.tier in PERSISTENT:
+        if u.live_bytes == 0:
+            return JoinedSite(site, how, u, observed, "disagrees",
+                              f"a {site.tier.value} site whose blocks were all freed before the snapshot"
+                              + (f" ({u.churn_per_step} allocations per step)" if per_step else ""))
+        if per_step:
+            return JoinedSite(site, how, u, observed, "disagrees",
+                              f"a {site.tier.value} site allocating every step ({u.churn_per_step} per step)")
+        if site.tier is Tier.T1 and u.late_allocs:
+            return JoinedSite(site, how, u, observed, "disagrees",
+                              f"a T1 site allocating after load ({u.late_allocs} allocations in "
+                              f"{', '.join(p for p in u.phases if p not in LOAD_PHASES)})")
+        return JoinedSite(site, how, u, observed, "agrees")
+    if site.tier is Tier.T4:
+        if default_live > 0:
+            return JoinedSite(site, how, u, observed, "disagrees",
+                              f"a T4 (forward-scratch) site with {default_live} bytes alive at the end")
+        return JoinedSite(site, how, u, observed, "agrees",
+                          "alive only in a CUDA-graph pool, which the graph owns" if u.live_bytes else "")
+    if site.tier in (Tier.T5A, Tier.T5B):
+        return JoinedSite(site, how, u, observed, "agrees",
+                          "pinned host memory, seen in the native record (kept by the host allocator's cache)")
+    return JoinedSite(site, how, u, observed, "no-tier", f"tier {site.tier.value}: nothing to compare with")
+
+
+def _usage_at(result: Join, path: str, line: int) -> JoinedSite | None:
+    """The joined site at ``path:line``; when its bytes went to derived sites
+    (``self.buf = self._make_buffer(...)``), their usage summed."""
+    for j in result.sites:
+        s = j.site
+        if s.path == path and min(s.stmt_line or s.span.line, s.span.line) <= line <= s.span.end_line:
+            if j.usage.reached or j.verdict != "agrees":
+                return j
+            derived = [d.usage for d in result.sites if d.site.via is not None and d.site.via.path == s.path
+                       and d.site.via.line == s.span.line]
+            return JoinedSite(s, j.how, _sum(derived), j.observed, j.verdict, j.note)
+    return None
+
+
+def _sum(usages: list[Usage]) -> Usage:
+    return Usage(
+        live_bytes=sum(u.live_bytes for u in usages), live_blocks=sum(u.live_blocks for u in usages),
+        peak_bytes=sum(u.peak_bytes for u in usages), allocs=sum(u.allocs for u in usages),
+        bytes_allocated=sum(u.bytes_allocated for u in usages), frees=sum(u.frees for u in usages),
+        capture_allocs=sum(u.capture_allocs for u in usages), capture_bytes=sum(u.capture_bytes for u in usages),
+        grew=any(u.grew for u in usages))
+
+
+def _evidence(u: Usage) -> tuple[tuple[str, int | float | str], ...]:
+    out: list[tuple[str, int | float | str]] = [
+        ("live_bytes", u.live_bytes), ("peak_bytes", u.peak_bytes), ("allocs", u.allocs),
+        ("bytes_allocated", u.bytes_allocated), ("capture_bytes", u.capture_bytes)]
+    if u.churn_per_step is not None:
+        out.append(("churn_per_step", u.churn_per_step))
+    if u.median_lifetime_us is not None:
+        out.append(("median_lifetime_us", u.median_lifetime_us))
+    return tuple(out)
+
+
+def _with_findings(result: Join, findings: Iterable[Finding], sites: Sequence[Site]) -> Join:
+    out: list[RuntimeFinding] = []
+    for f in findings:
+        if f.suppressed:
+            continue
+        j = _usage_at(result, f.path, f.line)
+        status, message, evidence = _confirm(f, j, result)
+        if result.source != "snapshot" and status != "confirmed":
+            continue  # a native record speaks only for what it saw
+        u = j.usage if j else Usage()
+        out.append(RuntimeFinding(f.rule, f.severity.value, f.path, f.line, f.scope, message, status,
+                                  evidence or _evidence(u)))
+    for j in result.sites:
+        s, u = j.site, j.usage
+        if j.verdict == "disagrees":
+            out.append(RuntimeFinding("tier-lifetime-mismatch", "warning", s.path, s.span.line, s.scope,
+                                      f"{s.api}: {j.note}; the census says {s.tier.value} "
+                                      f"({TIER_NAMES[s.tier]}): {s.tier_reason or 'see the census'}",
+                                      "runtime", _evidence(u)))
+        if u.churn_per_step is not None and u.churn_per_step >= 1.0 and u.capture_allocs < u.allocs:
+            out.append(RuntimeFinding("per-step-churn", "warning", s.path, s.span.line, s.scope,
+                                      f"{s.api} allocated {u.churn_per_step} times per step over {result.steps} "
+                                      f"steps (median lifetime {_us(u.median_lifetime_us)}): allocator traffic "
+                                      f"on every step; allocate once and reuse", "runtime", _evidence(u)))
+    for p in result.implicit:
+        u = p.usage
+        if u.churn_per_step is not None and u.churn_per_step >= 1.0 and u.capture_allocs < u.allocs:
+            out.append(RuntimeFinding("per-step-churn", "warning", p.path, p.line, p.function,
+                                      f"an implicit allocation (no census site) {u.churn_per_step} times per step "
+                                      f"over {result.steps} steps", "runtime", _evidence(u)))
+    out.sort(key=lambda r: r.sort_key)
+    return Join(**{**{f: getattr(result, f) for f in result.__dataclass_fields__}, "findings": tuple(out)})
+
+
+def _us(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value / 1000:.1f} ms" if value >= 1000 else f"{value:.0f} us"
+
+
+def _confirm(f: Finding, j: JoinedSite | None, result: Join
+             ) -> tuple[str, str, tuple[tuple[str, int | float | str], ...]]:
+    """The runtime's answer to one static finding."""
+    u = j.usage if j else Usage()
+    if f.rule == "snapshot-before-construction":
+        later = [r for r in f.related if "measurement cannot see" in r.note]
+        total, names = 0, []
+        for r in later:
+            for js in result.sites:
+                s = js.site
+                if s.via is not None and s.via.path == r.path and s.via.line == r.line or \
+                        s.path == r.path and s.span.line == r.line:
+                    total += js.usage.live_bytes
+                    if js.usage.live_bytes:
+                        names.append(f"{s.path}:{s.span.line}")
+        if total:
+            return ("confirmed", f"{f.message} — at runtime, {total} bytes allocated after the measurement "
+                                 f"are live at the snapshot ({', '.join(sorted(set(names))[:4])})",
+                    (("bytes_unseen_by_measurement", total),))
+        return ("not-reached", f"{f.message} — the buffers built after it were not seen at runtime", ())
+    if f.rule == "throwaway-graph-pool":
+        scope = _last(f.scope)
+        hit = [p for p in result.pools if any(fn.startswith(f"{f.path}:") and fn.endswith(f":{scope}")
+                                              for fn in p.functions)]
+        if hit:
+            captured = sum(p.capture_bytes for p in hit)
+            kept = sum(p.reserved for p in hit)
+            live = sum(p.live for p in hit)
+            return ("confirmed", f"{f.message} — at runtime, {captured} bytes were captured into pool "
+                                 f"{', '.join(str(p.pool) for p in hit)}; at the snapshot it still reserves "
+                                 f"{kept} bytes ({live} live)",
+                    (("capture_bytes", captured), ("pool_reserved", kept), ("pool_live", live)))
+        return ("not-observed", f"{f.message} — no capture into a pool from {f.scope} was seen", ())
+    if j is not None and j.verdict == "not-visible":
+        return ("not-visible", f"{f.message} — {j.note}", ())
+    if j is None:
+        # a finding on a call line: the allocation it names, in a related
+        # location or its note ("cudaMalloc at pkg/pool.py:34")
+        places = [(r.path, r.line) for r in f.related]
+        places += [(m.group(1), int(m.group(2))) for r in f.related for m in _PLACE.finditer(r.note)]
+        for path, line in places:
+            k = _usage_at(result, path, line)
+            if k is not None and k.verdict == "not-visible":
+                return ("not-visible", f"{f.message} — {k.note}", ())
+            if k is not None and k.usage.reached:
+                j, u = k, k.usage
+                break
+    if j is None or not u.reached:
+        return ("not-reached", f"{f.message} — not reached at runtime", ())
+    if f.rule == "alloc-in-capture":
+        if u.capture_allocs:
+            return ("confirmed", f"{f.message} — at runtime, {u.capture_allocs} allocations "
+                                 f"({u.capture_bytes} bytes) ran under capture", ())
+        return ("not-observed", f"{f.message} — reached, but never under capture in this run", ())
+    if f.rule == "grow-on-demand":
+        if u.allocs > 1 and u.grew:
+            return ("confirmed", f"{f.message} — at runtime it grew: {u.allocs} allocations, "
+                                 f"{u.live_bytes} bytes still live", ())
+        return ("not-observed", f"{f.message} — reached, did not grow in this run", ())
+    if f.rule in ("per-call-alloc", "alloc-bypasses-plan"):
+        return ("confirmed", f"{f.message} — at runtime, {u.allocs} allocations", ())
+    return ("confirmed" if u.reached else "not-reached", f"{f.message} — reached at runtime", ())
