@@ -101,7 +101,7 @@ def test_demo_report_in_chromium(browser: Any, tmp_path: Path) -> None:
 
     # the findings list the related locations
     text = page.inner_text("#findings")
-    assert "examples/minigen/model_runner.py:79" in text and "capture starts here" in text
+    assert "examples/minigen/model_runner.py:82" in text and "capture starts here" in text
 
     # the theme switch and the dark scheme change the colours
     light_bg = page.evaluate("getComputedStyle(document.body).backgroundColor")
