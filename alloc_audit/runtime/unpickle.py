@@ -70,7 +70,10 @@ def load_plain(path: Path, limit: int = MAX_BYTES) -> Any:
     try:
         return PlainUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as exc:
-        raise SnapshotError(f"{path}: not a plain-data snapshot: {exc}") from None
+        if str(exc).startswith("refuses"):
+            raise SnapshotError(f"{path}: not a plain-data snapshot: {exc}") from None
+        reason = "truncated" if "truncated" in str(exc) else f"malformed ({exc})"
+        raise SnapshotError(f"{path}: not a readable snapshot pickle: {reason}") from None
     except (EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError, OverflowError, MemoryError,
             RecursionError, UnicodeDecodeError) as exc:
         reason = "truncated" if isinstance(exc, EOFError) else f"malformed ({type(exc).__name__}: {exc})"
