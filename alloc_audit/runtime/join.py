@@ -295,20 +295,25 @@ def join(snapshots: Sequence[Snapshot], matcher: Matcher, sites: Sequence[Site],
         total_steps += len(steps)
         final_pools = {(s.device, s.addr, s.total): s.pool for s in snap.segments}
         open_segments = _Segments()
-        seen_segment: set[tuple[int, int]] = set()
-        allocs: dict[tuple[int, int], tuple[tuple[str, object], int, int]] = {}  # -> (key, size, time)
+        allocs: dict[tuple[int, int], tuple[int, int, int]] = {}  # -> (stack, size, time)
         allocated_in_trace: set[tuple[int, int]] = set()
         t0 = events[0].time_us if events else 0
+        # per stack, once: where its bytes go (a long trace has few stacks)
+        stack_keys = [_key(a) for a in attrib]
+        stack_accs = [acc(k) for k in stack_keys]
+        stack_tiers = [tier(k) for k in stack_keys]
+        stack_how = [a.how if a.how in (EXACT, FUNCTION) else "" for a in attrib]
+        stack_capture = [a.capture for a in attrib]
+        any_pools = any(seg.pool != DEFAULT_POOL for seg in snap.segments)
+        timeline_add = timeline_raw.append
         for e in events:
             action = e.action
-            where = (e.device, e.addr)
             if action == "alloc":
-                a = attrib[e.stack]
-                key = _key(a)
-                entry = acc(key)
+                stack, size = e.stack, e.size
+                entry = stack_accs[stack]
                 entry.allocs += 1
-                entry.bytes_allocated += e.size
-                entry.current += e.size
+                entry.bytes_allocated += size
+                entry.current += size
                 if entry.current > entry.peak:
                     entry.peak = entry.current
                 entry.streams.add(e.stream)
@@ -317,38 +322,41 @@ def join(snapshots: Sequence[Snapshot], matcher: Matcher, sites: Sequence[Site],
                     entry.late += 1
                 if e.step is not None:
                     entry.step_allocs += 1
-                if entry.last_size and e.size > entry.last_size:
+                if entry.last_size and size > entry.last_size:
                     entry.grew = True
-                entry.last_size = e.size
-                if a.how in (EXACT, FUNCTION):
-                    entry.how.add(a.how)
-                pool = open_segments.pool_of(e.device, e.addr)
-                if a.capture or (pool is not None and pool != DEFAULT_POOL):
+                entry.last_size = size
+                if stack_how[stack]:
+                    entry.how.add(stack_how[stack])
+                pool = open_segments.pool_of(e.device, e.addr) if any_pools else None
+                in_pool = pool is not None and pool != DEFAULT_POOL
+                if in_pool or stack_capture[stack]:
                     entry.capture_allocs += 1
-                    entry.capture_bytes += e.size
-                    if pool is not None and pool != DEFAULT_POOL:
-                        pool_capture[pool] = pool_capture.get(pool, 0) + e.size
-                        scopes = stack_scopes.get(e.stack)
+                    entry.capture_bytes += size
+                    if in_pool:
+                        assert pool is not None
+                        pool_capture[pool] = pool_capture.get(pool, 0) + size
+                        scopes = stack_scopes.get(stack)
                         if scopes is None:
-                            scopes = stack_scopes[e.stack] = _scopes_on(snap, e.stack, matcher)
+                            scopes = stack_scopes[stack] = _scopes_on(snap, stack, matcher)
                         pool_functions.setdefault(pool, set()).update(scopes)
-                allocs[where] = (key, e.size, e.time_us)
+                where = (e.device, e.addr)
+                allocs[where] = (stack, size, e.time_us)
                 allocated_in_trace.add(where)
-                timeline_raw.append((e.time_us - t0, tier(key), e.size))
-            elif action in ("free_requested", "free_completed"):
+                timeline_add((e.time_us - t0, stack_tiers[stack], size))
+            elif action == "free_requested" or action == "free_completed":
+                where = (e.device, e.addr)
                 found = allocs.pop(where, None)
                 if found is None:
                     if action == "free_requested" and where not in allocated_in_trace:
                         truncated_bytes += e.size
                     continue
-                key, size, start = found
-                entry = acc(key)
+                stack, size, start = found
+                entry = stack_accs[stack]
                 entry.frees += 1
                 entry.current -= size
                 entry.lifetimes.append(e.time_us - start)
-                timeline_raw.append((e.time_us - t0, tier(key), -size))
+                timeline_add((e.time_us - t0, stack_tiers[stack], -size))
             elif action in ("segment_alloc", "segment_map"):
-                seen_segment.add(where)
                 open_segments.open(e.device, e.addr, e.size, final_pools.get((e.device, e.addr, e.size)))
             elif action in ("segment_free", "segment_unmap"):
                 open_segments.close(e.device, e.addr)
@@ -363,7 +371,8 @@ def join(snapshots: Sequence[Snapshot], matcher: Matcher, sites: Sequence[Site],
         ))
 
     # ---------------------------------------------------------------- per site
-    usage: dict[tuple[str, object], Usage] = {k: v.freeze(total_steps) for k, v in accs.items()}
+    usage: dict[tuple[str, object], Usage] = {k: v.freeze(total_steps) for k, v in accs.items()
+                                              if v.allocs or v.live_bytes}
     reached_via: set[int] = set()
     for key, u in usage.items():
         if key[0] == "site" and u.reached:

@@ -25,8 +25,9 @@ index: a long trace repeats a few hundred stacks many thousand times.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .unpickle import MAX_BYTES, SnapshotError, load_plain
 
@@ -78,9 +79,9 @@ class Segment:
     kind: str  # "small", "large", or "" when not recorded
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One trace entry, in the order of the trace (time order)."""
+class Event(NamedTuple):
+    """One trace entry, in the order of the trace (time order). A named
+    tuple, not a dataclass: a long trace makes a hundred thousand of them."""
 
     action: str
     addr: int
@@ -115,6 +116,9 @@ class Snapshot:
         return sum(b.size for b in self.blocks if b.live)
 
 
+_FRAME_KEY = itemgetter("filename", "line", "name")
+
+
 class _Stacks:
     """Interns stacks: the same list of frames gets the same index."""
 
@@ -123,14 +127,29 @@ class _Stacks:
         self.stacks: list[tuple[Frame, ...]] = [()]
         self.frames: dict[tuple[str, int, str], Frame] = {}
         self.native_seen = False
+        self.by_ids: dict[tuple[int, ...], int] = {}
 
-    def add(self, raw: Any, where: str) -> int:
+    def add(self, raw: Any, where: str, k: int | None = None) -> int:
+        """The index of this list of frames. The pickle shares frame dicts
+        (a snapshot has a few hundred distinct frames in 300k references),
+        and the data outlives this pass, so a tuple of the dicts' ids finds
+        a known stack without reading a single frame."""
         if not raw:
             return 0
-        if not isinstance(raw, list):
+        ids = tuple(map(id, raw)) if type(raw) is list else ()
+        found = self.by_ids.get(ids)
+        if found is not None:
+            return found
+        if k is not None:
+            where = f"{where}[{k}]"  # only built here: most stacks are known by their ids
+        if type(raw) is not list:
             raise SnapshotError(f"{where}: frames is a {type(raw).__name__}, not a list")
+        found = self.by_ids[ids] = self._add(raw, where)
+        return found
+
+    def _add(self, raw: list[Any], where: str) -> int:
         try:
-            key = tuple((f["filename"], f["line"], f["name"]) for f in raw)
+            key = tuple(map(_FRAME_KEY, raw))
         except (TypeError, KeyError) as exc:
             raise SnapshotError(f"{where}: a frame lacks filename, line or name ({exc})") from None
         found = self.index.get(key)
@@ -240,30 +259,43 @@ def normalise(data: Any, path: str) -> Snapshot:
     events: list[Event] = []
     unknown: dict[str, int] = {}
     has_metadata = False
+    tags: dict[str, tuple[str, int | None]] = {}
     for device, trace in enumerate(raw_traces):
         if not isinstance(trace, list):
             raise SnapshotError(f"{path}: device_traces[{device}] is not a list")
+        prefix = f"{path}: device_traces[{device}]"
+        add_stack, append, get_tag = stacks.add, events.append, tags.get
         for k, entry in enumerate(trace):
-            where = f"{path}: device_traces[{device}][{k}]"
-            if not isinstance(entry, dict):
-                raise SnapshotError(f"{where}: not a mapping")
+            # the per-entry checks stay cheap: a long trace has 100k entries;
+            # the error message is only built when something is wrong
+            if type(entry) is not dict:
+                raise SnapshotError(f"{prefix}[{k}]: not a mapping")
             action = entry.get("action")
-            if not isinstance(action, str):
-                raise SnapshotError(f"{where}: 'action' is missing")
             if action not in KNOWN_ACTIONS:
+                if not isinstance(action, str):
+                    raise SnapshotError(f"{prefix}[{k}]: 'action' is missing")
                 unknown[action] = unknown.get(action, 0) + 1
                 continue
-            meta = entry.get("user_metadata") or ""
-            phase, step = parse_metadata(meta) if isinstance(meta, str) and meta else ("", None)
-            has_metadata = has_metadata or bool(meta)
+            meta = entry.get("user_metadata")
+            if meta:
+                tag = get_tag(meta) if type(meta) is str else ("", None)
+                if tag is None:
+                    tag = tags[meta] = parse_metadata(meta)
+                phase, step = tag
+                has_metadata = True
+            else:
+                phase, step = "", None
             context = entry.get("compile_context")
-            events.append(Event(
-                action="free_completed" if action == "free" else action,
-                addr=_int(entry, "addr", where, 0), size=_int(entry, "size", where, 0),
-                stream=_int(entry, "stream", where, 0), time_us=_int(entry, "time_us", where, k),
-                stack=stacks.add(entry.get("frames"), where), device=device, phase=phase, step=step,
-                compile_context="" if not isinstance(context, str) or context == "N/A" else context,
-            ))
+            addr, size, stream, time_us = (entry.get("addr", 0), entry.get("size", 0), entry.get("stream", 0),
+                                           entry.get("time_us", k))
+            if not (type(addr) is int and type(size) is int and type(stream) is int and type(time_us) is int):
+                where = f"{prefix}[{k}]"
+                addr, size = _int(entry, "addr", where, 0), _int(entry, "size", where, 0)
+                stream, time_us = _int(entry, "stream", where, 0), _int(entry, "time_us", where, k)
+            frames = entry.get("frames")
+            append(Event("free_completed" if action == "free" else action, addr, size, stream, time_us,
+                         add_stack(frames, prefix, k) if frames else 0, device, phase, step,
+                         "" if context is None or context == "N/A" or type(context) is not str else context))
     kind = "none" if len(stacks.stacks) == 1 else ("all" if stacks.native_seen else "python")
     return Snapshot(path=path, segments=tuple(segments), blocks=tuple(blocks), events=tuple(events),
                     stacks=tuple(stacks.stacks), stack_kind=kind, unknown_actions=tuple(sorted(unknown.items())),
