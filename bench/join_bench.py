@@ -60,7 +60,8 @@ def synthesise(n_events: int, seed: int = 0) -> dict:
             addr, size = live.pop(rng.randrange(len(live)))
             for action in ("free_requested", "free_completed"):
                 trace.append({"action": action, "addr": addr, "size": size, "stream": 0, "time_us": t,
-                              "frames": list(stacks[rng.randrange(len(stacks))]), "user_metadata": f"phase=serve;step={step}"})
+                              "frames": list(stacks[rng.randrange(len(stacks))]),
+                              "user_metadata": f"phase=serve;step={step}"})
             continue
         seg = segments[rng.randrange(len(segments))]
         size = 512 * rng.randint(1, 64)
