@@ -1,2 +1,1 @@
-"""Commands: each takes frozen inputs and returns an outcome value; only
-``cli.py`` prints and picks the exit code (STYLE.md section 1)."""
+"""The commands: one module per command, each returning an outcome value the CLI renders."""

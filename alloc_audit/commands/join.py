@@ -1,4 +1,4 @@
-"""Command ``join``: memory records of a real run + the census -> a joined
+"""`alloc-audit join`: memory records of a real run + the census -> a joined
 outcome (no printing; ``cli.py`` renders it and picks the exit code).
 
 Records are told apart by their first bytes: a pickle (gzipped or not) is a
@@ -19,12 +19,13 @@ from ..catalog import Catalog
 from ..config import Config
 from ..errors import UsageError
 from ..model import FileError, FileFacts, Language
-from ..pipeline import ScanResult
+from ..pipeline.run import ScanResult
 from ..runtime.join import Join, join
 from ..runtime.match import ALLOCATOR_KINDS, NATIVE_KINDS, Matcher, PathMap
 from ..runtime.native import is_native_record, read_native
 from ..runtime.snapshot import Snapshot, read_snapshot
 from ..runtime.unpickle import SnapshotError
+from .project import Options, load_project, root_display, scan_project
 
 SOURCE_SUFFIXES = (".py", ".pyi", ".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".toml")
 
@@ -36,6 +37,10 @@ class JoinOutcome:
     root_display: str
     errors: tuple[FileError, ...]
     min_accounted: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        return not self.passed
 
     @property
     def passed(self) -> bool:
@@ -102,8 +107,8 @@ class FactsLoader:
     def __call__(self, path: str) -> FileFacts | None:
         if not path.endswith(".py"):
             return None
-        from ..extract import extract_facts
-        from ..parse import parse_source
+        from ..pipeline.extract import extract_facts
+        from ..pipeline.parse import parse_source
 
         try:
             data = (self.root / path).read_bytes()
@@ -127,3 +132,29 @@ def run_join(result: ScanResult, config: Config, catalog: Catalog, records: Sequ
     native = join(natives, matcher(NATIVE_KINDS), result.sites, result.findings, source="native") \
         if natives else None
     return JoinOutcome(joined, native, root_display, result.errors, min_accounted)
+
+
+def join_records(args: Sequence[Path], options: Options, path_maps: Sequence[PathMap] = (),
+                 min_accounted: float | None = None, max_snapshot_mb: int = 1024) -> JoinOutcome:
+    """Attribute a real run's GPU memory (a PyTorch memory snapshot) to the census's sites.
+
+    Per site and tier: bytes live at the snapshot, peak, allocations, churn
+    per step, lifetimes, bytes allocated under capture; the static tier
+    against the observed lifetime; the static findings confirmed or not.
+    Records are PyTorch snapshots (torch.cuda.memory._dump_snapshot pickles,
+    gzipped or not, read without torch and without running anything) or
+    native records (the recorder shim's log, a compute-sanitizer leak
+    report). Directories and source files name the tree to scan. Details:
+    docs/join.md.
+
+    Examples:
+
+      alloc-audit join snapshot-rank0.pickle.gz src/engine --min-accounted 90
+
+      alloc-audit join snaps/*.pickle.gz . --path-map /app=. -f html -o join.html
+    """
+    records, paths = split_arguments(args)
+    project = load_project(paths or None, options.config_path)
+    result = scan_project(project, paths or None, options)
+    return run_join(result, project.config, project.catalog, records, root_display(project.config.root),
+                    path_maps, min_accounted, max_snapshot_mb << 20)

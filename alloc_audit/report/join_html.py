@@ -8,13 +8,16 @@ Deterministic: no timestamps."""
 from __future__ import annotations
 
 from html import escape
+from typing import TYPE_CHECKING
 
 from .. import __version__
-from ..commands.join import JoinOutcome
 from ..runtime.join import Join
-from ..sizes import human
 from .join_json import tier_label
 from .join_text import findings_sorted, headline, reached, reconcile, unreached
+from .sizes import human
+
+if TYPE_CHECKING:
+    from ..commands.join import JoinOutcome
 
 COLORS = {"T1": "#3b6fd4", "T2": "#2a9d8f", "T3": "#8a5cd1", "T4": "#e76f51", "T5a": "#e9c46a", "T5b": "#c9a227",
           "unknown": "#888888", "implicit": "#d1495b", "unattributed": "#555555"}

@@ -5,12 +5,14 @@ record paths as given, times relative to the first trace event, no clock."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
-from ..commands.join import JoinOutcome
 from ..model import TIER_NAMES, Tier
 from ..runtime.join import Join, Usage
+
+if TYPE_CHECKING:
+    from ..commands.join import JoinOutcome
 
 SCHEMA = "alloc-audit-join/1"
 

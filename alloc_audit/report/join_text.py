@@ -6,12 +6,14 @@ reconciles the buckets with reserved and allocated memory."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from ..commands.join import JoinOutcome
 from ..runtime.join import Join, JoinedSite, Usage
-from ..sizes import human
 from .join_json import tier_label
+from .sizes import human
+
+if TYPE_CHECKING:
+    from ..commands.join import JoinOutcome
 
 STATUS_ORDER = {"confirmed": 0, "runtime": 1, "not-observed": 2, "not-reached": 3}
 
