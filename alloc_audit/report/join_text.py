@@ -92,15 +92,16 @@ def render_terminal(outcome: JoinOutcome, color: bool, width: int | None = None)
         for line in headline(j, what, outcome.min_accounted if what[0] == "s" else None)[1:]:
             out.print(Text(line))
         sites = Table(title="Joined bytes per site", title_justify="left", show_edge=False, pad_edge=False)
-        for col in ("site", "api", "tier", "match", "live", "peak", "allocs", "churn/step", "median life",
-                    "in capture", "observed", "verdict"):
-            sites.add_column(col, justify="right" if col in ("live", "peak", "allocs", "churn/step",
-                                                              "in capture") else "left")
+        # peak, lifetimes and the observed lifetime: in the Markdown, HTML and JSON
+        for col in ("site", "tier", "live", "allocs", "/step", "captured", "verdict"):
+            sites.add_column(col, justify="left" if col in ("site", "tier", "verdict") else "right",
+                             overflow="fold", min_width=30 if col == "site" else None)
         for s in reached(j):
             u = s.usage
-            sites.add_row(f"{s.site.path}:{s.site.span.line}", s.site.api, s.site.tier.value, s.how or "-",
-                          human(u.live_bytes), human(u.peak_bytes), str(u.allocs), _churn(u), _lifetime(u),
-                          human(u.capture_bytes) if u.capture_bytes else "-", s.observed,
+            name = f"{s.site.path}:{s.site.span.line} {s.site.api}" + (" (function match)" if "function" in s.how
+                                                                       else "")
+            sites.add_row(name, s.site.tier.value, human(u.live_bytes), str(u.allocs), _churn(u),
+                          human(u.capture_bytes) if u.capture_bytes else "-",
                           Text(s.verdict, style="red" if s.verdict == "disagrees" else ""))
         out.print()
         out.print(sites)
