@@ -83,7 +83,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args, program = parse_args(list(sys.argv[1:] if argv is None else argv))
-    import torch  # type: ignore[import-not-found, unused-ignore]
+    try:
+        import torch  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        print("alloc-audit record: error: recording needs torch (pip install 'alloc-audit[record]'); "
+              "join does not", file=sys.stderr)
+        return 2
 
     torch.cuda.memory._record_memory_history(stacks=args.stacks, max_entries=args.max_entries)
     code: Any = 0

@@ -46,3 +46,11 @@ def test_join_never_imports_torch() -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert '"schema": "alloc-audit-join/1"' in proc.stdout
+
+
+def test_record_without_torch_says_what_to_install() -> None:
+    code = ("import sys; sys.modules['torch'] = None; "
+            "from alloc_audit.record import main; sys.exit(main(['--', 'python', 'x.py']))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "recording needs torch (pip install 'alloc-audit[record]')" in proc.stderr
