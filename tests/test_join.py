@@ -249,3 +249,22 @@ def test_oversized_and_truncated_snapshots_exit_2(tmp_path: Path) -> None:
     cut.write_bytes(gzip.decompress((DATA / "minigen-python.pickle.gz").read_bytes())[:5000])
     result = run_cli("join", str(cut), "examples", cwd=REPO)
     assert result.code == 2 and "cut.pickle: not a readable snapshot pickle: truncated" in result.err
+
+
+def test_cpp_frames_match_native_sites_by_function_name() -> None:
+    # the demo's native side, built as a torch extension and run: libtorch's
+    # allocations in minigen::fused_gate carry C++ frames (stacks="all"), and
+    # compute-sanitizer's leak report names the arena's functions
+    doc = join_json(str(DATA / "minigen-native-all.pickle.gz"), str(DATA / "minigen-sanitizer-native.txt.gz"))
+    by_site = {(s["path"].rsplit("/", 1)[-1], s["api"]): s for part in ("snapshot", "native")
+               for s in doc[part]["sites"] if s["runtime"]["allocs"] or s["runtime"]["live_bytes"]}
+    # which site in fused_gate: the API the inner frames name (empty_like vs zeros)
+    gate = by_site[("allocator.cu", "at::empty_like")]
+    assert gate["match"] == "function" and gate["runtime"]["live_bytes"] == 128 << 10
+    assert by_site[("allocator.cu", "torch::zeros")]["runtime"]["allocs"] == 1
+    # the kept arena: its constructor's blocks go to the derived site that builds it
+    arena = by_site[("demo_bindings.cu", "minigen::DeviceArena")]
+    assert arena["runtime"]["live_bytes"] == (256 + 64 + 4) << 10 and arena["verdict"] == "disagrees"
+    grown = by_site[("allocator.cu", "cudaMalloc")]
+    assert grown["line"] == line_of("csrc/allocator.cu", "CUDA_CHECK(cudaMalloc(&buf_, need));")
+    assert grown["runtime"]["live_bytes"] == 2 << 20

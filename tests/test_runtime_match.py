@@ -151,3 +151,23 @@ def test_normalise_names_the_file_and_the_place_of_a_bad_field() -> None:
 ])
 def test_parse_metadata(text: str, expected: tuple[str, int | None]) -> None:
     assert parse_metadata(text) == expected
+
+
+def test_cpp_frames_pick_the_site_whose_api_the_inner_frames_name() -> None:
+    sites = [make_site("pkg/a.cu", 10, api="cudaMalloc", scope="pkg::Arena::Arena", language=Language.CUDA),
+             make_site("pkg/a.cu", 11, api="cudaMallocAsync", scope="pkg::Arena::Arena", language=Language.CUDA),
+             make_site("pkg/a.cu", 20, api="at::empty_like", scope="pkg::gate", language=Language.CUDA),
+             make_site("pkg/a.cu", 21, api="torch::zeros", scope="pkg::gate", language=Language.CUDA),
+             make_site("pkg/b.cu", 5, api="pkg::Arena", scope="pkg::build", language=Language.CUDA,
+                       via=Via("cudaMalloc", "pkg/a.cu", 10))]
+    m = Matcher(sites, {}, ["pkg/a.cu", "pkg/b.cu"], "/r")
+    native = frames(("??", 0, "cudaMallocAsync"), ("??", 0, "pkg::Arena::Arena(unsigned long)"))
+    assert m.attribute(native).site == 1
+    zeros = frames(("??", 0, "at::_ops::zeros::call(c10::ArrayRef<long>)"), ("??", 0, "pkg::gate(at::Tensor)"))
+    assert m.attribute(zeros).site == 3
+    unknown = frames(("??", 0, "something_else"), ("??", 0, "pkg::gate(at::Tensor)"))
+    assert m.attribute(unknown).site == 2
+    # a caller that is a derived site of the constructor names the buffer, whichever allocation it was
+    built = frames(("??", 0, "cudaMallocAsync"), ("??", 0, "pkg::Arena::Arena(unsigned long)"),
+                   ("??", 0, "pkg::build(long)"))
+    assert m.attribute(built).site == 4

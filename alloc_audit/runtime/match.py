@@ -128,6 +128,14 @@ class Matcher:
             self._absorb(path, facts)
         for index in self._by_file.values():
             index.sites.sort()
+        # native derived sites by the function their allocation is in: a
+        # constructor with four allocations is one derived site for its caller
+        at = {(x.path, x.span.line): x for x in sites if x.via is None}
+        self._derived_by_scope: dict[tuple[str, str], list[int]] = {}
+        for (path, line), ks in self._derived.items():
+            base = at.get((path, line))
+            if base is not None and base.language.value != "python":
+                self._derived_by_scope.setdefault((path, base.scope), []).extend(ks)
         self.mapped: dict[str, str | None] = {}
         # derived sites seen further out on a stack than the one that got the bytes
         self.outer_derived: set[int] = set()
@@ -218,7 +226,7 @@ class Matcher:
         for i, frame in enumerate(stack):
             if frame.native:
                 if decided is None and not mapped:
-                    hit = self._native(frame)
+                    hit = self._native(stack, i)
                     if hit is not None:
                         decided = hit
                 continue
@@ -246,13 +254,27 @@ class Matcher:
                 return Attribution(FUNCTION, near, path, frame.line, frame.name, capture)
         return Attribution(IMPLICIT, None, path, frame.line, scope or frame.name, capture)
 
-    def _native(self, frame: Frame) -> Attribution | None:
-        name = cpp_function_name(frame.name)
+    def _native(self, stack: tuple[Frame, ...], i: int) -> Attribution | None:
+        """A C++ frame whose function has native sites. Which of them: the
+        one whose API the frames inside it name (``cudaMallocAsync``,
+        ``at::_ops::zeros::call``), else the first; then, as for Python, a
+        derived site further out (``new DeviceArena(...)`` in a caller)
+        names the buffer."""
+        name = cpp_function_name(stack[i].name)
         hits = self._cpp_scopes.get(name)
         if not hits:
             return None
-        site = min(hits, key=lambda k: self.sites[k].sort_key)
+        inner = [cpp_function_name(f.name) for f in stack[:i]]
+        ranked = sorted(hits, key=lambda k: (_api_rank(self.sites[k].api, inner), self.sites[k].sort_key))
+        site = ranked[0]
         s = self.sites[site]
+        for frame in stack[i + 1:]:
+            if not frame.native:
+                break
+            outer = cpp_function_name(frame.name)
+            for k in self._derived_by_scope.get((s.path, s.scope), ()):
+                if self.sites[k].scope == outer:
+                    return Attribution(FUNCTION, k, self.sites[k].path, 0, outer, native=True)
         return Attribution(FUNCTION, site, s.path, 0, name, native=True)
 
     def _site_at(self, index: _FileIndex, line: int) -> int | None:
@@ -307,6 +329,18 @@ class Matcher:
     def _in_capture(self, path: str, line: int) -> bool:
         index = self._by_file.get(path)
         return bool(index) and any(first <= line <= last for first, last in index.captures)  # type: ignore[union-attr]
+
+
+def _api_rank(api: str, inner: list[str]) -> int:
+    """0 when a frame inside the function is the API itself (``cudaMalloc``),
+    1 when one names it as a part (``at::_ops::zeros::call`` for
+    ``torch::zeros``), 2 otherwise."""
+    leaf = re.split(r"::|\.", api)[-1]
+    if any(n == leaf or n.endswith(f"::{leaf}") for n in inner):
+        return 0
+    if any(f"::{leaf}::" in n or f"_{leaf}" in n.rsplit("::", 1)[-1] for n in inner):
+        return 1
+    return 2
 
 
 def _with_capture(a: Attribution, capture: bool) -> Attribution:

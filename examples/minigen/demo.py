@@ -18,6 +18,7 @@ loop (``execute_model``), a scratch buffer that grows and stays alive
 """
 
 import argparse
+import os
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +45,22 @@ def small_config() -> EngineConfig:
         max_num_tokens=256, max_num_seqs=8, hidden_size=256, num_layers=4, num_kv_heads=2, head_dim=64,
         vocab_size=4096, gpu_memory_utilization=0.0002, cudagraph_batch_sizes=(1, 2, 4, 8),
     )
+
+
+def run_native(worker: Worker) -> None:
+    """Build csrc/ as a torch extension and run its native allocations: a
+    device arena (cudaMalloc, cudaMallocAsync, cudaHostAlloc,
+    cudaMallocManaged) that grows once and is kept, and a libtorch op."""
+    from torch.utils.cpp_extension import load
+
+    source = os.path.join(os.path.dirname(__file__), "csrc", "demo_bindings.cu")
+    stubs = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "lib64", "stubs")  # cuMem* live in libcuda
+    # no inlining: the native frames must name the functions that allocate
+    ext = load("minigen_native", [source], extra_cflags=["-O0"], extra_cuda_cflags=["-O0", "-Xcompiler", "-fno-inline"],
+               extra_ldflags=[f"-L{stubs}", "-lcuda"])
+    mark("phase=native")
+    ext.run_native(1 << 20)
+    worker.native_out = ext.fused_gate(worker.model_runner.inputs_embeds)
 
 
 def run(steps: int) -> Worker:
@@ -77,10 +94,13 @@ def main(argv=None) -> Worker:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--snapshot", help="record memory history and dump a snapshot here (without alloc-audit)")
+    parser.add_argument("--native", action="store_true", help="also build and run the native side (csrc/)")
     args = parser.parse_args(argv)
     if args.snapshot:
         torch.cuda.memory._record_memory_history(stacks="python", max_entries=100_000)
     worker = run(args.steps)
+    if args.native:
+        run_native(worker)
     if args.snapshot:
         torch.cuda.memory._dump_snapshot(args.snapshot)
     return worker

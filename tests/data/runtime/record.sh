@@ -30,3 +30,11 @@ cc -O2 -shared -fPIC -I"$(python3 -c 'import sysconfig;print(sysconfig.get_paths
 # 6. tried: compute-sanitizer's leak report (allocations alive at exit)
 (cd examples && timeout 240 compute-sanitizer --tool memcheck --leak-check full --show-backtrace host \
   --print-limit 40 python3 -m minigen.demo --steps 2 > "$OUT/sanitizer.txt" 2>&1; echo "sanitizer rc $?")
+# 7. the native side for real: csrc/ built as a torch extension (-O0, no
+#    inlining), C++ frames on, a device arena kept and a libtorch op
+(cd examples && python3 -m alloc_audit.record --out "$OUT" --stacks all --max-entries 100000 -- \
+  -m minigen.demo --steps 4 --native) && mv "$OUT/snapshot-rank0.pickle.gz" "$OUT/minigen-native-all.pickle.gz"
+# 8. compute-sanitizer's leak report of the same (the extension is built by then)
+(cd examples && timeout 240 compute-sanitizer --tool memcheck --leak-check full --show-backtrace host \
+  --print-limit 60 python3 -m minigen.demo --steps 2 --native > "$OUT/sanitizer-native.txt" 2>&1; \
+  echo "sanitizer (native) rc $?"; gzip -9 "$OUT/sanitizer-native.txt")
