@@ -268,3 +268,16 @@ def test_cpp_frames_match_native_sites_by_function_name() -> None:
     grown = by_site[("allocator.cu", "cudaMalloc")]
     assert grown["line"] == line_of("csrc/allocator.cu", "CUDA_CHECK(cudaMalloc(&buf_, need));")
     assert grown["runtime"]["live_bytes"] == 2 << 20
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    pytest.param('{"action": "alloc", "addr": "x"}\n', "bad.jsonl:1: not a recorder line (ValueError", id="bad addr"),
+    pytest.param('{"action": "alloc", "addr": 1, "size": 8, "frames": [{"line": 3}]}\n',
+                 "bad.jsonl:1: not a recorder line (KeyError", id="frame without a file"),
+    pytest.param('{"action": "alloc"\n', "bad.jsonl:1: not a recorder line (JSONDecodeError", id="cut short"),
+])
+def test_malformed_native_records_exit_2(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    result = run_cli("join", str(path), "examples", cwd=REPO)
+    assert result.code == 2 and message in result.err

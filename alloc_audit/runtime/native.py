@@ -91,30 +91,31 @@ def read_recorder_log(path: Path, text: str) -> Snapshot:
         if not line.strip():
             continue
         try:
-            entry: Any = json.loads(line)
-            action, addr, size = entry["action"], int(entry["addr"]), int(entry.get("size", 0))
-        except (ValueError, KeyError, TypeError) as exc:
+            _recorder_line(b, live, json.loads(line), n)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise SnapshotError(f"{path}:{n}: not a recorder line ({type(exc).__name__}: {exc})") from None
-        if action == "alloc":
-            if entry.get("rc", 0) != 0 or not addr:
-                continue
-            natives = [str(f.get("name", "??")) for f in entry.get("native", []) if isinstance(f, dict)]
-            natives += [str(f.get("object", "")) for f in entry.get("native", []) if isinstance(f, dict)]
-            if _through_torch(natives):
-                b.torch_bytes += size
-                continue
-            frames = tuple(Frame(str(f.get("filename", "??")), int(f.get("line", 0)), str(f.get("name", "??")))
-                           for f in entry.get("frames", []) if isinstance(f, dict))
-            stack = b.stack(frames)
-            live[addr] = (size, stack)
-            b.events.append(Event("alloc", addr, size, 0, n, stack, 0, phase=str(entry.get("api", ""))))
-        elif action == "free":
-            if addr in live:
-                size, _ = live.pop(addr)
-                b.events.append(Event("free_requested", addr, size, 0, n, 0, 0))
     for addr, (size, stack) in sorted(live.items()):
         b.blocks.append(Block(addr, size, size, "active_allocated", stack, DEFAULT_POOL, 0, 0))
     return b.snapshot(path, "python")
+
+
+def _recorder_line(b: _Builder, live: dict[int, tuple[int, int]], entry: Any, n: int) -> None:
+    action, addr, size = entry["action"], int(entry["addr"]), int(entry.get("size", 0))
+    if action == "alloc":
+        if entry.get("rc", 0) != 0 or not addr:
+            return
+        natives = [str(f.get("name", "??")) for f in entry.get("native", [])]
+        natives += [str(f.get("object", "")) for f in entry.get("native", [])]
+        if _through_torch(natives):
+            b.torch_bytes += size
+            return
+        frames = tuple(Frame(str(f["filename"]), int(f["line"]), str(f["name"])) for f in entry.get("frames", []))
+        stack = b.stack(frames)
+        live[addr] = (size, stack)
+        b.events.append(Event("alloc", addr, size, 0, n, stack, 0, phase=str(entry.get("api", ""))))
+    elif action == "free" and addr in live:
+        size, _ = live.pop(addr)
+        b.events.append(Event("free_requested", addr, size, 0, n, 0, 0))
 
 
 def read_sanitizer_report(path: Path, text: str) -> Snapshot:
