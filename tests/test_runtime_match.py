@@ -5,6 +5,7 @@ frames by function name, old ``history`` stacks and unknown actions."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -171,3 +172,36 @@ def test_cpp_frames_pick_the_site_whose_api_the_inner_frames_name() -> None:
     built = frames(("??", 0, "cudaMallocAsync"), ("??", 0, "pkg::Arena::Arena(unsigned long)"),
                    ("??", 0, "pkg::build(long)"))
     assert m.attribute(built).site == 4
+
+
+def test_verdicts_for_a_t1_site_allocating_after_load_and_a_t2_site_freed_every_step() -> None:
+    from alloc_audit.runtime.join import join
+
+    sites = [dataclasses.replace(make_site("pkg/runner.py", 10), tier=Tier.T1),  # weights
+             dataclasses.replace(make_site("pkg/runner.py", 20, api="torch.zeros", scope="Runner._make", end=21),
+                                 tier=Tier.T2)]
+    weights = [{"filename": "/a/pkg/runner.py", "line": 10, "name": "__init__"}]
+    buffers = [{"filename": "/a/pkg/runner.py", "line": 20, "name": "_make"}]
+    trace = [{"action": "alloc", "addr": 1000, "size": 512, "time_us": 1, "frames": weights,
+              "user_metadata": "phase=load"}]
+    t = 10
+    for step in range(4):
+        meta = f"phase=serve;step={step}"
+        trace += [{"action": "alloc", "addr": 5000, "size": 512, "time_us": t, "frames": buffers, "user_metadata": meta},
+                  {"action": "free_requested", "addr": 5000, "size": 512, "time_us": t + 5, "frames": buffers},
+                  {"action": "free_completed", "addr": 5000, "size": 512, "time_us": t + 6, "frames": buffers}]
+        t += 10
+    trace.append({"action": "alloc", "addr": 2000, "size": 512, "time_us": t, "frames": weights,
+                  "user_metadata": "phase=serve;step=3"})
+    blocks = [{"address": a, "size": 512, "requested_size": 512, "state": "active_allocated", "frames": weights}
+              for a in (1000, 2000)]
+    snap = normalise({"segments": [{"address": 1000, "total_size": 4096, "allocated_size": 1024, "blocks": blocks}],
+                      "device_traces": [trace]}, "s.pickle")
+    result = join([snap], Matcher(sites, FACTS, PATHS, "/src/proj"), sites)
+    verdicts = {j.site.span.line: (j.verdict, j.note) for j in result.sites}
+    assert verdicts[10][0] == "disagrees" and "T1 site allocating after load (1 allocations in serve)" in verdicts[10][1]
+    assert verdicts[20][0] == "disagrees" and "freed before the snapshot (1.0 allocations per step)" in verdicts[20][1]
+    assert {(f.rule, f.path, f.line) for f in result.findings} >= {
+        ("tier-lifetime-mismatch", "pkg/runner.py", 10), ("tier-lifetime-mismatch", "pkg/runner.py", 20),
+        ("per-step-churn", "pkg/runner.py", 20)}
+    assert result.steps == 4 and result.accounted == result.live == 1024
