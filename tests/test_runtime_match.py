@@ -187,7 +187,8 @@ def test_verdicts_for_a_t1_site_allocating_after_load_and_a_t2_site_freed_every_
     t = 10
     for step in range(4):
         meta = f"phase=serve;step={step}"
-        trace += [{"action": "alloc", "addr": 5000, "size": 512, "time_us": t, "frames": buffers, "user_metadata": meta},
+        trace += [{"action": "alloc", "addr": 5000, "size": 512, "time_us": t, "frames": buffers,
+                   "user_metadata": meta},
                   {"action": "free_requested", "addr": 5000, "size": 512, "time_us": t + 5, "frames": buffers},
                   {"action": "free_completed", "addr": 5000, "size": 512, "time_us": t + 6, "frames": buffers}]
         t += 10
@@ -199,7 +200,8 @@ def test_verdicts_for_a_t1_site_allocating_after_load_and_a_t2_site_freed_every_
                       "device_traces": [trace]}, "s.pickle")
     result = join([snap], Matcher(sites, FACTS, PATHS, "/src/proj"), sites)
     verdicts = {j.site.span.line: (j.verdict, j.note) for j in result.sites}
-    assert verdicts[10][0] == "disagrees" and "T1 site allocating after load (1 allocations in serve)" in verdicts[10][1]
+    assert verdicts[10][0] == "disagrees"
+    assert "T1 site allocating after load (1 allocations in serve)" in verdicts[10][1]
     assert verdicts[20][0] == "disagrees" and "freed before the snapshot (1.0 allocations per step)" in verdicts[20][1]
     assert {(f.rule, f.path, f.line) for f in result.findings} >= {
         ("tier-lifetime-mismatch", "pkg/runner.py", 10), ("tier-lifetime-mismatch", "pkg/runner.py", 20),
