@@ -107,6 +107,25 @@ DEBUG = typer.Option(False, "--debug", help="Show internal tracebacks for files 
 OUTPUT = typer.Option(None, "--output", "-o", help="Write the report to a file (atomically).", show_default=False)
 VERBOSE = typer.Option(False, "--verbose", "-v", help="List every site and finding.")
 PROGRESS = typer.Option(True, "--progress/--no-progress", help="Progress bar on a terminal for long scans.")
+ROLE = typer.Option(None, "--role", metavar="ROLE",
+                    help="Only sites and findings of this code role: production, test, benchmark, example, "
+                         "tooling (repeatable).", show_default=False)
+
+
+def _only_roles(result: ScanResult, roles: list[str] | None) -> ScanResult:
+    """The result narrowed to the given code roles (--role); unchanged without."""
+    if not roles:
+        return result
+    import dataclasses
+
+    from .roles import ROLES
+
+    unknown = sorted(set(roles) - set(ROLES))
+    if unknown:
+        raise UsageError(f"--role: unknown role {unknown[0]!r}; use one of {', '.join(ROLES)}")
+    wanted = set(roles)
+    return dataclasses.replace(result, sites=tuple(s for s in result.sites if s.role in wanted),
+                               findings=tuple(f for f in result.findings if f.role in wanted))
 
 
 def _fail(exc: UsageError) -> None:
@@ -317,11 +336,13 @@ def one_line_summary(result: ScanResult) -> str:
             f" {len(open_findings)} findings, {len(result.errors)} file problems")
 
 
-def _fails(result: ScanResult, fail_on: FailOn) -> bool:
+def _fails(result: ScanResult, fail_on: FailOn, fail_roles: tuple[str, ...] = ("production",)) -> bool:
+    """Open findings of --fail-on severity in the roles that fail (config
+    `fail-roles`, production by default); `info` never fails."""
     if fail_on is FailOn.never:
         return False
     levels = {"error"} if fail_on is FailOn.error else {"error", "warning"}
-    return any(f.severity.value in levels and not f.suppressed for f in result.findings)
+    return any(f.severity.value in levels and not f.suppressed and f.role in fail_roles for f in result.findings)
 
 
 # ---------------------------------------------------------------- scan
@@ -343,6 +364,7 @@ def scan(
     progress: bool = PROGRESS,
     debug: bool = DEBUG,
     rules: bool = typer.Option(True, "--rules/--no-rules", help="Run the hazard rules (--no-rules: the census only)."),
+    role: Optional[List[str]] = ROLE,
 ) -> None:
     """Census of allocation sites (tier, kind, reason) and hazard findings.
 
@@ -358,9 +380,10 @@ def scan(
     result = run_project_scan(config, catalog, paths, jobs, no_cache, cache_dir, changed_since, progress, debug,
                               with_rules=rules)
     comparison = _comparison_if_present(config, result)
+    result = _only_roles(result, role)
     ctx = make_context(result, config, comparison, verbose)
     emit(render(fmt, ctx), output, one_line_summary(result))
-    if _fails(result, fail_on):
+    if _fails(result, fail_on, config.fail_roles):
         raise typer.Exit(1)
 
 
@@ -409,6 +432,7 @@ def report(
     changed_since: Optional[str] = CHANGED,
     progress: bool = PROGRESS,
     debug: bool = DEBUG,
+    role: Optional[List[str]] = ROLE,
 ) -> None:
     """The developer report: totals by tier and kind, top directories, hazards by rule, allowlist status, next steps.
 
@@ -435,6 +459,7 @@ def report(
     config, catalog = load_project(paths, config_path)
     result = run_project_scan(config, catalog, paths, jobs, no_cache, cache_dir, changed_since, progress, debug)
     comparison = _comparison_if_present(config, result)
+    result = _only_roles(result, role)
     delta = None
     if base is not None:
         delta = _delta_against(base, config, catalog, paths, result, jobs, no_cache, cache_dir)
@@ -598,10 +623,10 @@ def check(
     problems = allowlist_problems(comparison)
     severities = {"error"} if fail_on is FailOn.error else {"error", "warning"}
     findings = [f for f in result.findings if not f.suppressed and fail_on is not FailOn.never]
-    problems += finding_problems(findings, fail_on is FailOn.warning)
+    problems += finding_problems(findings, fail_on is FailOn.warning, config.fail_roles)
     problems.sort(key=lambda p: (p.path, p.line, p.title))
     failed = any(p.level == "error" for p in problems) or any(
-        f.severity.value in severities for f in findings)
+        f.severity.value in severities and f.role in config.fail_roles for f in findings)
     if fmt is CheckFormat.json:
         import dataclasses as _dc
 

@@ -79,6 +79,8 @@ _KNOWN = (
     "severity",
     "default-pack",
     "bindings",
+    "roles",
+    "fail-roles",
 )
 
 
@@ -107,6 +109,9 @@ class Config:
     severity: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     # name -> integer, for the report's size estimates (sizes.py)
     bindings: tuple[tuple[str, int], ...] = ()
+    # code roles (roles.py): role -> path globs that override the conventions
+    roles: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    fail_roles: tuple[str, ...] = ("production",)
 
     @property
     def allowlist_dir(self) -> Path:
@@ -254,6 +259,21 @@ def _validate(
         if isinstance(number, bool) or not isinstance(number, int):
             raise fail("bindings", f"'bindings': '{name}' must be an integer, got {_type_name(number)}", name)
 
+    from .roles import ROLES
+
+    roles_raw = table.get("roles", {})
+    if not isinstance(roles_raw, dict):
+        raise fail("roles", f"'roles' must be a table of role = [path globs], got {_type_name(roles_raw)}")
+    for role, globs in roles_raw.items():
+        if role not in ROLES:
+            raise fail("roles", f"'roles': unknown role {role!r}; use one of {', '.join(ROLES)}", role)
+        if not isinstance(globs, list) or not all(isinstance(g, str) for g in globs):
+            raise fail("roles", f"'roles': '{role}' must be a list of path globs, got {_type_name(globs)}", role)
+    fail_roles = str_list("fail-roles") if "fail-roles" in table else ("production",)
+    for role in fail_roles:
+        if role not in ROLES:
+            raise fail("fail-roles", f"'fail-roles': unknown role {role!r}; use one of {', '.join(ROLES)}", role)
+
     default_pack = table.get("default-pack", True)
     if not isinstance(default_pack, bool):
         raise fail("default-pack", f"'default-pack' must be true or false, got {_type_name(default_pack)}")
@@ -283,6 +303,8 @@ def _validate(
         disable=str_list("disable"),
         severity=tuple(sorted(severity_raw.items())),
         bindings=tuple(sorted(bindings_raw.items())),
+        roles=tuple((role, tuple(globs)) for role, globs in sorted(roles_raw.items())),
+        fail_roles=tuple(fail_roles),
     )
 
 

@@ -58,6 +58,7 @@ TIER_NAMES = {
 class Severity(str, Enum):
     ERROR = "error"
     WARNING = "warning"
+    INFO = "info"  # shown, never fails by default: findings in test/benchmark code, tiny cases
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,7 @@ class Site:
     tier: Tier = Tier.UNKNOWN
     tier_reason: str = ""
     via: Via | None = None
+    role: str = "production"  # code role of the file (roles.py): production, test, benchmark, example, tooling
 
     @property
     def derived(self) -> bool:
@@ -153,6 +155,7 @@ class Scope:
     owner: str | None = None
     params: tuple[str, ...] = ()
     param_types: tuple[str, ...] = ()
+    param_defaults: tuple[str, ...] = ()  # each parameter's default's source text, "" for none (Python)
     decorators: tuple[str, ...] = ()
     bases: tuple[str, ...] = ()
     yields: tuple[int, ...] = ()
@@ -359,6 +362,7 @@ class Finding:
     key: str = ""
     suppressed: str | None = None
     stmt_line: int = 0  # where the statement holding ``line`` starts (for suppressions)
+    role: str = "production"  # code role of the finding's file (roles.py)
 
     @property
     def sort_key(self) -> tuple[str, int, int, str]:

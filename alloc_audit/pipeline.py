@@ -249,7 +249,7 @@ def _result_key(cache: Cache, config: Config, catalog: Catalog, files: Sequence[
     h = hashlib.blake2b(digest_size=20)
     h.update(cache.salt.encode())
     h.update(repr((catalog.tiers, config.enable, config.disable, config.severity, with_rules,
-                   config.max_file_size)).encode())
+                   config.max_file_size, config.roles)).encode())
     for f in files:
         h.update(f"{f.path}\0{digests[f.path]}\n".encode())
     return h.hexdigest()
@@ -399,6 +399,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
 
     sites = [s for f in facts.values() for s in f.sites]
     sites += _owner_tiers(classify_sites(index.derived_sites(), facts, catalog.tiers), sites)
+    sites = _with_roles(sites, config)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
     findings: tuple[Finding, ...] = ()
@@ -445,6 +446,14 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         cache.prune()
     phases.mark("store")
     return _narrow(result, options.report_paths)
+
+
+def _with_roles(sites: list[Site], config: Config) -> list[Site]:
+    """Each site with its file's code role (roles.py); production is the default."""
+    from .roles import PRODUCTION, role_finder
+
+    role_of = role_finder(config.roles)
+    return [s if (role := role_of(s.path)) == PRODUCTION else dataclasses.replace(s, role=role) for s in sites]
 
 
 def _owner_tiers(derived: Iterable[Site], direct: Sequence[Site]) -> list[Site]:

@@ -264,6 +264,7 @@ class _Extractor:
         for i, (node, kind) in enumerate(self.scope_nodes):
             params: list[str] = []
             types: list[str] = []
+            defaults: list[str] = []
             decorators: list[str] = []
             bases: list[str] = []
             doc = ""
@@ -275,6 +276,8 @@ class _Extractor:
                     if name:
                         params.append(name)
                         types.append(type_text)
+                        value = p.child_by_field_name("value") if p.type.endswith("default_parameter") else None
+                        defaults.append(self.src.text(value) if value is not None else "")
                 if kind == "function":
                     rt = node.child_by_field_name("return_type")
                     returns_type = self.src.text(rt) if rt is not None else None
@@ -303,6 +306,7 @@ class _Extractor:
                     owner=self._owner(i),
                     params=tuple(params),
                     param_types=tuple(types),
+                    param_defaults=tuple(defaults) if any(defaults) else (),
                     decorators=tuple(decorators),
                     bases=tuple(bases),
                     yields=tuple(self.yield_lines.get(i, ())),

@@ -127,7 +127,9 @@ def pivot(ctx: ReportContext, by: str, known: dict[int, int]) -> list[Row]:
 
 
 def rule_groups(ctx: ReportContext) -> list[RuleGroup]:
-    """Findings by rule, errors first, then by count."""
+    """Findings by rule, errors first, then by count; production code's
+    findings first within a rule."""
+    from ..roles import ROLE_ORDER
     from ..rules import ALL_RULES
     from ..suppress import META_RULES
 
@@ -135,10 +137,10 @@ def rule_groups(ctx: ReportContext) -> list[RuleGroup]:
     open_: dict[str, list[Finding]] = {}
     suppressed: Counter[str] = Counter()
     severity: dict[str, Severity] = {}
-    for f in ctx.result.findings:
-        severity.setdefault(f.rule, f.severity)
-        if f.severity is Severity.ERROR:
-            severity[f.rule] = Severity.ERROR
+    rank = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+    for f in sorted(ctx.result.findings, key=lambda f: ROLE_ORDER.get(f.role, 0)):  # production code first
+        if f.rule not in severity or rank[f.severity] < rank[severity[f.rule]]:
+            severity[f.rule] = f.severity
         if f.suppressed:
             suppressed[f.rule] += 1
         else:

@@ -64,11 +64,13 @@ from __future__ import annotations
 
 from typing import Callable, Iterator
 
-from ..model import Finding, Related, Severity
-from .base import Rule, RuleContext
 from ..globs import matcher
 from ..index import Func, ProjectIndex
-from ..model import Site
+from ..model import Finding, Related, Severity, Site
+from ..roles import PRODUCTION, ROLE_ORDER
+from ..sizes import estimate_bytes, human
+from .allocation import holds_no_memory, is_one_time_init, returned_views
+from .base import Rule, RuleContext
 from .findings import (
     hop_notes,
     is_device_allocation,
@@ -78,6 +80,7 @@ from .findings import (
     returned_names,
     site_finding,
 )
+from .paths import PathReach, check_span, on_host
 from .regions import calls_in, capture_regions
 
 NAME = "alloc-in-capture"
@@ -86,20 +89,73 @@ NAME = "alloc-in-capture"
 def _is_output(index: ProjectIndex, site: Site) -> bool:
     """A tensor an op returns to its caller is the op's output: allocating it
     under capture makes it a static graph output, which is how captured ops
-    work. Scratch (not returned) and raw driver allocations are reported."""
+    work. Scratch (not returned) and raw driver allocations are reported.
+    Returned through an alias, a slice or a view counts (issue 16, shape 5)."""
     if not is_tensor_factory(site):
         return False
     func = index.func(site.path, site.scope)
     if func is None:
         return False
-    return is_returned(({r.line for r in func.returns}, returned_names(func)), site)
+    names = returned_names(func)
+    if is_returned(({r.line for r in func.returns}, names), site):
+        return True
+    return site.target is not None and site.target in returned_views(func, names)
 
 
-def _capture_aware(func: Func, checks: Callable[[str], bool]) -> bool:
+def _capture_aware(index: ProjectIndex, func: Func, checks: Callable[[str], bool],
+                   wrappers: dict[str, bool]) -> bool:
     """A function that asks whether capture is active (and raises, or takes
     another branch) knows about capture: its allocations are on the path it
-    keeps for eager execution."""
-    return any(checks(c) for c in func.callees)
+    keeps for eager execution. Asking through a project function that
+    returns the answer (``def _capturing(): return
+    torch.cuda.is_current_stream_capturing()``) is asking (shape 7)."""
+    for call in func.calls:
+        if checks(call.callee):
+            return True
+        for target in index.resolve(func, call):
+            if _is_check_wrapper(index, target, checks, wrappers, 2):
+                return True
+    return False
+
+
+def _is_check_wrapper(index: ProjectIndex, func: Func, checks: Callable[[str], bool], memo: dict[str, bool],
+                      depth: int) -> bool:
+    found = memo.get(func.id)
+    if found is not None:
+        return found
+    memo[func.id] = False  # cycle guard
+    lines = {r.line for r in func.returns}
+    found = False
+    for call in func.calls:
+        if call.span.line not in lines:
+            continue
+        if checks(call.callee) or (depth > 0 and any(
+                _is_check_wrapper(index, t, checks, memo, depth - 1) for t in index.resolve(func, call))):
+            found = True
+            break
+    memo[func.id] = found
+    return found
+
+
+def _not_scratch(index: ProjectIndex, site: Site) -> bool:
+    """Allocations that are not per-call memory under capture: zero-element
+    tensors (shape 6), one-time initialisation kept on the object (shape 3)."""
+    if holds_no_memory(site):
+        return True
+    func = index.func(site.path, site.scope)
+    return func is not None and is_one_time_init(func, site) is not None
+
+
+def _severity_and_cost(site: Site) -> tuple[Severity, str]:
+    """A driver allocation or free under stream capture breaks the capture:
+    an error. A caching-allocator tensor inside a graph capture is legal and
+    comes from the graph's pool, which keeps it for the graph's lifetime: a
+    warning about memory retained per graph, with bytes when known."""
+    if not is_tensor_factory(site):
+        return Severity.ERROR, "a driver allocation under stream capture invalidates the capture"
+    size = estimate_bytes(site, ())
+    amount = f"{human(size)}" if size else "this memory"
+    return Severity.WARNING, f"the graph's private pool retains {amount} per captured graph"
 
 
 def check(ctx: RuleContext) -> Iterator[Finding]:
@@ -108,48 +164,64 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
     regions = capture_regions(index, pack.capture_contexts, pack.capture_begin, pack.capture_end, pack.captured)
     checks = matcher(pack.capture_checks)
     aware: dict[str, bool] = {}
+    wrappers: dict[str, bool] = {}
     reported: set[tuple[str, int, int]] = set()
+    paths = PathReach(index)
+    # production captures first: a site reached from one is reported with
+    # that witness; one reached only from tests or benchmarks says so
+    regions.sort(key=lambda r: ROLE_ORDER.get(ctx.role_of(r.func.path), 0))
     for region in regions:
         func = region.func
+        region_role = ctx.role_of(func.path)
         start = Related(func.path, region.start.line, f"capture starts here ({region.name})")
         declared = region.name == "captured by configuration"
+        constants = paths.constants(func)
         for site in func.sites:
-            if is_device_allocation(site) and region.contains(site.span) and not (declared and _is_output(index, site)):
+            if not (is_device_allocation(site) and region.contains(site.span)):
+                continue
+            if (declared and _is_output(index, site)) or holds_no_memory(site):
+                continue
+            if not check_span(func, site.span, {}, constants).live or on_host(func, site, {}, constants):
+                continue
+            key = (site.path, site.span.line, site.span.col)
+            if key in reported:
+                continue
+            reported.add(key)
+            severity, cost = _severity_and_cost(site)
+            yield site_finding(
+                NAME, severity, site,
+                f"{site.api} allocates device memory while CUDA-graph capture is active ({region.name} at "
+                f"line {region.start.line}): {cost}; allocate it before capture and reuse a static buffer",
+                (start,),
+            )
+        for call, verdict in paths.live_calls(func, calls_in(func, region), {}):
+            for _target, witness in paths.from_call(func, call, {}, pack.capture_depth - 1):
+                site = witness.site
+                if not is_device_allocation(site) or _is_output(index, site) or _not_scratch(index, site):
+                    continue
+                owner = index.func(site.path, site.scope)
+                if owner is not None:
+                    if owner.id not in aware:
+                        aware[owner.id] = _capture_aware(index, owner, checks, wrappers)
+                    if aware[owner.id]:
+                        continue
                 key = (site.path, site.span.line, site.span.col)
                 if key in reported:
                     continue
                 reported.add(key)
+                first = Related(func.path, call.span.line, f"{func.qualname} calls {call.callee} under capture")
+                chain = path_text(witness.hops[1:], site.api)
+                severity, cost = _severity_and_cost(site)
+                if region_role != PRODUCTION and ctx.role_of(site.path) == PRODUCTION:
+                    severity = Severity.INFO
+                    cost += f" (reached only from {region_role} code: {func.path}:{region.start.line})"
                 yield site_finding(
-                    NAME, Severity.ERROR, site,
-                    f"{site.api} allocates device memory while CUDA-graph capture is active ({region.name} at "
-                    f"line {region.start.line}); allocate it before capture and reuse a static buffer",
-                    (start,),
+                    NAME, severity, site,
+                    f"{site.api} in {site.scope} runs under CUDA-graph capture ({region.name} at "
+                    f"{func.path}:{region.start.line}, via {call.callee} -> {chain}): {cost}; allocate it before "
+                    "capture and reuse a static buffer",
+                    (start, first, *hop_notes(witness.hops[1:]), *witness.assumptions),
                 )
-        for call in calls_in(func, region):
-            for target in index.resolve(func, call):
-                for reach in index.reach(target, pack.capture_depth - 1):
-                    site = reach.site
-                    if not is_device_allocation(site) or _is_output(index, site):
-                        continue
-                    owner = index.func(site.path, site.scope)
-                    if owner is not None:
-                        if owner.id not in aware:
-                            aware[owner.id] = _capture_aware(owner, checks)
-                        if aware[owner.id]:
-                            continue
-                    key = (site.path, site.span.line, site.span.col)
-                    if key in reported:
-                        continue
-                    reported.add(key)
-                    first = Related(func.path, call.span.line, f"{func.qualname} calls {call.callee} under capture")
-                    chain = path_text(reach.hops, site.api)
-                    yield site_finding(
-                        NAME, Severity.ERROR, site,
-                        f"{site.api} in {site.scope} runs under CUDA-graph capture ({region.name} at "
-                        f"{func.path}:{region.start.line}, via {call.callee} -> {chain}); allocate it before "
-                        "capture and reuse a static buffer",
-                        (start, first, *hop_notes(reach.hops)),
-                    )
 
 
 RULE = Rule(

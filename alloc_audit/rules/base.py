@@ -9,6 +9,7 @@ from typing import Callable, Iterable
 from ..catalog import RulePack
 from ..index import ProjectIndex
 from ..model import Finding, Language, Severity, Site
+from ..roles import conventional_role
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,7 @@ class RuleContext:
     index: ProjectIndex
     pack: RulePack
     sites: tuple[Site, ...]  # classified, direct and derived
+    role_of: Callable[[str], str] = conventional_role  # a path's code role (roles.py)
 
 
 @dataclass(frozen=True)
