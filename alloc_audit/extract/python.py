@@ -547,11 +547,29 @@ class _Extractor:
         call's target instead (asking a node for its parent walks the tree)."""
         out: list[Assign] = []
         rhs = self.rhs_targets
+        chained: set[int] = set()  # inner links of `a = b = value`, handled with the outermost
         for node in assigns:
+            if node.start_byte in chained:
+                continue
             left = node.child_by_field_name("left")
             right = node.child_by_field_name("right")
             type_node = node.child_by_field_name("type")
             if left is None:
+                continue
+            lefts = [left]
+            while right is not None and right.type == "assignment" and right.child_by_field_name("left") is not None:
+                # `self.init_snapshot = snapshot = MemorySnapshot(...)`: every target is a target
+                chained.add(right.start_byte)
+                lefts.append(right.child_by_field_name("left"))
+                right = right.child_by_field_name("right")
+            if len(lefts) > 1:
+                names = [self.src.text(n) for n in lefts]
+                kept = next((n for n in names if n.startswith(("self.", "cls."))), names[-1])
+                if right is not None and right.type == "call":
+                    rhs[right.start_byte] = kept  # recorded as the call's target, like `x = call()`
+                    continue
+                out.append(Assign(scope=self.scope_name(self.scope_of(node)), line=node.start_point[0] + 1,
+                                  targets=tuple(names), value=self.src.text(right) if right is not None else ""))
                 continue
             if right is not None and right.type == "call":
                 rhs[right.start_byte] = self.src.text(left)

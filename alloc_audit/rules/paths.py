@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterable, Iterator, Mapping
 
 from ..arglists import split_args
@@ -183,13 +184,25 @@ def bind_edge(caller: Func, call: Call, target: Func, env: Env, constants: Env) 
 def decide(test: str, env: Env, constants: Env) -> bool | None:
     """True/False when the condition is decided by the known values, None
     when it is not (the path is then kept)."""
+    parsed = _parse_test(test)
+    if parsed is None:
+        return None
+    node, names = parsed
+    if not any(n in env or n in constants for n in names) and not isinstance(node, ast.Constant):
+        return None
+    return _truth(node, env, constants)
+
+
+@lru_cache(maxsize=65536)
+def _parse_test(test: str) -> tuple[ast.expr, frozenset[str]] | None:
+    """A condition's expression and the plain names it reads, parsed once."""
     if not test:
         return None
     try:
         node = ast.parse(test.strip(), mode="eval").body
-    except (SyntaxError, ValueError, RecursionError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    return _truth(node, env, constants)
+    return node, frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
 
 
 _UNSET = object()
@@ -281,11 +294,28 @@ def _siblings(func: Func, block: Block) -> list[Block]:
             and (b.span.line, b.span.col) < (block.span.line, block.span.col)]
 
 
-def check_span(func: Func, span: Span, env: Env, constants: Env) -> PathCheck:
+class _Blocks:
+    """A function's branch structure, computed once: the blocks, and for
+    each guard clause (an ``if`` whose body leaves the function) the
+    blocks that hold it, so a span is after a guard at its own level."""
+
+    __slots__ = ("blocks", "guards")
+
+    def __init__(self, func: Func) -> None:
+        self.blocks = func.blocks
+        self.guards: list[tuple[Block, tuple[Block, ...]]] = []
+        for block in self.blocks:
+            if block.exits and block.kind == "if" and block.stmt is not None:
+                stmt = block.stmt
+                self.guards.append((block, tuple(b for b in self.blocks if b.span.contains(stmt))))
+
+
+def check_span(func: Func, span: Span, env: Env, constants: Env, structure: _Blocks | None = None) -> PathCheck:
     if not func.blocks:
         return PathCheck(True)
+    structure = structure or _Blocks(func)
     assumed: list[tuple[int, str, bool | None]] = []
-    enclosing = [b for b in func.blocks if b.span.contains(span)]
+    enclosing = [b for b in structure.blocks if b.span.contains(span)]
     for block in enclosing:
         if block.kind == "if" or block.kind == "elif":
             for sibling in _siblings(func, block) if block.kind == "elif" else ():
@@ -298,7 +328,7 @@ def check_span(func: Func, span: Span, env: Env, constants: Env) -> PathCheck:
                 return PathCheck(False)
             assumed.append((block.span.line, block.test, value))
         elif block.kind == "else" and block.stmt is not None:
-            branches = [b for b in func.blocks if b.stmt == block.stmt and b.kind in ("if", "elif")]
+            branches = [b for b in structure.blocks if b.stmt == block.stmt and b.kind in ("if", "elif")]
             for sibling in branches:
                 value = decide(sibling.test, env, constants)
                 if value is True:
@@ -308,11 +338,10 @@ def check_span(func: Func, span: Span, env: Env, constants: Env) -> PathCheck:
             if decide(block.test, env, constants) is False:
                 return PathCheck(False)
     # guard clauses before the span at its own level: `if out is not None: return`
-    stmts = {b.stmt for b in enclosing}
-    for block in func.blocks:
-        if not block.exits or block.kind != "if" or block.stmt is None or block.stmt.end_line >= span.line:
-            continue
-        if block.stmt in stmts or any(b.span.contains(block.stmt) and b not in enclosing for b in func.blocks):
+    for block, holders in structure.guards:
+        stmt = block.stmt
+        assert stmt is not None
+        if stmt.end_line >= span.line or stmt.contains(span) or not all(h in enclosing for h in holders):
             continue
         value = decide(block.test, env, constants)
         if value is True:
@@ -337,6 +366,13 @@ class PathReach:
         self.index = index
         self._memo: dict[tuple[str, tuple[tuple[str, str, str], ...], int], tuple[Witness, ...]] = {}
         self._constants: dict[str, dict[str, Value]] = {}
+        self._blocks: dict[str, _Blocks] = {}
+
+    def structure(self, func: Func) -> _Blocks:
+        found = self._blocks.get(func.id)
+        if found is None:
+            found = self._blocks[func.id] = _Blocks(func)
+        return found
 
     def constants(self, func: Func) -> Env:
         found = self._constants.get(func.path)
@@ -346,8 +382,9 @@ class PathReach:
 
     def live_calls(self, func: Func, calls: Iterable[Call], env: Env) -> Iterator[tuple[Call, PathCheck]]:
         constants = self.constants(func)
+        structure = self.structure(func)
         for call in calls:
-            verdict = check_span(func, call.span, env, constants)
+            verdict = check_span(func, call.span, env, constants, structure)
             if verdict.live:
                 yield call, verdict
 
@@ -375,7 +412,7 @@ class PathReach:
         for site in func.sites:
             if site.kind is SiteKind.RELEASE or on_host(func, site, env, constants):
                 continue
-            verdict = check_span(func, site.span, env, constants)
+            verdict = check_span(func, site.span, env, constants, self.structure(func))
             if verdict.live:
                 out[(site.path, site.span.line, site.span.col)] = Witness(site, (), _notes(func, verdict))
         if depth > 0:
