@@ -62,11 +62,12 @@ begun in one function and ended in another is not seen, except through
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Iterator
 
 from ..globs import matcher
 from ..index import Func, ProjectIndex
-from ..model import Finding, Related, Severity, Site
+from ..model import Finding, Related, Severity, Site, SiteKind
 from ..roles import PRODUCTION, ROLE_ORDER
 from ..sizes import estimate_bytes, human
 from .allocation import holds_no_memory, is_one_time_init, returned_views
@@ -137,6 +138,17 @@ def _is_check_wrapper(index: ProjectIndex, func: Func, checks: Callable[[str], b
     return found
 
 
+def _under_capture_matters(site: Site) -> bool:
+    """Device allocations, and driver frees (`cudaFree` under stream capture
+    is as illegal as `cudaMalloc`)."""
+    if site.kind is SiteKind.RELEASE:
+        return site.via is None and not is_tensor_factory(site) and _DRIVER_FREE.search(site.api) is not None
+    return is_device_allocation(site)
+
+
+_DRIVER_FREE = re.compile(r"^(?:cudaFree|cuMemFree|cudaFreeAsync|cuMemFreeAsync|cudaFreeHost|cuMemRelease)")
+
+
 def _not_scratch(index: ProjectIndex, site: Site) -> bool:
     """Allocations that are not per-call memory under capture: zero-element
     tensors (shape 6), one-time initialisation kept on the object (shape 3)."""
@@ -151,6 +163,8 @@ def _severity_and_cost(site: Site) -> tuple[Severity, str]:
     an error. A caching-allocator tensor inside a graph capture is legal and
     comes from the graph's pool, which keeps it for the graph's lifetime: a
     warning about memory retained per graph, with bytes when known."""
+    if site.kind is SiteKind.RELEASE:
+        return Severity.ERROR, "a driver free under stream capture invalidates the capture"
     if not is_tensor_factory(site):
         return Severity.ERROR, "a driver allocation under stream capture invalidates the capture"
     size = estimate_bytes(site, ())
@@ -177,7 +191,7 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
         declared = region.name == "captured by configuration"
         constants = paths.constants(func)
         for site in func.sites:
-            if not (is_device_allocation(site) and region.contains(site.span)):
+            if not (_under_capture_matters(site) and region.contains(site.span)):
                 continue
             if (declared and _is_output(index, site)) or holds_no_memory(site):
                 continue
@@ -188,16 +202,19 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
                 continue
             reported.add(key)
             severity, cost = _severity_and_cost(site)
+            what, fix = ("frees device memory", "free it outside the captured region") \
+                if site.kind is SiteKind.RELEASE else \
+                ("allocates device memory", "allocate it before capture and reuse a static buffer")
             yield site_finding(
                 NAME, severity, site,
-                f"{site.api} allocates device memory while CUDA-graph capture is active ({region.name} at "
-                f"line {region.start.line}): {cost}; allocate it before capture and reuse a static buffer",
+                f"{site.api} {what} while CUDA-graph capture is active ({region.name} at "
+                f"line {region.start.line}): {cost}; {fix}",
                 (start,),
             )
         for call, verdict in paths.live_calls(func, calls_in(func, region), {}):
             for _target, witness in paths.from_call(func, call, {}, pack.capture_depth - 1):
                 site = witness.site
-                if not is_device_allocation(site) or _is_output(index, site) or _not_scratch(index, site):
+                if not _under_capture_matters(site) or _is_output(index, site) or _not_scratch(index, site):
                     continue
                 owner = index.func(site.path, site.scope)
                 if owner is not None:
@@ -215,11 +232,12 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
                 if region_role != PRODUCTION and ctx.role_of(site.path) == PRODUCTION:
                     severity = Severity.INFO
                     cost += f" (reached only from {region_role} code: {func.path}:{region.start.line})"
+                fix = "free it outside the captured path" if site.kind is SiteKind.RELEASE else \
+                    "allocate it before capture and reuse a static buffer"
                 yield site_finding(
                     NAME, severity, site,
                     f"{site.api} in {site.scope} runs under CUDA-graph capture ({region.name} at "
-                    f"{func.path}:{region.start.line}, via {call.callee} -> {chain}): {cost}; allocate it before "
-                    "capture and reuse a static buffer",
+                    f"{func.path}:{region.start.line}, via {call.callee} -> {chain}): {cost}; {fix}",
                     (start, first, *hop_notes(witness.hops[1:]), *witness.assumptions),
                 )
 

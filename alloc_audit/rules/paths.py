@@ -410,7 +410,7 @@ class PathReach:
         constants = self.constants(func)
         out: dict[tuple[str, int, int], Witness] = {}
         for site in func.sites:
-            if site.kind is SiteKind.RELEASE or on_host(func, site, env, constants):
+            if on_host(func, site, env, constants):
                 continue
             verdict = check_span(func, site.span, env, constants, self.structure(func))
             if verdict.live:
