@@ -8,8 +8,8 @@ as `info`. Pure: a path and the overrides -> a role."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Callable
 
 from .globs import matcher
 

@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from clihelp import run_cli
 from fixtures_harness import FIXTURES, run_fixture
 

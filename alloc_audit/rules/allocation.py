@@ -38,7 +38,7 @@ def holds_no_memory(site: Site) -> bool:
 _VIEWS = ("view", "reshape", "flatten", "view_as", "narrow", "squeeze", "unsqueeze", "transpose", "permute",
           "contiguous", "t", "as_strided", "unflatten", "expand", "select", "split", "chunk", "unbind",
           "resize_", "detach", "fill_", "zero_", "copy_")
-_VIEW_OF = re.compile(r"^\(?\s*([A-Za-z_]\w*)\s*(?:\[.*\]|\.(?:" + "|".join(_VIEWS) + r")\s*\(.*\))\s*\)?$", re.S)
+_VIEW_OF = re.compile(r"^\(?\s*([A-Za-z_]\w*)\s*(?:\[.*\]|\.(?:" + "|".join(_VIEWS) + r")\s*\(.*\))\s*\)?$", re.DOTALL)
 
 
 def base_of_view(text: str) -> str | None:

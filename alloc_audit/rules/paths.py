@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Iterator, Mapping
 
 from ..arglists import split_args
 from ..index import Func, Hop, ProjectIndex
@@ -234,8 +235,9 @@ def _operand(node: ast.AST, env: Env, constants: Env) -> object:
     return _UNSET
 
 
-_COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
-            ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
+_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
+    ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
 
 
 def _truth(node: ast.AST, env: Env, constants: Env) -> bool | None:
