@@ -12,12 +12,13 @@ configuration declares as captured (`captured = ["pkg.ops.*"]`), such as a
 custom op that a framework captures.
 
 ## Why it matters
-`cudaMalloc` during stream capture fails outright (the capture is
-invalidated). Under `torch.cuda.graph` an allocation succeeds, but comes from
-the graph's private pool and stays there for the graph's lifetime, once per
-captured batch size: memory no budget term counts, on every step. Memory
-reviews find exactly this in kernel wrappers that take every buffer from a
-plan except one `torch.empty` per call.
+`cudaMalloc` or `cudaFree` during stream capture fails outright (the capture
+is invalidated): an error. Under `torch.cuda.graph` an allocation succeeds,
+but comes from the graph's private pool and stays there for the graph's
+lifetime, once per captured batch size: memory no budget term counts, on
+every step; a warning, with the bytes when the size is known. Memory reviews
+find exactly this in kernel wrappers that take every buffer from a plan
+except one `torch.empty` per call.
 
 ## Example
 ```python
@@ -48,10 +49,30 @@ reported. A returned tuple or list, either branch of a conditional
 (`return out, (lse if lse is not None else lse_k)`) and a name with `out` in
 it that the return passes on (`return op(output, x)`) count as returned.
 
+A path is followed only where its branches can run: what each call passes
+(`out=buf`, a literal flag, a keyword default, a module constant, a literal
+shape) decides `is None`/`is not None`/`if flag`/`if not x`/comparisons with
+literals in the function it calls; a value that is not known keeps the
+path. Each finding lists its witness path (capture, each call with its
+file:line, the allocation) and the branch conditions assumed along it.
+Zero-element tensors, outputs returned through a view, slice or alias, and
+one-time initialisation kept on the object (`if self._buf is None`,
+`if not hasattr(self, ...)`, `if (!buf.defined())`) are not reported. A
+project context manager is read: one that only prepares a capture (sets a
+stream, registers buffers) is not a capture; one that enters
+`torch.cuda.graph` around its `yield` is, whatever its name. Asking whether
+capture is active through a project helper that returns the answer counts
+as asking. A literal `"cpu"` device on the path is host memory.
+
+Findings in test, benchmark, example or tooling code are `info`; so is a
+production finding whose only path into a capture starts in such code (the
+message names where).
+
 ## Known false positives
-Inside the capture region itself, a branch that never runs during capture is
-still reported (the region is lexical). Calls are resolved by declared types, so an overridden
-method may be followed into the base class's implementation.
+Values that reach a branch through object state (`self.flag`, a struct
+member set elsewhere) or through containers are unknown, so the branch is
+kept. Calls are resolved by declared types, so an overridden method may be
+followed into the base class's implementation.
 
 ## Known false negatives
 Calls through receivers of unknown type (`self.model(...)`, callbacks,
