@@ -35,7 +35,7 @@ from .classify import classify_sites
 from .config import Config
 from .discover import SourceFile, discover_files
 from .index import ProjectIndex, build_index, expansion_wants
-from .model import FileError, FileFacts, Finding, Language, Site, Tier
+from .model import FileError, FileFacts, Finding, Language, Site, SiteKind, Tier
 from .parse import error_summary, grammar_versions, parse_source
 
 LOG = logging.getLogger("alloc_audit")
@@ -398,7 +398,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         errors.extend(FileError(path, e) for e in parsed_facts.errors)
 
     sites = [s for f in facts.values() for s in f.sites]
-    sites += _owner_tiers(classify_sites(index.derived_sites(), facts, catalog.tiers), sites)
+    derived = _kinds_from_use(index.derived_sites(), index, catalog)
+    sites += _owner_tiers(classify_sites(derived, facts, catalog.tiers), sites)
     sites = _with_roles(sites, config)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
@@ -446,6 +447,28 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         cache.prune()
     phases.mark("store")
     return _narrow(result, options.report_paths)
+
+
+def _kinds_from_use(derived: tuple[Site, ...], index: ProjectIndex, catalog: Catalog) -> tuple[Site, ...]:
+    """Kind from use for derived sites, as extraction does for direct ones: a
+    factory's device memory whose result the caller passes to an export call
+    (`cudaIpcGetMemHandle(self.buf)`) in the same scope is an IPC slab."""
+    import re
+
+    out = []
+    for site in derived:
+        if site.kind is SiteKind.DEVICE and site.target:
+            func = index.func(site.path, site.scope)
+            python = site.language is Language.PYTHON
+            exports = catalog.apis.py_exports if python else catalog.apis.cpp_exports
+            target = site.target.lstrip("*&")
+            for call in func.calls if func is not None else ():
+                leaf = re.split(r"\.|::|->", call.callee)[-1]
+                if leaf in exports and target in re.findall(r"[A-Za-z_][\w.>-]*", call.arglist.replace("&", " ")):
+                    site = dataclasses.replace(site, kind=SiteKind.IPC)
+                    break
+        out.append(site)
+    return tuple(out)
 
 
 def _with_roles(sites: list[Site], config: Config) -> list[Site]:
