@@ -82,3 +82,16 @@ def test_role_filter_keeps_one_role(tmp_path: Path) -> None:
     assert {s["role"] for s in doc["sites"]} == {"test"}
     bad = run_cli("scan", ".", "--no-cache", "--role", "nightly", cwd=tree)
     assert bad.code == 2
+
+
+def test_reports_lead_with_production(tmp_path: Path) -> None:
+    tree = tmp_path / "proj"
+    shutil.copytree(ROLES_FIXTURE, tree)
+    (tree / "alloc-audit.toml").write_text("")
+    result = run_cli("report", ".", "--no-cache", "--format", "markdown", "--by", "dir", cwd=tree)
+    assert result.code == 0, result.err
+    text = result.out
+    # tests/ holds the most sites (5 to 3), but production directories come first
+    assert text.index("`pkg`") < text.index("`tests`") < text.index("`benchmarks`")
+    html = run_cli("report", ".", "--no-cache", "--format", "html", cwd=tree).out
+    assert '<span class="role">test</span>' in html

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from ..model import TIER_NAMES, Finding, Severity, Site, SiteKind, Tier
+from ..roles import ROLE_ORDER
 from ..sizes import estimate_bytes, human
 from .context import ReportContext
 
@@ -28,6 +29,7 @@ class Row:
     bytes: int  # the sum of the estimates that are known
     sized: int  # how many of the sites have an estimate
     findings: int
+    role: str = "production"  # the code role of the row's sites (dir and file pivots), production first
 
 
 @dataclass(frozen=True)
@@ -118,18 +120,20 @@ def pivot(ctx: ReportContext, by: str, known: dict[int, int]) -> list[Row]:
     for name, members in groups.items():
         tiers = Counter(s.tier for s in members)
         sized = [known[id(s)] for s in members if id(s) in known]
+        role = min((s.role for s in members), key=lambda r: ROLE_ORDER.get(r, 0))
         rows.append(Row(name, len(members), tuple(tiers[t] for t in TIER_ORDER), sum(sized), len(sized),
-                        finding_counts[name]))
+                        finding_counts[name], role))
     if by == "tier":
         order = {t.value: i for i, t in enumerate(TIER_ORDER)}
         return sorted(rows, key=lambda r: order[r.name])
+    if by in ("dir", "file"):  # production code leads (issue 16): tests and benchmarks after it
+        return sorted(rows, key=lambda r: (ROLE_ORDER.get(r.role, 0), -r.sites, r.name))
     return sorted(rows, key=lambda r: (-r.sites, r.name))
 
 
 def rule_groups(ctx: ReportContext) -> list[RuleGroup]:
     """Findings by rule, errors first, then by count; production code's
     findings first within a rule."""
-    from ..roles import ROLE_ORDER
     from ..rules import ALL_RULES
     from ..suppress import META_RULES
 
