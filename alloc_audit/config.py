@@ -259,7 +259,7 @@ def _validate(
         if isinstance(number, bool) or not isinstance(number, int):
             raise fail("bindings", f"'bindings': '{name}' must be an integer, got {_type_name(number)}", name)
 
-    from .roles import ROLES
+    from .pipeline.roles import ROLES
 
     roles_raw = table.get("roles", {})
     if not isinstance(roles_raw, dict):

@@ -13,7 +13,7 @@ import pytest
 from clihelp import run_cli
 from fixtures_harness import FIXTURES, run_fixture
 
-from alloc_audit.roles import conventional_role, role_finder
+from alloc_audit.pipeline.roles import conventional_role, role_finder
 
 ROLES_FIXTURE = FIXTURES / "python" / "alloc-in-capture-roles"
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from ..model import TIER_NAMES, Finding, Severity, Site, SiteKind, Tier
-from ..roles import ROLE_ORDER
-from ..sizes import estimate_bytes, human
+from ..pipeline.roles import ROLE_ORDER
+from .sizes import estimate_bytes, human
 from .context import ReportContext
 
 TIER_ORDER = (Tier.T1, Tier.T2, Tier.T3, Tier.T4, Tier.T5A, Tier.T5B, Tier.UNKNOWN)
@@ -135,7 +135,7 @@ def rule_groups(ctx: ReportContext) -> list[RuleGroup]:
     """Findings by rule, errors first, then by count; production code's
     findings first within a rule."""
     from ..rules import ALL_RULES
-    from ..suppress import META_RULES
+    from ..pipeline.suppress import META_RULES
 
     summaries = {r.name: r.summary for r in (*ALL_RULES, *META_RULES)}
     open_: dict[str, list[Finding]] = {}

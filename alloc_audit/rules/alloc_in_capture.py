@@ -87,13 +87,13 @@ import re
 from typing import Callable, Iterator
 
 from ..globs import matcher
-from ..index import Func, ProjectIndex
+from ..pipeline.index import Func, ProjectIndex
 from ..model import Finding, Related, Severity, Site, SiteKind
-from ..roles import PRODUCTION, ROLE_ORDER
-from ..sizes import estimate_bytes, human
-from .allocation import holds_no_memory, is_one_time_init, returned_views
+from ..pipeline.roles import PRODUCTION, ROLE_ORDER
+from ..report.sizes import estimate_bytes, human
+from ._lib.allocation import holds_no_memory, is_one_time_init, returned_views
 from .base import Rule, RuleContext
-from .findings import (
+from ._lib.findings import (
     hop_notes,
     is_device_allocation,
     is_returned,
@@ -102,8 +102,8 @@ from .findings import (
     returned_names,
     site_finding,
 )
-from .paths import PathReach, check_span, on_host
-from .regions import calls_in, capture_regions
+from ._lib.paths import PathReach, check_span, on_host
+from ._lib.regions import calls_in, capture_regions
 
 NAME = "alloc-in-capture"
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from ..catalog import RulePack
-from ..index import ProjectIndex
+from ..pipeline.index import ProjectIndex
 from ..model import Finding, Language, Severity, Site
-from ..roles import conventional_role
+from ..pipeline.roles import conventional_role
 
 
 @dataclass(frozen=True)

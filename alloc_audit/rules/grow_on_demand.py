@@ -64,13 +64,13 @@ import re
 from typing import Callable, Iterator
 
 from ..globs import matcher
-from ..index import Func
+from ..pipeline.index import Func
 from ..model import Block, Finding, Language, Related, Severity, Site, SiteKind
 from .base import Rule, RuleContext
-from .allocation import holds_no_memory
-from .findings import is_device_allocation, site_finding
-from .paths import module_constants
-from .taint import chains
+from ._lib.allocation import holds_no_memory
+from ._lib.findings import is_device_allocation, site_finding
+from ._lib.paths import module_constants
+from ._lib.taint import chains
 
 NAME = "grow-on-demand"
 # a test that compares sizes: `if self._ws is None` alone is lazy
@@ -120,12 +120,11 @@ def _set_up_by_initialiser(ctx: RuleContext, func: Func, is_initialiser: Callabl
     owner = func.owner
     if owner is None:
         return False
-    for caller, i in ctx.index.calls_by_leaf().get(func.name, ()):
-        scope = caller.scope
-        if caller.owner is not owner or scope is None or not (scope.role == "constructor" or is_initialiser(scope.name)):
-            continue
-        assert caller.table is not None
-        if func in ctx.index.resolve(caller, caller.table.callees[i]):
+    for caller_id, distance in ctx.index.callers_within([func], 1).items():
+        caller = ctx.index.funcs.get(caller_id)
+        scope = caller.scope if caller is not None else None
+        if distance == 1 and caller is not None and caller.owner is owner and scope is not None and \
+                (scope.role == "constructor" or is_initialiser(scope.name)):
             return True
     return False
 
