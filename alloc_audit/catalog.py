@@ -93,6 +93,7 @@ class RulePack:
     capture_begin: tuple[str, ...] = ()
     capture_end: tuple[str, ...] = ()
     capture_depth: int = 3
+    capture_info_bytes: int = 0  # allocator tensors under capture smaller than this are info (0: off)
     captured: tuple[str, ...] = ()
     capture_checks: tuple[str, ...] = ()
     scratch_accessors: tuple[str, ...] = ()
@@ -121,6 +122,7 @@ _PACK_FIELDS: dict[tuple[str, str], str] = {
     ("capture", "begin"): "capture_begin",
     ("capture", "end"): "capture_end",
     ("capture", "depth"): "capture_depth",
+    ("capture", "info-bytes"): "capture_info_bytes",
     ("capture", "captured"): "captured",
     ("capture", "checks"): "capture_checks",
     ("plan", "accessors"): "scratch_accessors",

@@ -52,6 +52,7 @@ PACK_KNOBS: dict[str, tuple[str, str]] = {
 }
 PACK_DEPTHS: dict[str, tuple[str, str]] = {
     "capture-depth": ("capture", "depth"),
+    "capture-info-bytes": ("capture", "info-bytes"),
     "flow-depth": ("free-memory", "depth"),
 }
 

@@ -66,7 +66,8 @@ as asking. A literal `"cpu"` device on the path is host memory.
 
 Findings in test, benchmark, example or tooling code are `info`; so is a
 production finding whose only path into a capture starts in such code (the
-message names where).
+message names where), and, with `capture-info-bytes = N` in the
+configuration, an allocator tensor whose size is known to be under N bytes.
 
 ## Known false positives
 Values that reach a branch through object state (`self.flag`, a struct
@@ -179,7 +180,7 @@ def _not_scratch(index: ProjectIndex, site: Site) -> bool:
     return func is not None and is_one_time_init(func, site) is not None
 
 
-def _severity_and_cost(site: Site) -> tuple[Severity, str]:
+def _severity_and_cost(site: Site, info_below: int = 0) -> tuple[Severity, str]:
     """A driver allocation or free under stream capture breaks the capture:
     an error. A caching-allocator tensor inside a graph capture is legal and
     comes from the graph's pool, which keeps it for the graph's lifetime: a
@@ -190,7 +191,8 @@ def _severity_and_cost(site: Site) -> tuple[Severity, str]:
         return Severity.ERROR, "a driver allocation under stream capture invalidates the capture"
     size = estimate_bytes(site, ())
     amount = f"{human(size)}" if size else "this memory"
-    return Severity.WARNING, f"the graph's private pool retains {amount} per captured graph"
+    severity = Severity.INFO if size is not None and size < info_below else Severity.WARNING
+    return severity, f"the graph's private pool retains {amount} per captured graph"
 
 
 def check(ctx: RuleContext) -> Iterator[Finding]:
@@ -222,7 +224,7 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
             if key in reported:
                 continue
             reported.add(key)
-            severity, cost = _severity_and_cost(site)
+            severity, cost = _severity_and_cost(site, pack.capture_info_bytes)
             what, fix = ("frees device memory", "free it outside the captured region") \
                 if site.kind is SiteKind.RELEASE else \
                 ("allocates device memory", "allocate it before capture and reuse a static buffer")
@@ -249,7 +251,7 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
                 reported.add(key)
                 first = Related(func.path, call.span.line, f"{func.qualname} calls {call.callee} under capture")
                 chain = path_text(witness.hops[1:], site.api)
-                severity, cost = _severity_and_cost(site)
+                severity, cost = _severity_and_cost(site, pack.capture_info_bytes)
                 if region_role != PRODUCTION and ctx.role_of(site.path) == PRODUCTION:
                     severity = Severity.INFO
                     cost += f" (reached only from {region_role} code: {func.path}:{region.start.line})"
