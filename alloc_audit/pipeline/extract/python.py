@@ -107,6 +107,18 @@ def classify_device(arg: str) -> str:
     return "unknown"
 
 
+def _host_locals(assigns: list[Assign], call_targets: set[str]) -> frozenset[tuple[str, str]]:
+    """(scope, name) of locals only ever assigned a literal "cpu"/"meta"
+    device string (`dev = "cpu"`): a tensor made with `device=dev` is host
+    memory. A name also bound from a call anywhere in the file is not."""
+    values: dict[tuple[str, str], set[str]] = {}
+    for a in assigns:
+        for target in a.targets:
+            values.setdefault((a.scope, target), set()).add(
+                classify_device(a.value) if len(a.targets) == 1 and a.op == "=" else "unknown")
+    return frozenset(k for k, v in values.items() if k[1] not in call_targets and v and v <= {"cpu", "meta"})
+
+
 class _Extractor:
     def __init__(self, path: str, source: bytes, tree: Any, apis: ApiCatalog) -> None:
         self.path = path
@@ -126,6 +138,7 @@ class _Extractor:
         self._yields(get("yield", ()))
         self.rhs_targets: dict[int, str] = {}
         assigns = self._assigns(get("assign", ()), get("augassign", ()), get("del", ()))
+        self.host_locals = _host_locals(assigns, set(self.rhs_targets.values()))
         calls, sites = self._calls(get("call", ()), get("with", ()))
         facts = FileFacts(
             path=self.path,
@@ -447,7 +460,7 @@ class _Extractor:
                     return None
             else:
                 device = classify_device(dev_text)
-                if device in ("cpu", "meta"):
+                if device in ("cpu", "meta") or (scope, dev_text.strip()) in self.host_locals:
                     return None
         elif mode == "to-args":
             candidates = [*positional[:1], kwargs.get("device", "")]
