@@ -102,6 +102,18 @@ def unwrap_type(type_text: str) -> str:
     return strip_templates(t).rstrip("*&")
 
 
+def _is_reference(declarator: Any) -> bool:
+    """Whether a declarator declares a reference (`T& x = ...`, `T*& p = ...`)."""
+    node = declarator.child_by_field_name("declarator") if declarator.type == "init_declarator" else declarator
+    while node is not None:
+        if node.type == "reference_declarator":
+            return True
+        if node.type != "pointer_declarator":
+            return False
+        node = node.child_by_field_name("declarator")
+    return False
+
+
 def _strip_address(arg: str) -> str:
     """`(void**)&p`, `reinterpret_cast<void**>(&this->p)`, `&p` -> `p`; a
     plain pointer-to-pointer parameter `pp` -> `*pp`."""
@@ -411,6 +423,8 @@ class _Extractor:
                 targets = tuple(n.strip() for n in name.split(",")) if declarator.type == "structured_binding_declarator" \
                     else (name,)
                 declared = unwrap_type(type_text)
+                if _is_reference(declarator):
+                    declared += "&"  # a reference aliases what it is bound to (a member's element...)
                 assigns.append(Assign(scope, line, targets, value, "=", f"static {declared}" if static else declared))
                 constructs = args is not None or (value == "" and declarator.type in ("identifier",))
                 if class_like and constructs and type_node.type != "primitive_type":

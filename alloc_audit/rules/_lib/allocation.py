@@ -114,6 +114,8 @@ def is_one_time_init(func: Func, site: Site) -> str | None:
     python = site.path.endswith((".py", ".pyi"))
     if python and not target.startswith(("self.", "cls.")):
         return None
+    if not python and not _kept_native(func, target):
+        return None
     attr = target.split(".", 1)[1] if "." in target else target
     for block in _enclosing_ifs(func, site):
         test = block.test
@@ -125,6 +127,20 @@ def is_one_time_init(func: Func, site: Site) -> str | None:
         if python and re.fullmatch(r"not\s+self\.\w+", test.strip()):
             return f"set once behind the flag `{test}`"
     return None
+
+
+def _kept_native(func: Func, target: str) -> bool:
+    """A C++ target that outlives the call: a member (not a parameter, not a
+    local), a local reference into one (`at::Tensor& ref = cache_[i]`), a
+    static local."""
+    name = target.lstrip("*&")
+    scope = func.scope
+    if scope is not None and name in {p.lstrip("*&") for p in scope.params}:
+        return False
+    declared = [a for a in func.assigns if a.type is not None and name in a.targets]
+    if not declared:
+        return True
+    return any((a.type or "").startswith("static ") or "&" in (a.type or "") for a in declared)
 
 
 def _enclosing_ifs(func: Func, site: Site) -> list[Block]:

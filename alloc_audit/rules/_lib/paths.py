@@ -143,8 +143,10 @@ def bind_edge(caller: Func, call: Call, target: Func, env: Env, constants: Env) 
     leaves out take their default; a ``*args``/``**kwargs`` at the call makes
     every parameter it could fill unknown (sound)."""
     scope = target.scope
-    if scope is None or target.language is not Language.PYTHON or caller.language is not Language.PYTHON:
+    if scope is None or (target.language is Language.PYTHON) != (caller.language is Language.PYTHON):
         return {}
+    if target.language is not Language.PYTHON:
+        return _bind_native(caller, call, scope.params, env)
     params = list(scope.params)
     defaults = list(scope.param_defaults) or [""] * len(params)
     if params and params[0] in ("self", "cls") and "staticmethod" not in scope.decorators:
@@ -177,6 +179,54 @@ def bind_edge(caller: Func, call: Call, target: Func, env: Env, constants: Env) 
         if name in keywords and name not in out:
             out[name] = value_of(caller, keywords[name].text, env, constants, f"{where} passes {name}=...")
     return {k: v for k, v in out.items() if v.known}
+
+
+_NATIVE_INT = re.compile(r"^[-+]?\d+[uUlL]*$")
+
+
+def _bind_native(caller: Func, call: Call, params: tuple[str, ...], env: Env) -> dict[str, Value]:
+    """C++/CUDA edges: positional arguments only (default arguments live in
+    declarations, which are not read: a parameter the call leaves out is
+    unknown). ``nullptr``/``NULL``/``0`` for a pointer, ``true``/``false``,
+    integer literals, ``&x`` (never null) and forwarded parameters are known."""
+    out: dict[str, Value] = {}
+    where = f"{caller.path}:{call.span.line}"
+    args = split_args(call.arglist, True)
+    for name, arg in zip(params, args):
+        text = arg.text.strip()
+        why = f"{where} passes {text}"
+        name = name.lstrip("*&")
+        if text in ("nullptr", "NULL"):
+            out[name] = Value(NONE, None, why)
+        elif text in ("true", "false"):
+            out[name] = Value(LITERAL, text == "true", why)
+        elif _NATIVE_INT.match(text):
+            out[name] = Value(LITERAL, int(text.rstrip("uUlL")), why)
+        elif re.fullmatch(r"&\s*[A-Za-z_][\w.>-]*", text):
+            out[name] = Value(LITERAL, True, f"{why} (an address, never null)")
+        elif text.isidentifier() and text in env and env[text].known:
+            inner = env[text]
+            out[name] = Value(inner.kind, inner.literal, f"{why}, forwarded from {inner.why}")
+    return out
+
+
+_CPP_TOKENS = ((re.compile(r"&&"), " and "), (re.compile(r"\|\|"), " or "), (re.compile(r"!(?!=)"), " not "),
+               (re.compile(r"\b(?:nullptr|NULL)\b"), "None"), (re.compile(r"\btrue\b"), "True"),
+               (re.compile(r"\bfalse\b"), "False"))
+
+
+def pythonize_native(test: str) -> str:
+    """A C++ condition in Python's syntax, for the small language ``decide``
+    reads (`!ws || ws == nullptr` -> `not ws or ws is None`); anything with
+    member access, casts or calls stays unparsable, so it is not decided."""
+    if any(t in test for t in ("->", "::", "<<", ">>", "?")):
+        return ""
+    out = test
+    for pattern, repl in _CPP_TOKENS:
+        out = pattern.sub(repl, out)
+    out = re.sub(r"\b([A-Za-z_]\w*)\s*==\s*None\b", r"\1 is None", out)
+    out = re.sub(r"\b([A-Za-z_]\w*)\s*!=\s*None\b", r"\1 is not None", out)
+    return out
 
 
 # ------------------------------------------------------------ deciding conditions
@@ -315,6 +365,10 @@ class _Blocks:
 def check_span(func: Func, span: Span, env: Env, constants: Env, structure: _Blocks | None = None) -> PathCheck:
     if not func.blocks:
         return PathCheck(True)
+    if func.language is not Language.PYTHON:
+        if not env:
+            return PathCheck(True)  # nothing known about a native function's parameters: every path runs
+        return _check_native(func, span, env, structure or _Blocks(func))
     structure = structure or _Blocks(func)
     assumed: list[tuple[int, str, bool | None]] = []
     enclosing = [b for b in structure.blocks if b.span.contains(span)]
@@ -351,6 +405,35 @@ def check_span(func: Func, span: Span, env: Env, constants: Env, structure: _Blo
         if value is False:
             assumed.append((block.span.line, f"not ({block.test})", True))
     return PathCheck(True, tuple(assumed))
+
+
+def _check_native(func: Func, span: Span, env: Env, structure: _Blocks) -> PathCheck:
+    """``check_span`` for C++/CUDA: ``if``/``else`` branches and guard
+    clauses decided by what the edge passes, conditions read through
+    ``pythonize_native``."""
+    assumed: list[tuple[int, str, bool | None]] = []
+    enclosing = [b for b in structure.blocks if b.span.contains(span)]
+    for block in enclosing:
+        if block.kind in ("if", "elif"):
+            value = decide(pythonize_native(block.test), env, {})
+            if value is False:
+                return PathCheck(False)
+            assumed.append((block.span.line, block.test, value))
+        elif block.kind == "else" and block.stmt is not None:
+            for sibling in (b for b in structure.blocks if b.stmt == block.stmt and b.kind in ("if", "elif")):
+                value = decide(pythonize_native(sibling.test), env, {})
+                if value is True:
+                    return PathCheck(False)
+                assumed.append((sibling.span.line, f"!{sibling.test}", None if value is None else True))
+    for block, holders in structure.guards:
+        stmt = block.stmt
+        assert stmt is not None
+        if stmt.end_line >= span.line or stmt.contains(span) or not all(h in enclosing for h in holders):
+            continue
+        if decide(pythonize_native(block.test), env, {}) is True:
+            return PathCheck(False)
+    return PathCheck(True, tuple(a for a in assumed if a[2] is not None or any(
+        re.search(rf"\b{re.escape(k)}\b", a[1]) for k in env)))
 
 
 # ------------------------------------------------------------ reach
