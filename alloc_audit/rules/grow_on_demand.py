@@ -69,7 +69,6 @@ from ..model import Block, Finding, Language, Related, Severity, Site, SiteKind
 from .base import Rule, RuleContext
 from ._lib.allocation import holds_no_memory
 from ._lib.findings import is_device_allocation, site_finding
-from ._lib.paths import module_constants
 from ._lib.taint import chains
 
 NAME = "grow-on-demand"
@@ -142,7 +141,7 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
         allocations = [s for s in func.sites if is_device_allocation(s) and s.target and _persistent(func, s.target)]
         if not allocations or _set_up_by_initialiser(ctx, func, is_initialiser):
             continue
-        constants = set(module_constants(ctx.index, func.path))
+        constants = set(ctx.index.module_constants(func.path))
         releases = [s for s in func.sites if s.kind is SiteKind.RELEASE and s.target]
         branches = [b for b in func.blocks if b.kind in ("if", "elif", "else")]
         for site in allocations:
