@@ -7,8 +7,8 @@ as `info`. Pure: a path and the overrides -> a role."""
 
 from __future__ import annotations
 
-import re
 import dataclasses
+import re
 from collections.abc import Callable
 from functools import lru_cache
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 
 from ...arglists import split_top_level
-from ...pipeline.index import Func
 from ...model import Block, Site
+from ...pipeline.index import Func
 
 _ZERO = re.compile(r"^\(?\s*0\s*\)?$")
 # factories whose positional arguments are the dimensions (not arange's start)
