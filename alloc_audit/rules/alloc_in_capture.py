@@ -103,7 +103,8 @@ from ._lib.findings import (
     returned_names,
     site_finding,
 )
-from ._lib.paths import PathReach, check_span, on_host
+from ..pipeline.index.values import LITERAL, Value
+from ._lib.paths import CAPTURING, PathReach, check_span, on_host
 from ._lib.regions import calls_in, capture_regions
 
 NAME = "alloc-in-capture"
@@ -212,7 +213,8 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
         region_role = ctx.role_of(func.path)
         start = Related(func.path, region.start.line, f"capture starts here ({region.name})")
         declared = region.name == "captured by configuration"
-        constants = paths.constants(func)
+        # inside the region, asking whether capture is active answers yes
+        constants = {**paths.constants(func), CAPTURING: Value(LITERAL, checks)}
         for site in func.sites:
             if not (_under_capture_matters(site) and region.contains(site.span)):
                 continue
@@ -234,7 +236,7 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
                 f"line {region.start.line}): {cost}; {fix}",
                 (start,),
             )
-        for call, verdict in paths.live_calls(func, calls_in(func, region), {}):
+        for call, _verdict in paths.live_calls(func, calls_in(func, region), {}, constants):
             for _target, witness in paths.from_call(func, call, {}, pack.capture_depth - 1):
                 site = witness.site
                 if not _under_capture_matters(site) or _is_output(index, site) or _not_scratch(index, site):

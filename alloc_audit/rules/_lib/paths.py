@@ -69,9 +69,15 @@ def decide(test: str, env: Env, constants: Env) -> bool | None:
     if parsed is None:
         return None
     node, names = parsed
-    if not any(n in env or n in constants for n in names) and not isinstance(node, ast.Constant):
+    if not any(n in env or n in constants for n in names) and not isinstance(node, ast.Constant) \
+            and CAPTURING not in constants:
         return None
     return _truth(node, env, constants)
+
+
+# Under this key, a region's constants carry the capture checks (a name
+# predicate): inside a capture, `torch.cuda.is_current_stream_capturing()` is true.
+CAPTURING = "<capturing>"
 
 
 @lru_cache(maxsize=65536)
@@ -158,6 +164,10 @@ def _truth(node: ast.AST, env: Env, constants: Env) -> bool | None:
         return bool(value.literal)
     if isinstance(node, ast.Constant):
         return bool(node.value)
+    if isinstance(node, ast.Call) and not node.args and CAPTURING in constants:
+        checks = constants[CAPTURING].literal
+        if callable(checks) and checks(ast.unparse(node.func)):
+            return True
     return None
 
 
@@ -290,8 +300,9 @@ class PathReach:
     def constants(self, func: Func) -> Env:
         return self.index.module_constants(func.path)
 
-    def live_calls(self, func: Func, calls: Iterable[Call], env: Env) -> Iterator[tuple[Call, PathCheck]]:
-        constants = self.constants(func)
+    def live_calls(self, func: Func, calls: Iterable[Call], env: Env,
+                   constants: Env | None = None) -> Iterator[tuple[Call, PathCheck]]:
+        constants = self.constants(func) if constants is None else constants
         structure = self.structure(func)
         for call in calls:
             verdict = check_span(func, call.span, env, constants, structure)
