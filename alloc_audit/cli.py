@@ -21,11 +21,11 @@ import typer
 from . import __version__, report
 from .commands import allowlist, annotate, audit, check, gate, rules, scan
 from .commands import report as report_cmd
+from .commands.check import CheckFormat
 from .commands.outcome import Report, Text
 from .commands.project import Options
 from .errors import UsageError
 from .model import FailOn
-from .ratchet.checks import CheckFormat
 from .report import Format, Pivot, tty
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -60,27 +60,22 @@ def main(
 
 
 PATHS = typer.Argument(None, help="Files or directories to scan (default: the current directory).", show_default=False)
-CONFIG = typer.Option(None, "--config", help="Configuration file (alloc-audit.toml or pyproject.toml).",
-                      show_default=False)
+CONFIG = typer.Option(None, "--config", help="Config file (alloc-audit.toml or pyproject.toml).", show_default=False)
 JOBS = typer.Option(None, "--jobs", "-j", help="Worker processes (default: the number of CPUs).", show_default=False)
 NO_CACHE = typer.Option(False, "--no-cache", help="Neither read nor write the facts cache.")
 CACHE_DIR = typer.Option(None, "--cache-dir", help="Cache directory (default: .alloc-audit-cache/ in the root).",
                          show_default=False)
-CHANGED = typer.Option(None, "--changed-since", metavar="REF",
-                       help="Report only files changed since a git ref (analysis still sees the whole tree).",
-                       show_default=False)
+CHANGED = typer.Option(None, "--changed-since", metavar="REF", show_default=False,
+                       help="Report only files changed since a git ref (analysis still sees the whole tree).")
 DEBUG = typer.Option(False, "--debug", help="Show internal tracebacks for files that fail.")
 OUTPUT = typer.Option(None, "--output", "-o", help="Write the report to a file (atomically).", show_default=False)
 VERBOSE = typer.Option(False, "--verbose", "-v", help="List every site and finding.")
 PROGRESS = typer.Option(True, "--progress/--no-progress", help="Progress bar on a terminal for long scans.")
-ROLE = typer.Option(None, "--role", metavar="ROLE",
-                    help="Only sites and findings of this code role: production, test, benchmark, example, "
-                         "tooling (repeatable).", show_default=False)
+ROLE = typer.Option(None, "--role", help="Only this code role: production, test, benchmark, example, tooling.")
 
 
 def exit_code(outcome: Union[Report, Text]) -> int:
-    """The one exit policy: 1 when the command failed (findings, gate, check), else 0;
-    usage errors exit 2 in ``_guard``, before anything is written."""
+    """The one exit policy: 1 when the command failed, else 0 (usage errors: 2, in ``_guard``)."""
     return 1 if outcome.failed else 0
 
 
@@ -205,7 +200,7 @@ def rules_explain_command(name: str = typer.Argument(..., help="Rule name, e.g. 
 @_guard
 def check_command(
     paths: Optional[List[Path]] = PATHS,
-    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f", help="text, github (workflow commands) or json."),
+    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f", help="text, github (workflow commands), json."),
     fail_on: FailOn = typer.Option(FailOn.ERROR, "--fail-on", help="Rule findings of this severity fail the check."),
     config_path: Optional[Path] = CONFIG,
     jobs: Optional[int] = JOBS,

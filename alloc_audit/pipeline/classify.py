@@ -1,5 +1,4 @@
-"""Stage 5, classify: give each Site a tier and the reason for it, and
-derived sites their kind from use (exported -> ipc). Pure.
+"""Stage 5, classify: give each Site a tier and the reason for it. Pure.
 
 Order of authority: an inline ``alloc-audit: tier=T<n> reason`` annotation on
 the site's statement (or the comment lines right above it), then the ordered
@@ -11,18 +10,15 @@ that says so: tiers are never guessed silently.
 from __future__ import annotations
 
 import dataclasses
-import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
-from ..catalog import ApiCatalog, TierPattern
-from .extract.annotations import annotation_applies
+from ..catalog import TierPattern
 from ..globs import matcher
-from ..model import Annotation, FileFacts, Language, Scope, Site, SiteKind, Tier
+from ..model import Annotation, FileFacts, Scope, Site, Tier
+from .extract.annotations import annotation_applies
 
-if TYPE_CHECKING:
-    from .index import ProjectIndex
 
 @dataclass(frozen=True)
 class SiteContext:
@@ -154,21 +150,3 @@ def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation
     return dataclasses.replace(site, tier=Tier.UNKNOWN,
                                tier_reason=f"no tier pattern matches {ctx.role} {site.scope}")
 
-
-def kinds_from_use(derived: tuple[Site, ...], index: ProjectIndex, apis: ApiCatalog) -> tuple[Site, ...]:
-    """Kind from use for derived sites, as extraction does for direct ones: a
-    factory's device memory whose result the caller passes to an export call
-    (`cudaIpcGetMemHandle(self.buf)`) in the same scope is an IPC slab."""
-    out = []
-    for site in derived:
-        if site.kind is SiteKind.DEVICE and site.target:
-            func = index.func(site.path, site.scope)
-            exports = apis.py_exports if site.language is Language.PYTHON else apis.cpp_exports
-            target = site.target.lstrip("*&")
-            for call in func.calls if func is not None else ():
-                leaf = re.split(r"\.|::|->", call.callee)[-1]
-                if leaf in exports and target in re.findall(r"[A-Za-z_][\w.>-]*", call.arglist.replace("&", " ")):
-                    site = dataclasses.replace(site, kind=SiteKind.IPC)
-                    break
-        out.append(site)
-    return tuple(out)

@@ -13,12 +13,7 @@ from collections.abc import Callable
 from functools import lru_cache
 
 from ..globs import matcher
-from ..model import Site
-
-PRODUCTION, TEST, BENCHMARK, EXAMPLE, TOOLING = "production", "test", "benchmark", "example", "tooling"
-ROLES = (PRODUCTION, TEST, BENCHMARK, EXAMPLE, TOOLING)
-# the order reports list roles in: production first
-ROLE_ORDER = {role: i for i, role in enumerate(ROLES)}
+from ..model import BENCHMARK, EXAMPLE, PRODUCTION, TEST, TOOLING, Site
 
 # Directory names and file-name patterns, by role; checked in this order
 # (a benchmark under tests/ is test code; an example's tests are tests).

@@ -85,15 +85,14 @@ begun in one function and ended in another is not seen, except through
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from ..globs import matcher
+from ..model import PRODUCTION, ROLE_ORDER, Finding, Related, Severity, Site, SiteKind
+from ..pack import RulePack
 from ..pipeline.index import Func, ProjectIndex
-from ..model import Finding, Related, Severity, Site, SiteKind
-from ..pipeline.roles import PRODUCTION, ROLE_ORDER
-from ..report.sizes import estimate_bytes, human
+from ..pipeline.index.values import LITERAL, Value
 from ._lib.allocation import holds_no_memory, is_one_time_init, returned_views
-from .base import Rule, RuleContext
 from ._lib.findings import (
     hop_notes,
     is_device_allocation,
@@ -103,9 +102,9 @@ from ._lib.findings import (
     returned_names,
     site_finding,
 )
-from ..pipeline.index.values import LITERAL, Value
 from ._lib.paths import CAPTURING, PathReach, check_span, on_host
 from ._lib.regions import calls_in, capture_regions
+from .base import Rule, RuleContext, StartPoints, Triggers
 
 NAME = "alloc-in-capture"
 
@@ -181,7 +180,7 @@ def _not_scratch(index: ProjectIndex, site: Site) -> bool:
     return func is not None and is_one_time_init(func, site) is not None
 
 
-def _severity_and_cost(site: Site, info_below: int = 0) -> tuple[Severity, str]:
+def _severity_and_cost(site: Site, size: tuple[int, str] | None, info_below: int = 0) -> tuple[Severity, str]:
     """A driver allocation or free under stream capture breaks the capture:
     an error. A caching-allocator tensor inside a graph capture is legal and
     comes from the graph's pool, which keeps it for the graph's lifetime: a
@@ -190,9 +189,8 @@ def _severity_and_cost(site: Site, info_below: int = 0) -> tuple[Severity, str]:
         return Severity.ERROR, "a driver free under stream capture invalidates the capture"
     if not is_tensor_factory(site):
         return Severity.ERROR, "a driver allocation under stream capture invalidates the capture"
-    size = estimate_bytes(site, ())
-    amount = f"{human(size)}" if size else "this memory"
-    severity = Severity.INFO if size is not None and size < info_below else Severity.WARNING
+    amount = size[1] if size else "this memory"
+    severity = Severity.INFO if size is not None and size[0] < info_below else Severity.WARNING
     return severity, f"the graph's private pool retains {amount} per captured graph"
 
 
@@ -226,7 +224,7 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
             if key in reported:
                 continue
             reported.add(key)
-            severity, cost = _severity_and_cost(site, pack.capture_info_bytes)
+            severity, cost = _severity_and_cost(site, ctx.bytes_of(site), pack.capture_info_bytes)
             what, fix = ("frees device memory", "free it outside the captured region") \
                 if site.kind is SiteKind.RELEASE else \
                 ("allocates device memory", "allocate it before capture and reuse a static buffer")
@@ -253,7 +251,7 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
                 reported.add(key)
                 first = Related(func.path, call.span.line, f"{func.qualname} calls {call.callee} under capture")
                 chain = path_text(witness.hops[1:], site.api)
-                severity, cost = _severity_and_cost(site, pack.capture_info_bytes)
+                severity, cost = _severity_and_cost(site, ctx.bytes_of(site), pack.capture_info_bytes)
                 if region_role != PRODUCTION and ctx.role_of(site.path) == PRODUCTION:
                     severity = Severity.INFO
                     cost += f" (reached only from {region_role} code: {func.path}:{region.start.line})"
@@ -267,10 +265,22 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
                 )
 
 
+
+def starts(pack: RulePack) -> StartPoints:
+    """Where this rule starts looking (the expansion parses what these call)."""
+    return StartPoints(calls=pack.capture_begin, contexts=pack.capture_contexts, declared=pack.captured)
+
+
+def triggers(pack: RulePack) -> Triggers:
+    """What a file must say for this rule to need it parsed."""
+    return Triggers(called=(*pack.capture_contexts, *pack.capture_begin, *pack.capture_end))
+
 RULE = Rule(
     name=NAME,
     severity=Severity.ERROR,
     summary="a device allocation executed under CUDA-graph capture",
     doc=__doc__ or "",
     check=check,
+    starts=starts,
+    triggers=triggers,
 )

@@ -159,7 +159,7 @@ def bind_edge(caller: Func, call: Call, target: Func, env: Env, constants: Env) 
         elif default:
             value = literal_value(default, f"{where} passes no {name} (default {default})")
             out[name] = value if value is not None else UNKNOWN_VALUE
-    for name, default in zip(params, defaults):
+    for name in params:
         if name in keywords and name not in out:
             out[name] = value_of(caller, keywords[name].text, env, constants, f"{where} passes {name}=...")
     return {k: v for k, v in out.items() if v.known}

@@ -318,7 +318,8 @@ class PathReach:
             for witness in self.reach(target, bound, depth):
                 # say what the call passed only where it decided a branch on the path
                 said = " ".join(r.note for r in witness.assumptions)
-                notes = tuple(Related(target.path, target.span.line if target.span else 0, f"{name} = {_shown(v)}: {v.why}")
+                line = target.span.line if target.span else 0
+                notes = tuple(Related(target.path, line, f"{name} = {_shown(v)}: {v.why}")
                               for name, v in sorted(bound.items()) if v.why and re.search(rf"\b{name}\b", said))
                 yield target, Witness(witness.site, (hop, *witness.hops), notes + witness.assumptions)
 
