@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .config import MAX_DEPTH, TIERS, Config, toml_error_line
+from .config import TIERS, Config, integer_ceiling, toml_error_line
 from .errors import UsageError
 from .model import SiteKind
 from .pack import PACK_FIELDS, RulePack
@@ -321,8 +321,9 @@ def _build_pack(packs: list[tuple[str, Mapping[str, Any]]], config: Config) -> R
                 if isinstance(value, bool) or not isinstance(value, (int, list)):
                     raise UsageError(f"[{section}] {key} must be a list of strings or an integer", where)
                 if isinstance(value, int):
-                    if not 0 <= value <= MAX_DEPTH:
-                        raise UsageError(f"[{section}] {key} must be between 0 and {MAX_DEPTH}, got {value}", where)
+                    if not 0 <= value <= integer_ceiling(key):
+                        raise UsageError(f"[{section}] {key} must be between 0 and {integer_ceiling(key)}, got {value}",
+                                         where)
                     values[name] = value
                 else:
                     values[name] = tuple(dict.fromkeys((*values.get(name, ()), *_str_tuple(where, table, key))))

@@ -52,8 +52,7 @@ def main(version: bool = typer.Option(False, "--version", "-V", callback=_versio
 
 
 PATHS = typer.Argument(None, help="Files or directories to scan (default: the current directory).", show_default=False)
-CONFIG = typer.Option(None, "--config", help="Configuration file (alloc-audit.toml or pyproject.toml).",
-                      show_default=False)
+CONFIG = typer.Option(None, "--config", help="Config file (alloc-audit.toml or pyproject.toml).", show_default=False)
 JOBS = typer.Option(None, "--jobs", "-j", help="Worker processes (default: the number of CPUs).", show_default=False)
 NO_CACHE = typer.Option(False, "--no-cache", help="Neither read nor write the facts cache.")
 CACHE_DIR = typer.Option(None, "--cache-dir", help="Cache directory (default: .alloc-audit-cache/ in the root).",
@@ -66,6 +65,7 @@ VERBOSE = typer.Option(False, "--verbose", "-v", help="List every site and findi
 PROGRESS = typer.Option(True, "--progress/--no-progress", help="Progress bar on a terminal for long scans.")
 UNCHECKED = typer.Option(None, "--unchecked", show_default=False, help="Entries of files not analysed (too large, "
                          "unreadable, a parser failure): fail (default; config 'unchecked') or warn; never pruned.")
+ROLE = typer.Option(None, "--role", help="Only this code role: production, test, benchmark, example, tooling.")
 
 
 def _guard(fn: Callable[..., None]) -> Callable[..., None]:
@@ -123,11 +123,11 @@ def scan_command(
     changed_since: Optional[str] = CHANGED,
     progress: bool = PROGRESS,
     debug: bool = DEBUG,
-    with_rules: bool = typer.Option(True, "--rules/--no-rules",
-                                    help="Run the hazard rules (--no-rules: the census only)."),
+    with_rules: bool = typer.Option(True, "--rules/--no-rules", help="Run the hazard rules (--no-rules: census only)."),
+    role: Optional[List[str]] = ROLE,
 ) -> None:
     outcome = scan.scan(paths, _options(config_path, jobs, no_cache, cache_dir, changed_since, progress, debug),
-                        fail_on, verbose, with_rules)
+                        fail_on, verbose, with_rules, role)
     _emit(outcome, fmt, output, "scan")
 
 
@@ -139,9 +139,8 @@ def report_command(
     fmt: Format = typer.Option(Format.table, "--format", "-f",
                                help="table (terminal), markdown, html, sarif, github or json."),
     output: Optional[Path] = OUTPUT,
-    base: Optional[str] = typer.Option(None, "--base", metavar="REF",
-                                       help="Also scan REF (through git, no checkout) and show the delta: sites "
-                                            "added/removed by tier, findings new/fixed.", show_default=False),
+    base: Optional[str] = typer.Option(None, "--base", metavar="REF", show_default=False, help="Also scan REF "
+                                       "(through git, no checkout): sites added/removed by tier, findings new/fixed."),
     bind: Optional[List[str]] = typer.Option(None, "--bind", metavar="NAME=VALUE", show_default=False,
                                              help="A value for a size symbol, for estimated bytes "
                                                   "(repeatable; adds to [tool.alloc-audit] bindings)."),
@@ -153,9 +152,10 @@ def report_command(
     changed_since: Optional[str] = CHANGED,
     progress: bool = PROGRESS,
     debug: bool = DEBUG,
+    role: Optional[List[str]] = ROLE,
 ) -> None:
     options = _options(config_path, jobs, no_cache, cache_dir, changed_since, progress, debug)
-    _emit(report_cmd.report(paths, options, by.value, base, bind, verbose), fmt, output, "report")
+    _emit(report_cmd.report(paths, options, by.value, base, bind, verbose, role), fmt, output, "report")
 
 
 @rules_app.command("list", help=rules.list_rules.__doc__)

@@ -72,9 +72,11 @@ def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.E
     problems += unchecked_problems(comparison, fails_unchecked(project.config, unchecked))
     problems += file_problems(result.unchecked)
     findings = [f for f in result.findings if not f.suppressed and fail_on is not FailOn.NEVER]
-    problems += finding_problems(findings, fail_on is FailOn.WARNING)
+    fail_roles = project.config.fail_roles
+    problems += finding_problems(findings, fail_on is FailOn.WARNING, fail_roles)
     problems.sort(key=lambda p: (p.path, p.line, p.title))
-    failed = any(p.level == "error" for p in problems) or any(fail_on.fails(f.severity) for f in findings)
+    failed = any(p.level == "error" for p in problems) or any(
+        fail_on.fails(f.severity) and f.role in fail_roles for f in findings)
     if fmt == "json":
         from ..report import json as json_report
 

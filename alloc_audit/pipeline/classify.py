@@ -149,3 +149,4 @@ def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation
         return dataclasses.replace(site, tier=Tier(pattern.tier), tier_reason=reason)
     return dataclasses.replace(site, tier=Tier.UNKNOWN,
                                tier_reason=f"no tier pattern matches {ctx.role} {site.scope}")
+

@@ -83,9 +83,16 @@ def identifiers(data: bytes) -> tuple[str, ...]:
 
 
 def native_definitions(data: bytes) -> frozenset[str]:
-    """The functions and classes a native file defines (see ``_CPP_DEFINITION``)."""
+    """The functions and classes a native file defines (see ``_CPP_DEFINITION``),
+    and the classes whose methods it defines out of line (``void
+    Engine::decode_step(...) {``: a call through an ``Engine*`` needs this file)."""
     found = {a or b for a, b in _CPP_DEFINITION.findall(data)}
+    found.update(_CPP_OUT_OF_LINE.findall(data))
     return frozenset(n.decode("ascii", "replace") for n in found if n)
+
+
+_CPP_OUT_OF_LINE = re.compile(
+    rb"^(?:template\s*<[^>\n]*>\s*)?[A-Za-z_][\w:<>,*& ]*?\b([A-Za-z_]\w*)::~?[A-Za-z_]\w*\s*\(", re.M)
 
 
 def python_keeps_call(data: bytes, names: tuple[str, ...], modules: tuple[str, ...] = ()) -> bool:

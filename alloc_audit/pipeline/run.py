@@ -38,6 +38,7 @@ from .discover import discover_files
 from .expand import expand_skipped
 from .index import ProjectIndex, build_index
 from .parse import grammar_versions
+from .roles import with_roles
 from .workers import Outcomes, job_count
 
 LOG = logging.getLogger("alloc_audit")
@@ -65,7 +66,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     run_cache = RunCache(_cache_for(config, catalog, options), config.root)
     cache = run_cache.cache
     inputs = (catalog.tiers, config.enable, config.disable, config.severity, options.with_rules,
-              config.max_file_size)
+              config.max_file_size, config.roles)
     digests, misses = run_cache.known_digests(files)
     if cache.enabled and len(digests) == len(files):
         stored = run_cache.stored_result(result_key(cache, inputs, files, digests), files, digests, misses,
@@ -86,7 +87,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     phases.mark("expansion")
     errors = outcomes.errors + [FileError(path, e) for path, f in facts.items() for e in f.errors]
     sites = [s for f in facts.values() for s in f.sites]
-    sites += derive_sites(index, facts, catalog.tiers, sites)
+    sites += derive_sites(index, facts, catalog.tiers, sites, catalog.apis)
+    sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
     findings = _findings(index, facts, sites, config, catalog, options) if options.with_rules else ()

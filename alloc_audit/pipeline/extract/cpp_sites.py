@@ -232,6 +232,8 @@ def declarations(ext: CppExtractor, nodes: list[Any], calls: list[Call], sites: 
             targets = tuple(n.strip() for n in name.split(",")) if declarator.type == "structured_binding_declarator" \
                 else (name,)
             declared = unwrap_type(type_text)
+            if _is_reference(declarator):
+                declared += "&"  # a reference aliases what it is bound to (a member's element...)
             assigns.append(Assign(scope, line, targets, value, "=", f"static {declared}" if static else declared))
             constructs = args is not None or (value == "" and declarator.type in ("identifier",))
             if class_like and constructs and type_node.type != "primitive_type":
@@ -284,3 +286,15 @@ def mark_exports(ext: CppExtractor, sites: list[Site], calls: list[Call]) -> lis
                 {strip_this(w) for w in re.findall(r"[A-Za-z_][\w.>-]*", call.arglist)}
             )
     return common.mark_exported(sites, exported, lambda target: target.lstrip("*"))
+
+
+def _is_reference(declarator: Any) -> bool:
+    """Whether a declarator declares a reference (`T& x = ...`, `T*& p = ...`)."""
+    node = declarator.child_by_field_name("declarator") if declarator.type == "init_declarator" else declarator
+    while node is not None:
+        if node.type == "reference_declarator":
+            return True
+        if node.type != "pointer_declarator":
+            return False
+        node = node.child_by_field_name("declarator")
+    return False

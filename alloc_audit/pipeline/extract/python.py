@@ -81,6 +81,8 @@ class PythonExtractor:
         self.aliases: dict[str, str] = {}
         self.up = common.Ancestry(tree.root_node)
         self.at = common.SiteAt(path, Language.PYTHON, _STATEMENT_PARENTS, tree.root_node.has_error, self.up.parent)
+        # (scope, name) of locals holding only a literal "cpu" device (python_statements.host_locals)
+        self.host_locals: frozenset[tuple[str, str]] = frozenset()
 
     # ------------------------------------------------------------ entry point
     def run(self) -> FileFacts:
@@ -91,6 +93,7 @@ class PythonExtractor:
         self._yields(get("yield", []))
         self.rhs_targets: dict[int, str] = {}
         assigns = python_statements.assigns(self, get("assign", []), get("augassign", []), get("del", []))
+        self.host_locals = python_statements.host_locals(assigns, set(self.rhs_targets.values()))
         calls, sites = python_sites.calls(self, get("call", []), get("with", []))
         comments = common.comment_nodes(self.tree.root_node, self.src.data)
         facts = FileFacts(
@@ -231,6 +234,7 @@ class PythonExtractor:
         for i, (node, kind) in enumerate(self.scope_nodes):
             params: list[str] = []
             types: list[str] = []
+            defaults: list[str] = []
             decorators: list[str] = []
             bases: list[str] = []
             doc = ""
@@ -242,6 +246,8 @@ class PythonExtractor:
                     if name:
                         params.append(name)
                         types.append(type_text)
+                        value = p.child_by_field_name("value") if p.type.endswith("default_parameter") else None
+                        defaults.append(self.src.text(value) if value is not None else "")
                 if kind == "function":
                     rt = node.child_by_field_name("return_type")
                     returns_type = self.src.text(rt) if rt is not None else None
@@ -270,6 +276,7 @@ class PythonExtractor:
                     owner=self._owner(i),
                     params=tuple(params),
                     param_types=tuple(types),
+                    param_defaults=tuple(defaults) if any(defaults) else (),
                     decorators=tuple(decorators),
                     bases=tuple(bases),
                     yields=tuple(self.yield_lines.get(i, ())),

@@ -217,7 +217,7 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
                 return None
         else:
             device = classify_device(dev_text)
-            if device in ("cpu", "meta"):
+            if device in ("cpu", "meta") or (scope, dev_text.strip()) in ext.host_locals:
                 return None
     elif mode == "to-args":
         candidates = [*positional[:1], kwargs.get("device", "")]
