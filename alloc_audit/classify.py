@@ -10,11 +10,13 @@ that says so: tiers are never guessed silently.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
 
 from .catalog import TierPattern
+from .default_device import MODEL_BUILD as _MODEL_BUILD
 from .extract.annotations import annotation_applies
 from .globs import matcher
 from .model import Annotation, FileFacts, Scope, Site, Tier
@@ -130,6 +132,11 @@ def classify_sites(sites: Iterable[Site], files: Mapping[str, FileFacts],
     return tuple(out)
 
 
+def _kept_on_object(target: str | None) -> bool:
+    """`self.x`, `layer.x`, `self.x[i]`: an attribute of an object, not a local."""
+    return bool(target) and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+(\[[^\]]*\])?", target or "") is not None
+
+
 def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation], compiled: TierMatcher) -> Site:
     ann = annotation_for(site, annotations, "tier")
     if ann is not None and not ann.problem and ann.tier:
@@ -139,12 +146,21 @@ def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation
         return dataclasses.replace(site, tier=Tier.UNKNOWN, tier_reason=(
             "inside code the parser could not read (a syntax error around it): its enclosing scope, "
             "and so its lifetime, cannot be told; fix the syntax or annotate a tier"))
+    if site.device_context and _MODEL_BUILD in site.device_context and site.wrapper is None \
+            and _kept_on_object(site.target):
+        # kept on a module while the model is built (`self.bias = ...` in a
+        # constructor, `layer.k_scale = ...` in a helper it calls): it lives
+        # as long as the model, whatever the function is called
+        return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+            f"model-resident: kept in {site.target} by {site.scope}; no device given, {site.device_context}"))
     pattern = compiled.first(site, ctx)
     if pattern is not None:
         reason = pattern.reason.format(
             scope=site.scope, function=ctx.function, **{"class": ctx.class_name or "?"},
             path=site.path, api=site.api, target=site.target or "?",
         )
+        if site.device_context:
+            reason = f"{reason}; no device given, {site.device_context}"
         return dataclasses.replace(site, tier=Tier(pattern.tier), tier_reason=reason)
     return dataclasses.replace(site, tier=Tier.UNKNOWN,
                                tier_reason=f"no tier pattern matches {ctx.role} {site.scope}")

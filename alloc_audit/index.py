@@ -20,6 +20,7 @@ into *derived sites* in the caller's scope.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Iterable, Iterator, Mapping
@@ -276,6 +277,21 @@ class ProjectIndex:
                 self._func_for(table, path, block.scope, facts).blocks.append(block)
             for w in facts.withs:
                 self._func_for(table, path, w.scope, facts).withs.append(w)
+
+    def add_sites(self, sites: Iterable[Site]) -> None:
+        """Add sites found after the files were indexed (allocations without a
+        device found to run under a default-device context, stage
+        default_device); their files' facts are updated to match."""
+        added: dict[str, list[Site]] = {}
+        for site in sites:
+            facts = self.files[site.path]
+            self._func_for(self.by_path[site.path], site.path, site.scope, facts).sites.append(site)
+            added.setdefault(site.path, []).append(site)
+        for path, extra in added.items():
+            facts = self.files[path]
+            merged = sorted((*facts.sites, *extra), key=lambda s: (s.span.line, s.span.col))
+            self.files[path] = dataclasses.replace(facts, sites=tuple(merged))
+        self._reset_caches()
 
     def _func_for(self, table: dict[str, Func], path: str, scope: str, facts: FileFacts) -> Func:
         found = table.get(scope)
@@ -815,7 +831,11 @@ class ProjectIndex:
             return self._class_alloc[key]
         self._class_alloc[key] = None  # cycle guard
         found: Reach | None = None
-        reached = [r for ctor in self.constructors(cls) for r in self.reach(ctor, depth) if not _weight(r.site)]
+        # weights are counted where they are allocated; a helper's per-call
+        # temporaries die before the constructor returns: neither makes the
+        # construction a buffer factory
+        reached = [r for ctor in self.constructors(cls) for r in self.reach(ctor, depth)
+                   if not _weight(r.site) and not (r.hops and r.site.tier is Tier.T4)]
         if reached:
             found = min(reached, key=_significance)
         self._class_alloc[key] = found
@@ -1023,10 +1043,12 @@ _KIND_RANK = {SiteKind.DEVICE: 0, SiteKind.IPC: 1, SiteKind.MANAGED: 2, SiteKind
               SiteKind.WORKSPACE: 4, SiteKind.GRAPH_POOL: 5, SiteKind.PINNED_HOST: 6, SiteKind.RELEASE: 9}
 
 
-def _significance(reach: Reach) -> tuple[int, int, str, int]:
+def _significance(reach: Reach) -> tuple[int, bool, int, str, int]:
     """Which of a construction's allocations stands for it: device memory
-    before host memory, then the nearest, then the first in the source."""
-    return (_KIND_RANK[reach.site.kind], len(reach.hops), reach.site.path, reach.site.span.line)
+    before host memory, persistent before per-call, then the nearest, then
+    the first in the source."""
+    transient = reach.site.tier is Tier.T4  # a persistent buffer is the real cost of a construction
+    return (_KIND_RANK[reach.site.kind], transient, len(reach.hops), reach.site.path, reach.site.span.line)
 
 
 def _weight(site: Site) -> bool:

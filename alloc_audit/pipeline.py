@@ -33,8 +33,9 @@ from .cache import Cache, content_digest
 from .catalog import Catalog, passes_prefilter
 from .classify import classify_sites
 from .config import Config
+from .default_device import context_functions, promote_default_sites
 from .discover import SourceFile, discover_files
-from .index import ProjectIndex, build_index, expansion_wants
+from .index import Func, ProjectIndex, build_index, expansion_wants
 from .model import FileError, FileFacts, Finding, Language, Site, Tier
 from .parse import error_summary, grammar_versions, parse_source
 
@@ -367,7 +368,14 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         from .rules import root_finder
 
         pack = catalog.pack
-        roots = root_finder(pack)
+        rule_roots = root_finder(pack)
+        contexts = catalog.apis.py_device_contexts
+
+        def roots(idx: ProjectIndex) -> list[Func]:
+            # the functions that enter a default-device context: what their
+            # context reaches must be analysed to be followed
+            return [*rule_roots(idx), *context_functions(idx, contexts)]
+
         depth = max(pack.capture_depth, pack.flow_depth, 1)
         looks: dict[str, mentions.SkippedFile] = {}  # skipped files read again, once
 
@@ -397,6 +405,12 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     for path, parsed_facts in facts.items():
         errors.extend(FileError(path, e) for e in parsed_facts.errors)
 
+    promoted = classify_sites(promote_default_sites(index, facts, catalog.apis.py_device_contexts), facts,
+                              catalog.tiers)
+    if promoted:
+        index.add_sites(promoted)
+        facts = {path: index.files.get(path, f) for path, f in facts.items()}
+    phases.mark("default-device")
     sites = [s for f in facts.values() for s in f.sites]
     sites += _owner_tiers(classify_sites(index.derived_sites(), facts, catalog.tiers), sites)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))

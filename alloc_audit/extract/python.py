@@ -107,6 +107,30 @@ def classify_device(arg: str) -> str:
     return "unknown"
 
 
+DEFAULT_DEVICE = "default"  # no device given: the default device where the call runs
+_DICT_DEVICE = re.compile(r"""(?:\bdevice\s*=|["']device["']\s*:)\s*([^,)}\n]+)""")
+# `.to(x)` copies to a device when x names one: `device`, `self.device`,
+# `target_dev`, `x.device`, `torch.device(...)` (never a dtype or a tensor)
+_DEVICE_NAME = re.compile(r"(?:^|[._])(?:[a-z_]*_)?(?:device|dev)s?(?:\[[^\]]*\])?(?:\(\))?$|^torch\.device\(")
+
+
+def _copy_device(candidates: list[str]) -> str | None:
+    """The device a `.to(...)` copy goes to: ``cuda`` for a literal CUDA
+    device, ``unknown`` for a device held in a variable, attribute or
+    parameter, None when it is not a device copy (a dtype, the CPU, a
+    tensor)."""
+    found = None
+    for text in candidates:
+        if not text:
+            continue
+        device = classify_device(text)
+        if device == "cuda":
+            return "cuda"
+        if device == "unknown" and _DEVICE_NAME.search(text.strip()) and "cpu" not in text:
+            found = "unknown"
+    return found
+
+
 class _Extractor:
     def __init__(self, path: str, source: bytes, tree: Any, apis: ApiCatalog) -> None:
         self.path = path
@@ -126,6 +150,10 @@ class _Extractor:
         self.rhs_targets: dict[int, str] = {}
         assigns = self._assigns(get("assign", ()), get("augassign", ()), get("del", ()))
         calls, sites = self._calls(get("call", ()), get("with", ()))
+        # factories without a device: host tensors, unless a default-device
+        # context is in force where they run (decided by stage default_device)
+        defaults = [s for s in sites if s.device == DEFAULT_DEVICE]
+        sites = [s for s in sites if s.device != DEFAULT_DEVICE]
         facts = FileFacts(
             path=self.path,
             language=Language.PYTHON,
@@ -139,6 +167,7 @@ class _Extractor:
             returns=tuple(self._returns(get("return", ()))),
             blocks=tuple(self._blocks(caps)),
             withs=tuple(self._withs(get("with", ()))),
+            default_sites=tuple(sorted(self._mark_handed(defaults, calls), key=lambda s: (s.span.line, s.span.col))),
             imports=tuple(imports),
             annotations=tuple(self._annotations(comment_nodes(self.tree.root_node, self.src.data))),
             lines_of_code=self.src.data.count(b"\n") + (0 if self.src.data.endswith(b"\n") or not self.src.data else 1),
@@ -349,7 +378,6 @@ class _Extractor:
         sites: list[Site] = []
         apis = self.apis
         names, leaves, methods = apis.py_names, apis.py_leaf, apis.py_methods
-        device_ranges = self._default_device_ranges(with_nodes)
         src = self.src
         data = src.data
         innermost = self.containers.innermost
@@ -402,28 +430,15 @@ class _Extractor:
             args = _args(src, args_node) if args_node.type == "argument_list" else ()
             if target is None:
                 target = _target_of(node, src)  # a method chain on the allocation
-            site = self._site(node, spec, scope, span_of(node), args, target, device_ranges)
+            site = self._site(node, spec, scope, span_of(node), args, target)
             if site is not None:
                 sites.append(site)
         return CallTable(tuple(scopes), tuple(callees), tuple(arglists), tuple(targets), tuple(positions)), sites
 
-    def _default_device_ranges(self, with_nodes: list[Any]) -> list[tuple[int, int, str]]:
-        """Bodies of `with torch.device("cuda"):` and the device they set."""
-        out = []
-        contexts = self.apis.py_device_contexts
-        for node in with_nodes:
-            for callee, args, _alias in self._with_items(node):
-                positional = [a.text for a in args if a.keyword is None]
-                if callee in contexts and positional:
-                    body = node.child_by_field_name("body")
-                    if body is not None:
-                        out.append((body.start_byte, body.end_byte, classify_device(positional[0])))
-        return out
-
     def _site(self, node: Any, spec: ApiSpec, scope: str, span: Any, args: tuple[Arg, ...],
-              target: str | None, device_ranges: list[tuple[int, int, str]]) -> Site | None:
+              target: str | None) -> Site | None:
         kwargs = {a.keyword: self.resolve_text(a.text) for a in args if a.keyword}
-        positional = [self.resolve_text(a.text) for a in args if a.keyword is None]
+        positional = [self.resolve_text(a.text) for a in args if a.keyword is None and not a.text.startswith("**")]
         kind = spec.kind
         device: str | None = None
         mode = spec.device
@@ -433,11 +448,12 @@ class _Extractor:
             if pin is not None and pin.strip() != "False":
                 kind, device = SiteKind.PINNED_HOST, "cpu" if pin.strip() == "True" else "cpu (pinned if " + pin.strip() + ")"
             elif dev_text is None:
-                ctx = [d for s, e, d in device_ranges if s <= node.start_byte < e]
-                if ctx:
-                    device = ctx[-1]
+                spread = [a.text[2:].strip() for a in args if a.keyword is None and a.text.startswith("**")]
+                if spread:
+                    # `torch.empty(n, **factory_kwargs)`: the device the dict holds
+                    device = self._spread_device(spread[-1], node.start_byte)
                 else:
-                    device = None if mode == "keyword" else "unknown"
+                    device = DEFAULT_DEVICE if mode == "keyword" else "unknown"
                 if device in (None, "cpu", "meta"):
                     return None
             else:
@@ -445,10 +461,13 @@ class _Extractor:
                 if device in ("cpu", "meta"):
                     return None
         elif mode == "to-args":
-            candidates = [*positional[:1], kwargs.get("device", "")]
-            if not any(classify_device(c) == "cuda" for c in candidates if c):
+            fn = node.children[0]
+            receiver = fn.child_by_field_name("object") if fn.type == "attribute" else None
+            own = f"{self.src.text(receiver, 80)}.device" if receiver is not None else ""
+            # `x.to(x.device)` stays where it is: no copy
+            device = _copy_device([c for c in (*positional[:1], kwargs.get("device", "")) if c != own])
+            if device is None:
                 return None
-            device = "cuda"
         elif mode == "cuda":
             device = "cuda"
         shape, size = _shape(spec.shape, positional, kwargs)
@@ -476,6 +495,26 @@ class _Extractor:
             stmt_line=_statement_line(node),
             recovered=self.tree.root_node.has_error and inside_error(node),
         )
+
+    def _spread_device(self, name: str, before: int) -> str | None:
+        """The device a `**name` spread carries: from the last
+        `name = dict(device=...)` / `name = {"device": ...}` above the call;
+        a dict without a device adds none (None: a host tensor); a name bound
+        nowhere in the file (a `**kwargs` parameter) may carry one (unknown)."""
+        if not name.isidentifier():
+            return "unknown"
+        data = self.src.data
+        found = None
+        for m in re.finditer(rb"\b" + name.encode() + rb"\s*(?::[^=\n]*)?=\s*(dict\(|\{)", data[:before]):
+            found = m
+        if found is None:
+            return "unknown"
+        body = data[found.end():found.end() + 400].decode("utf-8", "replace")
+        dev = _DICT_DEVICE.search(body)
+        if dev is None:
+            return None
+        device = classify_device(self.resolve_text(dev.group(1)))
+        return device
 
     def _wrapper(self, node: Any) -> str | None:
         """The callee the allocation is passed to as an argument, if any."""
