@@ -37,6 +37,7 @@ from ..model import (
 )
 from ..parse import language
 from .annotations import MARKER, next_code_line, parse_annotation
+from .common import zero_elements
 from .nodes import Containers, Source, comment_nodes, inside_error, ordered_captures
 
 _QUERY_TEXT = """
@@ -437,6 +438,8 @@ class _Extractor:
         elif spec.device == "cuda":
             device = "cuda"
         size_parts = tuple(args[i].text for i in spec.size if i < len(args))
+        if zero_elements(spec.api, size_parts):
+            return  # `at::empty({0}, ...)`: no elements, no memory
         if spec.target.startswith("arg:"):
             index = int(spec.target[4:])
             if index < len(args):

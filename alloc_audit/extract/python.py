@@ -35,6 +35,7 @@ from ..model import (
 )
 from ..parse import language
 from .annotations import MARKER, next_code_line, parse_annotation
+from .common import zero_elements
 from .nodes import Containers, Source, comment_nodes, inside_error, ordered_captures
 
 _QUERY_TEXT = """
@@ -367,6 +368,13 @@ class _Extractor:
             if obj is not None and obj.type in ("identifier", "attribute") :
                 return f"{self.src.text(obj, 80)}.{leaf}", None, leaf
             return f"(...).{leaf}", None, leaf
+        if fn.type == "subscript":
+            # a ctypes function table: `self.funcs["cudaMalloc"](...)` calls
+            # the function the string names
+            key = fn.child_by_field_name("subscript")
+            literal = _STRING_LITERAL.match(self.src.raw(key, 80)) if key is not None else None
+            if literal is not None and literal.group(2).isidentifier():
+                return self.src.text(fn, 80), None, literal.group(2)
         return self.src.text(fn, 80), None, ""
 
     def _calls(self, call_nodes: list[Any], with_nodes: list[Any]) -> tuple[CallTable, list[Site]]:
@@ -471,6 +479,8 @@ class _Extractor:
         elif mode == "cuda":
             device = "cuda"
         shape, size = _shape(spec.shape, positional, kwargs)
+        if zero_elements(spec.api, shape):
+            return None  # `torch.empty(0)`, `torch.empty(0).set_(storage)`: holds no memory
         if spec.target.startswith("arg:"):
             index = int(spec.target[4:])
             if len(positional) > max(index, 1):
