@@ -154,7 +154,7 @@ class TierPattern:
 
 Needle = tuple[bytes, tuple[bytes, ...]]  # (gate, alternatives): see _needles
 
-TIER_CRITERIA = ("kind", "function", "class", "scope", "path", "role", "api", "wrapper", "target")
+TIER_CRITERIA = ("kind", "function", "class", "scope", "path", "role", "api", "wrapper", "target", "kept")
 
 
 @dataclass(frozen=True)

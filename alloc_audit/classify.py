@@ -18,7 +18,7 @@ from typing import Iterable, Mapping, Sequence
 from .catalog import TierPattern
 from .default_device import MODEL_BUILD as _MODEL_BUILD
 from .extract.annotations import annotation_applies
-from .globs import matcher
+from .globs import matcher, test_path
 from .model import Annotation, FileFacts, Scope, Site, Tier
 
 @dataclass(frozen=True)
@@ -79,9 +79,14 @@ class TierMatcher:
         self.patterns = list(patterns)
         self.tests = [tuple((key, matcher(globs)) for key, globs in p.criteria) for p in self.patterns]
         self.used = tuple(sorted({key for p in self.patterns for key, _globs in p.criteria}))
+        # patterns that decide T1-T3 from a name (function, class, scope,
+        # path globs) and nothing about the buffer itself: they classify the
+        # buffers a function keeps, never its temporaries or test code
+        self.by_name = [p.tier in _NAMED_TIERS and any(k in _NAME_KEYS for k, _g in p.criteria)
+                        and not any(k in _BUFFER_KEYS for k, _g in p.criteria) for p in self.patterns]
         self._memo: dict[tuple[object, ...], int] = {}
 
-    def first(self, site: Site, ctx: SiteContext) -> TierPattern | None:
+    def first(self, site: Site, ctx: SiteContext, names: bool = True) -> TierPattern | None:
         values = {
             "kind": (site.kind.value,),
             "function": ctx.functions,
@@ -91,16 +96,23 @@ class TierMatcher:
             "role": (ctx.role,),
             "api": (site.api,),
             "wrapper": (site.wrapper,) if site.wrapper else (),
-            "target": (site.target,) if site.target else (),
+            # a local that ends up on an object counts as kept there
+            "target": tuple(t for t in (site.target, _kept_place(site.kept)) if t),
+            "kept": (site.kept,) if site.kept else (),
         }
-        key = tuple(values[k] for k in self.used)
+        key = (*(values[k] for k in self.used), names)
         found = self._memo.get(key)
         if found is None:
-            found = self._memo[key] = self._match(values)
+            found = self._memo[key] = self._match(values, names)
         return self.patterns[found] if found >= 0 else None
 
-    def _match(self, values: Mapping[str, tuple[str, ...]]) -> int:
+    def named(self, pattern: TierPattern) -> bool:
+        return self.by_name[self.patterns.index(pattern)]
+
+    def _match(self, values: Mapping[str, tuple[str, ...]], names: bool = True) -> int:
         for i, tests in enumerate(self.tests):
+            if not names and self.by_name[i]:
+                continue
             for key, test in tests:
                 for value in values[key]:
                     if test(value):
@@ -132,6 +144,16 @@ def classify_sites(sites: Iterable[Site], files: Mapping[str, FileFacts],
     return tuple(out)
 
 
+_NAMED_TIERS = frozenset({"T1", "T2", "T3"})
+_NAME_KEYS = frozenset({"function", "class", "scope", "path"})
+_BUFFER_KEYS = frozenset({"kind", "wrapper", "target", "api", "role", "kept"})
+
+
+def _kept_place(kept: str) -> str:
+    """The attribute a local ends up in (`self._storage`), else ""."""
+    return kept if kept and kept not in ("local", "return", "static") and not kept.startswith("handed:") else ""
+
+
 def _kept_on_object(target: str | None) -> bool:
     """`self.x`, `layer.x`, `self.x[i]`: an attribute of an object, not a local."""
     return bool(target) and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+(\[[^\]]*\])?", target or "") is not None
@@ -154,11 +176,18 @@ def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation
         return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
             f"model-resident: kept in {site.target} by {site.scope}; no device given, {site.device_context}"))
     pattern = compiled.first(site, ctx)
+    note = ""
+    if pattern is not None and compiled.named(pattern) and (site.kept == "local" or test_path(site.path)):
+        # the name speaks for what the function keeps, not for this buffer
+        why = "test code" if test_path(site.path) else "a temporary (not kept, returned or handed on)"
+        note = f"; {why}: the name pattern for {pattern.tier} does not apply"
+        pattern = compiled.first(site, ctx, names=False)
     if pattern is not None:
         reason = pattern.reason.format(
             scope=site.scope, function=ctx.function, **{"class": ctx.class_name or "?"},
             path=site.path, api=site.api, target=site.target or "?",
         )
+        reason += note
         if site.device_context:
             reason = f"{reason}; no device given, {site.device_context}"
         return dataclasses.replace(site, tier=Tier(pattern.tier), tier_reason=reason)

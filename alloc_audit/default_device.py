@@ -32,6 +32,7 @@ from typing import Iterable, Mapping
 
 from .extract.python import classify_device
 from .index import Func, ProjectIndex, last_name
+from .globs import test_path
 from .model import FileFacts, Language, Site, Span
 
 MODEL_BUILD = "model built by"  # the reason's words for a dynamic model construction
@@ -182,7 +183,7 @@ def _fan_out(index: ProjectIndex, placed: dict[str, Placed], why: Placed) -> Non
     roots: list[Func] = []
     module_memo: dict[str, bool] = {}
     for func in index.functions():
-        if func.language is not Language.PYTHON or func.scope is None or _test_path(func.path):
+        if func.language is not Language.PYTHON or func.scope is None or test_path(func.path):
             continue
         if WEIGHT_SCOPES.match(func.name):
             roots.append(func)
@@ -223,13 +224,6 @@ def _is_module(index: ProjectIndex, name: str, bases: Iterable[str], memo: dict[
             break
     memo[name] = result
     return result
-
-
-def _test_path(path: str) -> bool:
-    parts = path.split("/")
-    name = parts[-1]
-    return any(p in ("tests", "test", "testing") for p in parts[:-1]) or name.startswith("test_") or \
-        name.endswith("_test.py") or name == "conftest.py"
 
 
 def promote_default_sites(index: ProjectIndex, files: Mapping[str, FileFacts],

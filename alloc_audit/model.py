@@ -122,6 +122,7 @@ class Site:
     wrapper: str | None = None
     stmt_line: int = 0
     recovered: bool = False  # inside a region the parser had to recover from a syntax error
+    kept: str = ""  # where the memory goes: "self.x", "self.pool[]", "return", "handed:f", "static", "local" ("" unknown)
     device_context: str = ""  # no device given, but under a default-device context: which one, and how reached
     tier: Tier = Tier.UNKNOWN
     tier_reason: str = ""

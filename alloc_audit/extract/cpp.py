@@ -178,7 +178,7 @@ class _Extractor:
             path=self.path,
             language=self.lang,
             digest="",
-            sites=tuple(self._mark_exports(sites, calls)),
+            sites=tuple(_mark_static(self._mark_exports(sites, calls), assigns)),
             scopes=tuple(self._scope_facts()),
             calls=CallTable.of(calls),
             assigns=tuple(assigns),
@@ -592,7 +592,10 @@ def _function_declarator(node: Any | None) -> Any | None:
             return None
         if node.type == "function_declarator":
             return node
-        node = node.child_by_field_name("declarator")
+        inner = node.child_by_field_name("declarator")
+        if inner is None and node.type == "reference_declarator" and node.named_child_count:
+            inner = node.named_children[-1]  # `T& f(...)`: the grammar gives it no field name
+        node = inner
     return None
 
 
@@ -643,6 +646,15 @@ def _template_argument(src: Source, fn: Any) -> str:
     if args is None or not args.named_child_count:
         return ""
     return strip_templates(src.raw(args.named_children[0]))
+
+
+def _mark_static(sites: list[Site], assigns: list[Assign]) -> list[Site]:
+    """A site whose memory goes to a function-local `static` is made once per
+    process, however often the function runs (``Site.kept`` = ``static``)."""
+    statics = {(a.scope, t) for a in assigns if a.type and a.type.startswith("static ") for t in a.targets}
+    if not statics:
+        return sites
+    return [dataclasses.replace(s, kept="static") if s.target and (s.scope, s.target) in statics else s for s in sites]
 
 
 def _target_of(src: Source, node: Any) -> str | None:

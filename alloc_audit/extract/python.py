@@ -108,6 +108,54 @@ def classify_device(arg: str) -> str:
     return "unknown"
 
 
+_LOCAL = re.compile(r"[A-Za-z_]\w*")
+_KEPT_PLACE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\[[^\]]*\])?|[A-Za-z_]\w*\[[^\]]*\]")
+_CONTAINER_ADD = re.compile(r"^(?P<owner>[A-Za-z_][\w.]*)\.(?:append|extend|insert|add|setdefault|update|put)$")
+
+
+def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: list[int], calls: CallTable) -> str:
+    """Where a local allocation goes after its line: ``self.x`` (kept on an
+    object or in its container), ``return``, ``handed:<callee>``, or
+    ``local`` when it goes nowhere (a temporary)."""
+    name = site.target or ""
+    word = re.compile(r"(?<![\w.])" + re.escape(name) + r"(?![\w(])")
+    after = site.span.end_line
+    for a in assigns:
+        if a.line > after and word.search(a.value) and _same_memory(a.value, name):
+            for t in a.targets:
+                if _KEPT_PLACE.fullmatch(t.strip()):
+                    return t.strip()
+    for r in returns:
+        if r.line >= site.span.line and word.search(r.value) and _same_memory(r.value, name):
+            return "return"
+    handed = ""
+    for i in call_ix:
+        if calls.line(i) <= after or name not in calls.arglists[i]:
+            continue
+        args = [a.text.strip() for a in split_args(calls.arglists[i], False)]
+        if name in args:
+            callee = calls.callees[i]
+            m = _CONTAINER_ADD.match(callee)
+            if m is not None and "." in m.group("owner"):
+                return f"{m.group('owner')}[]"
+            handed = handed or f"handed:{callee}"
+    return handed or "local"
+
+
+_VIEW = r"(?:\.(?:view|reshape|narrow|flatten|unflatten|unsqueeze|squeeze|transpose|permute|contiguous|as_strided|t|T|detach|view_as)\b(?:\([^()]*\))?|\[[^\]]*\])*"
+
+
+def _same_memory(value: str, name: str) -> bool:
+    """True when an expression (or one element of a tuple) is ``name`` or a
+    view of it (`buf`, `buf[:n]`, `buf.view(-1)`), not a new tensor computed
+    from it (`buf.sum()`, `buf * 2`)."""
+    pattern = re.compile(re.escape(name) + _VIEW)
+    text = value.strip()
+    if text[:1] in "([" and text[-1:] in ")]":
+        text = text[1:-1]
+    return any(pattern.fullmatch(part.strip()) for part in split_top_level(text))
+
+
 DEFAULT_DEVICE = "default"  # no device given: the default device where the call runs
 _DICT_DEVICE = re.compile(r"""(?:\bdevice\s*=|["']device["']\s*:)\s*([^,)}\n]+)""")
 # `.to(x)` copies to a device when x names one: `device`, `self.device`,
@@ -153,6 +201,8 @@ class _Extractor:
         calls, sites = self._calls(get("call", ()), get("with", ()))
         # factories without a device: host tensors, unless a default-device
         # context is in force where they run (decided by stage default_device)
+        returns = self._returns(get("return", ()))
+        sites = self._mark_kept(sites, assigns, returns, calls)
         defaults = [s for s in sites if s.device == DEFAULT_DEVICE]
         sites = [s for s in sites if s.device != DEFAULT_DEVICE]
         facts = FileFacts(
@@ -165,7 +215,7 @@ class _Extractor:
             scopes=tuple(self._scope_facts()),
             calls=calls,
             assigns=tuple(assigns),
-            returns=tuple(self._returns(get("return", ()))),
+            returns=tuple(returns),
             blocks=tuple(self._blocks(caps)),
             withs=tuple(self._withs(get("with", ()))),
             default_sites=tuple(sorted(self._mark_handed(defaults, calls), key=lambda s: (s.span.line, s.span.col))),
@@ -563,6 +613,50 @@ class _Extractor:
                     handed[id(site)] = calls.callees[i]
                     break
         return [dataclasses.replace(s, wrapper=handed[id(s)]) if id(s) in handed else s for s in sites]
+
+    def _mark_kept(self, sites: list[Site], assigns: list[Assign], returns: list[Return],
+                   calls: CallTable) -> list[Site]:
+        """Where each allocation's memory goes (``Site.kept``), read from its
+        scope: an attribute or container of an object (`self.x = buf`,
+        `self.slots[i] = buf`, `self.pool.append(buf)`), the return value,
+        a call it is handed to, or nowhere (``local``: a temporary that dies
+        with the call). Followed through one local."""
+        wanted = {s.scope for s in sites if s.target is None or _LOCAL.fullmatch(s.target)}
+        if not wanted:
+            return [self._kept_direct(s) for s in sites]
+        by_scope: dict[str, tuple[list[Assign], list[Return], list[int]]] = {w: ([], [], []) for w in wanted}
+        for a in assigns:
+            if a.scope in by_scope:
+                by_scope[a.scope][0].append(a)
+        for r in returns:
+            if r.scope in by_scope:
+                by_scope[r.scope][1].append(r)
+        for i, scope in enumerate(calls.scopes):
+            if scope in by_scope:
+                by_scope[scope][2].append(i)
+        out = []
+        for site in sites:
+            site = self._kept_direct(site)
+            if site.kept or site.scope not in by_scope:
+                out.append(site)
+                continue
+            scope_assigns, scope_returns, scope_calls = by_scope[site.scope]
+            if site.target is None:
+                if any(r.line == site.stmt_line for r in scope_returns):
+                    site = dataclasses.replace(site, kept="return")
+                out.append(site)
+                continue
+            out.append(dataclasses.replace(site, kept=_escape(site, scope_assigns, scope_returns, scope_calls, calls)))
+        return out
+
+    @staticmethod
+    def _kept_direct(site: Site) -> Site:
+        target = site.target
+        if site.wrapper:
+            return dataclasses.replace(site, kept=f"handed:{site.wrapper}")
+        if target and not _LOCAL.fullmatch(target) and _KEPT_PLACE.fullmatch(target):
+            return dataclasses.replace(site, kept=target)
+        return site
 
     def _mark_exports(self, sites: list[Site], calls: CallTable) -> list[Site]:
         """A site whose memory is passed to an export call in its scope is IPC."""
