@@ -158,6 +158,16 @@ TIER_CRITERIA = ("kind", "function", "class", "scope", "path", "role", "api", "w
 
 
 @dataclass(frozen=True)
+class CallerGlobs:
+    """Who calls a function decides its tier over its name (rules/tiers.toml
+    [callers]): ``per_step`` functions run on every step; ``load`` functions
+    run while weights or checkpoints load."""
+
+    per_step: tuple[str, ...] = ()
+    load: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Catalog:
     apis: ApiCatalog
     pack: RulePack
@@ -166,6 +176,7 @@ class Catalog:
     py_needles: tuple[Needle, ...]
     py_aliasable: frozenset[bytes]
     cpp_needles: tuple[Needle, ...]
+    callers: CallerGlobs = CallerGlobs()
 
 
 # ---------------------------------------------------------------- loading
@@ -186,7 +197,11 @@ def load_catalog(config: Config) -> Catalog:
     for path in config.rule_packs:
         packs.append((str(path), _read_toml(path)))
     pack = _build_pack(packs, config)
-    tiers = _build_tiers(config, _read_toml(base / "tiers.toml"))
+    shipped_tiers = _read_toml(base / "tiers.toml")
+    tiers = _build_tiers(config, shipped_tiers)
+    callers_table = shipped_tiers.get("callers", {})
+    callers = CallerGlobs(per_step=_str_tuple("rules/tiers.toml", callers_table, "per-step"),
+                          load=_str_tuple("rules/tiers.toml", callers_table, "load"))
     digest_src = json.dumps(
         {
             "version": __version__,
@@ -209,6 +224,7 @@ def load_catalog(config: Config) -> Catalog:
         py_needles=_needles(_py_needles(apis, pack)),
         py_aliasable=_py_aliasable(apis),
         cpp_needles=_needles(_cpp_needles(apis, pack)),
+        callers=callers,
     )
 
 

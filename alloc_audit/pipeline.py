@@ -34,6 +34,7 @@ from .catalog import Catalog, passes_prefilter
 from .classify import classify_sites
 from .config import Config
 from .default_device import context_functions, promote_default_sites
+from .tier_callers import tiers_from_callers
 from .discover import SourceFile, discover_files
 from .index import Func, ProjectIndex, build_index, expansion_wants
 from .model import FileError, FileFacts, Finding, Language, Site, Tier
@@ -411,7 +412,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         index.add_sites(promoted)
         facts = {path: index.files.get(path, f) for path, f in facts.items()}
     phases.mark("default-device")
-    sites = [s for f in facts.values() for s in f.sites]
+    sites = tiers_from_callers([s for f in facts.values() for s in f.sites], index, catalog.callers)
     sites += _owner_tiers(classify_sites(index.derived_sites(), facts, catalog.tiers), sites)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
