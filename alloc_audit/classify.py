@@ -82,11 +82,16 @@ class TierMatcher:
         # patterns that decide T1-T3 from a name (function, class, scope,
         # path globs) and nothing about the buffer itself: they classify the
         # buffers a function keeps, never its temporaries or test code
-        self.by_name = [p.tier in _NAMED_TIERS and any(k in _NAME_KEYS for k, _g in p.criteria)
-                        and not any(k in _BUFFER_KEYS for k, _g in p.criteria) for p in self.patterns]
+        # (and patterns that decide them from the role alone, `constructor`:
+        # a constructor's temporaries die when it returns)
+        about_buffer = [any(k in _BUFFER_KEYS for k, _g in p.criteria) for p in self.patterns]
+        self.by_name = [p.tier in _NAMED_TIERS and any(k in _NAME_KEYS for k, _g in p.criteria) and not b
+                        for p, b in zip(self.patterns, about_buffer)]
+        self.by_role = [p.tier in _NAMED_TIERS and not b and any(k == "role" for k, _g in p.criteria)
+                        for p, b in zip(self.patterns, about_buffer)]
         self._memo: dict[tuple[object, ...], int] = {}
 
-    def first(self, site: Site, ctx: SiteContext, names: bool = True) -> TierPattern | None:
+    def first(self, site: Site, ctx: SiteContext, names: bool = True, roles: bool = True) -> TierPattern | None:
         values = {
             "kind": (site.kind.value,),
             "function": ctx.functions,
@@ -100,18 +105,21 @@ class TierMatcher:
             "target": tuple(t for t in (site.target, _kept_place(site.kept)) if t),
             "kept": (site.kept,) if site.kept else (),
         }
-        key = (*(values[k] for k in self.used), names)
+        key = (*(values[k] for k in self.used), names, roles)
         found = self._memo.get(key)
         if found is None:
-            found = self._memo[key] = self._match(values, names)
+            found = self._memo[key] = self._match(values, names, roles)
         return self.patterns[found] if found >= 0 else None
 
     def named(self, pattern: TierPattern) -> bool:
         return self.by_name[self.patterns.index(pattern)]
 
-    def _match(self, values: Mapping[str, tuple[str, ...]], names: bool = True) -> int:
+    def role_only(self, pattern: TierPattern) -> bool:
+        return self.by_role[self.patterns.index(pattern)]
+
+    def _match(self, values: Mapping[str, tuple[str, ...]], names: bool = True, roles: bool = True) -> int:
         for i, tests in enumerate(self.tests):
-            if not names and self.by_name[i]:
+            if (not names and self.by_name[i]) or (not roles and self.by_role[i]):
                 continue
             for key, test in tests:
                 for value in values[key]:
@@ -146,7 +154,7 @@ def classify_sites(sites: Iterable[Site], files: Mapping[str, FileFacts],
 
 _NAMED_TIERS = frozenset({"T1", "T2", "T3"})
 _NAME_KEYS = frozenset({"function", "class", "scope", "path"})
-_BUFFER_KEYS = frozenset({"kind", "wrapper", "target", "api", "role", "kept"})
+_BUFFER_KEYS = frozenset({"kind", "wrapper", "target", "api", "kept"})
 
 
 def _kept_place(kept: str) -> str:
@@ -177,10 +185,18 @@ def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation
             f"model-resident: kept in {site.target} by {site.scope}; no device given, {site.device_context}"))
     pattern = compiled.first(site, ctx)
     note = ""
-    if pattern is not None and compiled.named(pattern) and (site.kept == "local" or test_path(site.path)):
-        # the name speaks for what the function keeps, not for this buffer
-        why = "test code" if test_path(site.path) else "a temporary (not kept, returned or handed on)"
-        note = f"; {why}: the name pattern for {pattern.tier} does not apply"
+    temporary = site.kept == "local" and ctx.role not in ("module", "class")
+    if pattern is not None and temporary and (compiled.named(pattern) or compiled.role_only(pattern)):
+        # the name (or the constructor) speaks for what the function keeps,
+        # not for a buffer it drops
+        note = f"; a temporary (not kept, returned or handed on): the pattern for {pattern.tier} does not apply"
+        pattern = compiled.first(site, ctx, names=False, roles=False)
+        if pattern is None:
+            return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
+                f"temporary in {site.scope}: not kept, returned or handed on, it dies when the call returns"
+                + (f"; no device given, {site.device_context}" if site.device_context else "")))
+    elif pattern is not None and compiled.named(pattern) and test_path(site.path):
+        note = f"; test code: the name pattern for {pattern.tier} does not apply"
         pattern = compiled.first(site, ctx, names=False)
     if pattern is not None:
         reason = pattern.reason.format(

@@ -835,7 +835,7 @@ class ProjectIndex:
         # temporaries die before the constructor returns: neither makes the
         # construction a buffer factory
         reached = [r for ctor in self.constructors(cls) for r in self.reach(ctor, depth)
-                   if not _weight(r.site) and not (r.hops and r.site.tier is Tier.T4)]
+                   if not _weight(r.site) and not (r.site.tier is Tier.T4 and (r.hops or r.site.kept == "local"))]
         if reached:
             found = min(reached, key=_significance)
         self._class_alloc[key] = found

@@ -109,6 +109,9 @@ def classify_device(arg: str) -> str:
 
 
 _LOCAL = re.compile(r"[A-Za-z_]\w*")
+# builtins that read a tensor and keep nothing of it
+_READS_ONLY = frozenset({"int", "float", "bool", "len", "str", "repr", "print", "isinstance", "id", "hash", "type",
+                         "min", "max", "sum", "abs", "round", "range", "enumerate", "zip", "format"})
 _KEPT_PLACE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\[[^\]]*\])?|[A-Za-z_]\w*\[[^\]]*\]")
 _CONTAINER_ADD = re.compile(r"^(?P<owner>[A-Za-z_][\w.]*)\.(?:append|extend|insert|add|setdefault|update|put)$")
 
@@ -135,6 +138,8 @@ def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: l
         args = [a.text.strip() for a in split_args(calls.arglists[i], False)]
         if name in args:
             callee = calls.callees[i]
+            if callee in _READS_ONLY:
+                continue
             m = _CONTAINER_ADD.match(callee)
             if m is not None and "." in m.group("owner"):
                 return f"{m.group('owner')}[]"
