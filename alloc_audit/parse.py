@@ -77,15 +77,30 @@ def parse_source(data: bytes, lang: Language, attribute_macros: tuple[str, ...] 
         # idioms the grammar cannot read (statement macros without `;`,
         # `#if` inside a parameter list, ...): blank them and keep the tree
         # with fewer errors. Only files with errors pay for the second parse.
+        best, best_source, best_errors = tree, masked, error_bytes(tree.root_node)
         repaired = repair_idioms(masked)
         if repaired != masked:
             second = _parser(Language.CUDA).parse(repaired)
-            if error_bytes(second.root_node) < error_bytes(tree.root_node):
-                return Parsed(second, Language.CUDA, repaired)
+            errors = error_bytes(second.root_node)
+            if errors < best_errors:
+                best, best_source, best_errors = second, repaired, errors
+        if best.root_node.has_error:
+            # conditionals that cut through a statement (`} else\n#endif\n{`):
+            # every branch kept, the directive lines blanked
+            flat = _DIRECTIVE.sub(_blank, repaired)
+            if flat != repaired:
+                third = _parser(Language.CUDA).parse(flat)
+                if error_bytes(third.root_node) < best_errors:
+                    best, best_source = third, flat
+        return Parsed(best, Language.CUDA, best_source)
     return Parsed(tree, Language.CUDA, masked)
 
 
-_STATEMENT_MACRO = re.compile(rb"(?m)^[ \t]*[A-Z][A-Z0-9_]*[ \t]*\(")
+_DIRECTIVE = re.compile(rb"(?m)^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|endif)\b[^\n]*")
+
+
+_STATEMENT_MACRO = re.compile(rb"(?m)^[ \t]*_*[A-Z][A-Z0-9_]*[ \t]*\(")
+_COMMENT_LINES = re.compile(rb"(?:[ \t]*(?://[^\n]*)?\n)*[ \t]*")
 _TYPENAME_BRACE = re.compile(rb"\btypename(?=\s+[\w:]+(?:<[^<>;{}()]*>)?(?:::\w+)*\s*\{)")
 _EMPTY_DEFAULT = re.compile(rb"[ \t]*=[ \t]*\{[ \t]*\}(?=[ \t]*[,)])")  # `T::Args args = {}` in a parameter list
 _LAMBDA_QUALIFIER = re.compile(rb"(?<=\])[ \t]*(?:__device__|__host__)(?:[ \t]+(?:__device__|__host__))*")
@@ -111,7 +126,8 @@ def repair_idioms(data: bytes) -> bytes:
         rest = data[end:line_end].strip()
         if rest and not rest.startswith(b"//"):
             continue
-        following = data[line_end:line_end + 200].lstrip()
+        skip = _COMMENT_LINES.match(data, line_end)
+        following = data[skip.end() if skip else line_end:][:200]
         if following[:1] and following[:1] in _NOT_AFTER_STATEMENT:
             continue
         if b"{" in data[m.start():end]:  # a lambda or a body: keep what it holds
@@ -208,7 +224,8 @@ def _mask_regex(attribute_macros: tuple[str, ...], specifier_macros: tuple[str, 
         # NAME(...) with one level of nested parentheses, on one line
         # never the name a `#define` gives (`#define __launch_bounds__(x, y)`):
         # blanking it leaves an empty directive
-        parts.append(rb"(?<!define )(?<!define\t)\b(?:" + names + rb")\s*\((?:[^()\n]|\([^()\n]*\))*\)(?:\s*;)?")
+        parts.append(rb"(?<!define )(?<!define\t)\b(?:" + names
+                     + rb")\s*\((?:[^()\n]|\((?:[^()\n]|\((?:[^()\n]|\([^()\n]*\))*\))*\))*\)(?:\s*;)?")
     if specifier_macros:
         names = alternation(specifier_macros)
         parts.append(rb"(?<!define )(?<!define\t)\b(?:" + names + rb")\b(?!\s*\()")
