@@ -388,3 +388,14 @@ def rules_table(ctx: ReportContext):  # type: ignore[no-untyped-def]
     if not groups:
         table.add_row("[dim]no findings[/]", "", "", "", "")
     return table
+
+
+def render_rule_doc(name: str, severity: str, default_on: bool, doc: str, color: bool, width: int | None) -> str:
+    """A rule's documentation (its module docstring), as `rules explain` shows it."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    buffer = io.StringIO()
+    out = Console(file=buffer, force_terminal=color, no_color=not color, width=width or 100, highlight=False)
+    out.print(Markdown(f"# {name} ({severity}{'' if default_on else ', off by default'})\n\n" + doc))
+    return buffer.getvalue()
