@@ -40,6 +40,9 @@ DEPTH = 6  # resolved calls followed from a context's body
 FAN_OUT_DEPTH = 3  # resolved calls followed from a dynamically constructed module
 WEIGHT_SCOPES = re.compile(r"^_?create_weights?\w*$")
 _MODULE_BASES = frozenset({"Module", "nn.Module", "torch.nn.Module"})
+# a context on another accelerator (`with torch.device(xm.xla_device()):`)
+# puts nothing on the GPU
+_OTHER_ACCELERATOR = re.compile(r"xla|tpu|xpu|mps|hpu|npu", re.I)
 _SET_DEFAULT = frozenset({"torch.set_default_device", "set_default_device"})
 
 
@@ -88,14 +91,14 @@ def device_contexts(index: ProjectIndex, contexts: Iterable[str]) -> list[Contex
                 elif not item.args and ("<module>", item.callee) in bindings:
                     device = bindings[("<module>", item.callee)]
                     text = f"with {item.callee}:"
-                if device in ("cuda", "unknown"):
+                if device in ("cuda", "unknown") and not _OTHER_ACCELERATOR.search(text):
                     out.append(Context(path, w.scope, w.body, text, device, w.span.line))
         calls = facts.calls
         for i, callee in enumerate(calls.callees):
             if callee in _SET_DEFAULT and calls.arglists[i].strip():
                 arg = calls.arglists[i].split(",")[0].strip()
                 device = classify_device(arg)
-                if device not in ("cuda", "unknown"):
+                if device not in ("cuda", "unknown") or _OTHER_ACCELERATOR.search(arg):
                     continue
                 call = calls[i]
                 func = index.func(path, call.scope)

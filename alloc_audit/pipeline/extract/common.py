@@ -292,8 +292,13 @@ _SHAPED = frozenset({"torch.empty", "torch.zeros", "torch.ones", "torch.rand", "
                      "torch::ones", "torch::empty_strided", "Tensor::new_empty", "Tensor::new_zeros"})
 
 
+_FROM_DATA = frozenset({"torch.tensor", "torch.as_tensor", "torch.asarray"})
+
+
 def zero_elements(api: str, shape: tuple[str, ...]) -> bool:
     """True when a shaped factory's dimensions include a literal 0."""
+    if api in _FROM_DATA:  # `torch.tensor([])`: no data, no elements
+        return bool(shape) and shape[0].replace(" ", "") in ("", "[]", "()", "[[]]")
     if api not in _SHAPED or not shape:
         return False
     dims = shape[:1] if api.endswith("empty_strided") else shape

@@ -108,6 +108,10 @@ def classify_device(arg: str) -> str:
 
 
 _LOCAL = re.compile(r"[A-Za-z_]\w*")
+# tensor methods that read it or compute a new tensor (not a view of it)
+_READS = frozenset({"sum", "item", "all", "any", "tolist", "numel", "size", "dim", "max", "min", "mean", "norm",
+                    "cpu", "clone", "float", "half", "int", "long", "bool", "argmax", "argmin", "abs", "nonzero",
+                    "cumsum", "prod", "std", "var", "eq", "ne", "lt", "gt", "le", "ge", "isnan", "count_nonzero"})
 # builtins that read a tensor and keep nothing of it
 _READS_ONLY = frozenset({"int", "float", "bool", "len", "str", "repr", "print", "isinstance", "id", "hash", "type",
                          "min", "max", "sum", "abs", "round", "range", "enumerate", "zip", "format"})
@@ -122,28 +126,38 @@ def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: l
     name = site.target or ""
     word = re.compile(r"(?<![\w.])" + re.escape(name) + r"(?![\w(])")
     after = site.span.end_line
+    aliased = False  # another name may hold it: where it goes is not told here
     for a in assigns:
         if a.line > after and word.search(a.value) and _same_memory(a.value, name):
             for t in a.targets:
                 if _KEPT_PLACE.fullmatch(t.strip()):
                     return t.strip()
+            aliased = True
     for r in returns:
         if r.line >= site.span.line and word.search(r.value) and _same_memory(r.value, name):
             return "return"
     handed = ""
+    method = name + "."
     for i in call_ix:
-        if calls.line(i) <= after or name not in calls.arglists[i]:
+        if calls.line(i) <= after:
+            continue
+        callee = calls.callees[i]
+        if callee.startswith(method) and calls.targets[i] and callee[len(method):] not in _READS:
+            aliased = True  # `a, b = buf.split(...)`, `v = buf.view(...)`: views kept under other names
+            continue
+        if name not in calls.arglists[i]:
             continue
         args = [a.text.strip() for a in split_args(calls.arglists[i], False)]
-        if name in args:
-            callee = calls.callees[i]
+        if any(_same_memory(arg, name) for arg in args if word.search(arg)):
             if callee in _READS_ONLY:
                 continue
             m = _CONTAINER_ADD.match(callee)
             if m is not None and "." in m.group("owner"):
                 return f"{m.group('owner')}[]"
             handed = handed or f"handed:{callee}"
-    return handed or "local"
+    if handed:
+        return handed
+    return "" if aliased else "local"
 
 
 _VIEW = r"(?:\.(?:view|reshape|narrow|flatten|unflatten|unsqueeze|squeeze|transpose|permute|contiguous|as_strided|t|T|detach|view_as)\b(?:\([^()]*\))?|\[[^\]]*\])*"
@@ -608,15 +622,26 @@ class _Extractor:
         if not wanted:
             return [self._kept_direct(s) for s in sites]
         by_scope: dict[str, tuple[list[Assign], list[Return], list[int]]] = {w: ([], [], []) for w in wanted}
+        # a nested function or lambda sees the local too (a closure)
+        homes: dict[str, list[str]] = {}
+
+        def owners(scope: str) -> list[str]:
+            found = homes.get(scope)
+            if found is None:
+                parts = scope.split(".")
+                found = homes[scope] = [w for w in (".".join(parts[:i]) for i in range(len(parts), 0, -1))
+                                        if w in by_scope]
+            return found
+
         for a in assigns:
-            if a.scope in by_scope:
-                by_scope[a.scope][0].append(a)
+            for w in owners(a.scope):
+                by_scope[w][0].append(a)
         for r in returns:
             if r.scope in by_scope:
                 by_scope[r.scope][1].append(r)
         for i, scope in enumerate(calls.scopes):
-            if scope in by_scope:
-                by_scope[scope][2].append(i)
+            for w in owners(scope):
+                by_scope[w][2].append(i)
         out = []
         for site in sites:
             site = self._kept_direct(site)
