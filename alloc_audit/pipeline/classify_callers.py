@@ -10,6 +10,8 @@ Names are evidence, not proof (DESIGN.md, "Lifetime tiers"):
   calls directly (``forward`` calls ``self.setup(n)``) allocates on every
   step: T4, unless the allocation is guarded to run once (it sits under a
   test that names its target or ``None``: lazy initialisation);
+- a buffer returned to callers that are all constructors is built once per
+  object: T2 (T1 while the model is built);
 - a persistent pinned buffer (T5b) of a class that is constructed only from
   load paths (``load_weights`` and the like) is load-time staging: T5a.
 """
@@ -22,6 +24,7 @@ from typing import Sequence
 from ..catalog import CallerGlobs
 from ..globs import matcher
 from ..model import Language, Site, SiteKind, Tier
+from .default_device import MODEL_BUILD
 from .index import Func, ProjectIndex
 
 _FUNCTION_ROLES = frozenset({"function", "method"})
@@ -38,6 +41,8 @@ def tiers_from_callers(sites: Sequence[Site], index: ProjectIndex, globs: Caller
         if site.via is None and site.kept != "static":
             if per_step is not None and site.tier is Tier.T2 and site.kind is not SiteKind.PINNED_HOST:
                 site = _per_step(site, index, per_step, callers_memo)
+            elif site.tier is Tier.T4 and site.kept == "return" and site.kind is not SiteKind.PINNED_HOST:
+                site = _returned_to_constructors(site, index, callers_memo)
             elif load is not None and site.tier is Tier.T5B and site.language is Language.PYTHON:
                 site = _load_only(site, index, load, callers_memo)
         out.append(site)
@@ -66,6 +71,25 @@ def _per_step(site: Site, index: ProjectIndex, per_step: object, memo: dict[str,
     return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
         f"per step: {func.qualname} is called by {caller.qualname} ({caller.path}) on every step, "
         f"whatever its name ({site.tier_reason})"))
+
+
+def _returned_to_constructors(site: Site, index: ProjectIndex, memo: dict[str, list[Func]]) -> Site:
+    """A buffer returned to callers that are all constructors is built once
+    per object (`cache = self._compute_cos_sin_cache()` in `__init__`): the
+    caller's, not per step. Built with the model (under a dynamic model
+    construction), it is model-resident."""
+    func = index.func(site.path, site.scope)
+    if func is None or func.scope is None or func.scope.role not in _FUNCTION_ROLES:
+        return site
+    callers = _callers(index, [func], memo)
+    if not callers or not all(c.scope is not None and c.scope.role == "constructor" for c in callers):
+        return site
+    names = ", ".join(sorted({c.qualname for c in callers})[:3])
+    if MODEL_BUILD in site.device_context:
+        return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+            f"model-resident: returned to constructor {names} while the model is built; {site.tier_reason}"))
+    return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+        f"returned to constructor {names} only: built once per object; {site.tier_reason}"))
 
 
 def _guarded_once(site: Site, func: Func) -> bool:

@@ -134,20 +134,24 @@ def place_functions(index: ProjectIndex, found: list[Context]) -> dict[str, Plac
     """Function id -> the context it may run under (the first found)."""
     placed: dict[str, Placed] = {}
     dynamic: list[tuple[Context, str]] = []
-    for ctx in found:
+    # production contexts first: a function reached from both keeps the
+    # production one. A context in test code places only test code (a test
+    # that sets the default device says nothing about production paths).
+    for ctx in sorted(found, key=lambda c: test_path(c.path)):
         home = index.func(ctx.path, ctx.scope)
         if home is None:
             continue
+        in_test = test_path(ctx.path)
         frontier: list[tuple[Func, str]] = []
         seen = {home.id}
         for call in home.calls:
             if not ctx.body.contains(call.span):
                 continue
             for target in index.resolve(home, call):
-                if target.id not in seen:
+                if target.id not in seen and (not in_test or test_path(target.path)):
                     seen.add(target.id)
                     frontier.append((target, f"{home.qualname} -> {target.qualname}"))
-            if _dynamic_construction(home, call.callee):
+            if not in_test and _dynamic_construction(home, call.callee):
                 dynamic.append((ctx, f"`{call.callee}(...)` in {home.qualname}"))
         for _level in range(DEPTH):
             next_frontier: list[tuple[Func, str]] = []
@@ -155,10 +159,10 @@ def place_functions(index: ProjectIndex, found: list[Context]) -> dict[str, Plac
                 placed.setdefault(func.id, Placed(ctx, f"through {path}"))
                 for call in func.calls:
                     targets = index.resolve(func, call)
-                    if not targets and _dynamic_construction(func, call.callee):
+                    if not in_test and not targets and _dynamic_construction(func, call.callee):
                         dynamic.append((ctx, f"`{call.callee}(...)` in {func.qualname}"))
                     for target in targets:
-                        if target.id not in seen:
+                        if target.id not in seen and (not in_test or test_path(target.path)):
                             seen.add(target.id)
                             next_frontier.append((target, f"{path} -> {target.qualname}"))
             frontier = next_frontier
