@@ -169,9 +169,13 @@ def _same_memory(value: str, name: str) -> bool:
     from it (`buf.sum()`, `buf * 2`)."""
     pattern = re.compile(re.escape(name) + _VIEW)
     text = value.strip()
-    if text[:1] in "([" and text[-1:] in ")]":
+    is_dict = text[:1] == "{" and text[-1:] == "}"
+    if text[:1] in "([{" and text[-1:] in ")]}":
         text = text[1:-1]
-    return any(pattern.fullmatch(part.strip()) for part in split_top_level(text))
+    parts = split_top_level(text)
+    if is_dict:  # `{"out": buf, ...}`: the values
+        parts = [p.split(":", 1)[1] if ":" in p else p for p in parts]
+    return any(pattern.fullmatch(part.strip()) for part in parts)
 
 
 DEFAULT_DEVICE = "default"  # no device given: the default device where the call runs
