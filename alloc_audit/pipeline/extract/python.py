@@ -108,6 +108,7 @@ def classify_device(arg: str) -> str:
 
 
 _LOCAL = re.compile(r"[A-Za-z_]\w*")
+_REGISTRATION = re.compile(r"(?:Parameter|register_buffer|register_parameter)$")
 # tensor methods that read it or compute a new tensor (not a view of it)
 _READS = frozenset({"sum", "item", "all", "any", "tolist", "numel", "size", "dim", "max", "min", "mean", "norm",
                     "cpu", "clone", "float", "half", "int", "long", "bool", "argmax", "argmin", "abs", "nonzero",
@@ -588,7 +589,29 @@ class _Extractor:
     def _wrapper(self, node: Any) -> str | None:
         """The callee the allocation is passed to as an argument, if any."""
         fn = common.wrapping_call(node, "call", "keyword_argument")
-        return self.callee_of(fn)[0] if fn is not None else None
+        if fn is not None:
+            return self.callee_of(fn)[0]
+        # through the expression that makes the registered tensor:
+        # `nn.Parameter(scale * torch.ones(n))`,
+        # `self.register_buffer("ids", torch.arange(n).expand((1, -1)))`
+        inner = node
+        for _ in range(6):
+            parent = inner.parent
+            if parent is None:
+                return None
+            if parent.type in ("binary_operator", "parenthesized_expression", "unary_operator"):
+                inner = parent
+            elif parent.type == "attribute" and parent.parent is not None and parent.parent.type == "call":
+                inner = parent.parent  # a method chain on it
+            else:
+                break
+        if inner is node:
+            return None
+        fn = common.wrapping_call(inner, "call", "keyword_argument")
+        if fn is None:
+            return None
+        callee = self.callee_of(fn)[0]
+        return callee if _REGISTRATION.search(callee) else None
 
     def _mark_handed(self, sites: list[Site], calls: CallTable) -> list[Site]:
         """An allocation kept in a local and then passed whole to a call in
