@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from functools import lru_cache
 from typing import Any
 
 import tree_sitter as ts
@@ -108,6 +109,7 @@ def classify_device(arg: str) -> str:
 
 
 _LOCAL = re.compile(r"[A-Za-z_]\w*")
+_IDENT = re.compile(r"[A-Za-z_]\w*")
 _REGISTRATION = re.compile(r"(?:Parameter|register_buffer|register_parameter)$")
 # tensor methods that read it or compute a new tensor (not a view of it)
 _READS = frozenset({"sum", "item", "all", "any", "tolist", "numel", "size", "dim", "max", "min", "mean", "norm",
@@ -125,7 +127,7 @@ def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: l
     object or in its container), ``return``, ``handed:<callee>``, or
     ``local`` when it goes nowhere (a temporary)."""
     name = site.target or ""
-    word = re.compile(r"(?<![\w.])" + re.escape(name) + r"(?![\w(])")
+    word = _word(name)
     after = site.span.end_line
     aliased = False  # another name may hold it: where it goes is not told here
     for a in assigns:
@@ -164,19 +166,30 @@ def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: l
 _VIEW = r"(?:\.(?:view|reshape|narrow|flatten|unflatten|unsqueeze|squeeze|transpose|permute|contiguous|as_strided|t|T|detach|view_as)\b(?:\([^()]*\))?|\[[^\]]*\])*"
 
 
+_VIEW_TAIL = re.compile(_VIEW + r"\s*")
+
+
+@lru_cache(maxsize=1024)
+def _word(name: str) -> re.Pattern[str]:
+    return re.compile(r"(?<![\w.])" + re.escape(name) + r"(?![\w(])")
+
+
 def _same_memory(value: str, name: str) -> bool:
-    """True when an expression (or one element of a tuple) is ``name`` or a
-    view of it (`buf`, `buf[:n]`, `buf.view(-1)`), not a new tensor computed
-    from it (`buf.sum()`, `buf * 2`)."""
-    pattern = re.compile(re.escape(name) + _VIEW)
-    text = value.strip()
-    is_dict = text[:1] == "{" and text[-1:] == "}"
-    if text[:1] in "([{" and text[-1:] in ")]}":
-        text = text[1:-1]
-    parts = split_top_level(text)
-    if is_dict:  # `{"out": buf, ...}`: the values
-        parts = [p.split(":", 1)[1] if ":" in p else p for p in parts]
-    return any(pattern.fullmatch(part.strip()) for part in parts)
+    """True when an expression (or one element of a tuple, list or dict) is
+    ``name`` or a view of it (`buf`, `buf[:n]`, `buf.view(-1)`), not a new
+    tensor computed from it (`buf.sum()`, `buf * 2`). Read with one search,
+    no splitting: an element inside a call's arguments counts too, which
+    errs on the side of "kept"."""
+    at = value.find(name)
+    while at >= 0:
+        before = value[:at].rstrip()
+        if not before or before[-1] in ",([{:":
+            tail = _VIEW_TAIL.match(value, at + len(name))
+            end = tail.end() if tail is not None else at + len(name)
+            if end >= len(value) or value[end] in ",)]}":
+                return True
+        at = value.find(name, at + 1)
+    return False
 
 
 DEFAULT_DEVICE = "default"  # no device given: the default device where the call runs
@@ -648,6 +661,12 @@ class _Extractor:
         wanted = {s.scope for s in sites if s.target is None or _LOCAL.fullmatch(s.target)}
         if not wanted:
             return [self._kept_direct(s) for s in sites]
+        # the local names to follow, per scope: statements that never name
+        # one are never looked at again (a long test function has thousands)
+        names: dict[str, set[str]] = {}
+        for site in sites:
+            if site.target and _LOCAL.fullmatch(site.target) and not site.wrapper:
+                names.setdefault(site.scope, set()).add(site.target)
         by_scope: dict[str, tuple[list[Assign], list[Return], list[int]]] = {w: ([], [], []) for w in wanted}
         # a nested function or lambda sees the local too (a closure)
         homes: dict[str, list[str]] = {}
@@ -660,15 +679,22 @@ class _Extractor:
                                         if w in by_scope]
             return found
 
+        def mentions(w: str, text: str) -> bool:
+            local = names.get(w)
+            return bool(local) and not local.isdisjoint(_IDENT.findall(text))
+
         for a in assigns:
             for w in owners(a.scope):
-                by_scope[w][0].append(a)
+                if mentions(w, a.value):
+                    by_scope[w][0].append(a)
         for r in returns:
             if r.scope in by_scope:
                 by_scope[r.scope][1].append(r)
+        callees, arglists = calls.callees, calls.arglists
         for i, scope in enumerate(calls.scopes):
             for w in owners(scope):
-                by_scope[w][2].append(i)
+                if mentions(w, arglists[i]) or (w in names and callees[i].partition(".")[0] in names[w]):
+                    by_scope[w][2].append(i)
         out = []
         for site in sites:
             site = self._kept_direct(site)
