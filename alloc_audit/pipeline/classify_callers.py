@@ -19,7 +19,7 @@ Names are evidence, not proof (DESIGN.md, "Lifetime tiers"):
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..catalog import CallerGlobs
 from ..globs import matcher

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from ..globs import test_path
 from ..model import FileFacts, Language, Site, Span
@@ -42,7 +42,7 @@ WEIGHT_SCOPES = re.compile(r"^_?create_weights?\w*$")
 _MODULE_BASES = frozenset({"Module", "nn.Module", "torch.nn.Module"})
 # a context on another accelerator (`with torch.device(xm.xla_device()):`)
 # puts nothing on the GPU
-_OTHER_ACCELERATOR = re.compile(r"xla|tpu|xpu|mps|hpu|npu", re.I)
+_OTHER_ACCELERATOR = re.compile(r"xla|tpu|xpu|mps|hpu|npu", re.IGNORECASE)
 _SET_DEFAULT = frozenset({"torch.set_default_device", "set_default_device"})
 
 
@@ -192,10 +192,10 @@ def _fan_out(index: ProjectIndex, placed: dict[str, Placed], why: Placed) -> Non
     for func in index.functions():
         if func.language is not Language.PYTHON or func.scope is None or test_path(func.path):
             continue
-        if WEIGHT_SCOPES.match(func.name):
-            roots.append(func)
-        elif func.scope.role == "constructor" and func.owner is not None and _is_module(index, func.owner.qualname,
-                                                                                       func.owner.bases, module_memo):
+        owner = func.owner
+        module_constructor = func.scope.role == "constructor" and owner is not None and \
+            _is_module(index, owner.qualname, owner.bases, module_memo)
+        if WEIGHT_SCOPES.match(func.name) or module_constructor:
             roots.append(func)
     seen: set[str] = set()
     frontier = roots

@@ -681,7 +681,7 @@ class _Extractor:
 
         def mentions(w: str, text: str) -> bool:
             local = names.get(w)
-            return bool(local) and not local.isdisjoint(_IDENT.findall(text))
+            return local is not None and not local.isdisjoint(_IDENT.findall(text))
 
         for a in assigns:
             for w in owners(a.scope):
