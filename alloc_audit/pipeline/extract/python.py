@@ -224,6 +224,8 @@ class _Extractor:
         self.apis = apis
         self.module = module_name(path)
         self.aliases: dict[str, str] = {}
+        self._line_starts: list[int] | None = None
+        self._scope_ends: dict[str, int] = {}
         self.at = common.SiteAt(path, Language.PYTHON, _STATEMENT_PARENTS, tree.root_node.has_error)
 
     # ------------------------------------------------------------ entry point
@@ -685,7 +687,7 @@ class _Extractor:
 
         for a in assigns:
             for w in owners(a.scope):
-                if mentions(w, a.value):
+                if mentions(w, a.value) or mentions(w, " ".join(a.targets)):
                     by_scope[w][0].append(a)
         for r in returns:
             if r.scope in by_scope:
@@ -707,8 +709,34 @@ class _Extractor:
                     site = dataclasses.replace(site, kept="return")
                 out.append(site)
                 continue
-            out.append(dataclasses.replace(site, kept=_escape(site, scope_assigns, scope_returns, scope_calls, calls)))
+            kept = _escape(site, scope_assigns, scope_returns, scope_calls, calls)
+            if kept == "local" and not self._all_uses_seen(site, scope_assigns, scope_returns, scope_calls, calls):
+                kept = ""  # a use the facts do not show in full (a long return, a capped argument list)
+            out.append(dataclasses.replace(site, kept=kept))
         return out
+
+    def _all_uses_seen(self, site: Site, assigns: list[Assign], returns: list[Return], call_ix: list[int],
+                       calls: CallTable) -> bool:
+        """True when every later use of a local in the source of its scope
+        was among the (capped) texts the kept analysis read."""
+        name = site.target or ""
+        if self._line_starts is None:
+            self._line_starts = [0] + [m.end() for m in re.finditer(b"\n", self.src.data)]
+            self._scope_ends = {}
+            for i, qual in enumerate(self.qualnames):
+                self._scope_ends.setdefault(qual, self.containers.ranges[i][1])
+        starts = self._line_starts
+        begin = starts[site.span.end_line] if site.span.end_line < len(starts) else len(self.src.data)
+        end = self._scope_ends.get(site.scope, len(self.src.data))
+        word = _word(name)
+        in_source = len(word.findall(self.src.data[begin:end].decode("utf-8", "replace")))
+        seen = sum(len(word.findall(a.value)) + sum(len(word.findall(t)) for t in a.targets)
+                   for a in assigns if a.line > site.span.end_line)
+        seen += sum(len(word.findall(r.value)) for r in returns if r.line > site.span.end_line)
+        for i in call_ix:
+            if calls.line(i) > site.span.end_line:
+                seen += len(word.findall(calls.arglists[i])) + (calls.callees[i].partition(".")[0] == name)
+        return seen >= in_source
 
     @staticmethod
     def _kept_direct(site: Site) -> Site:
