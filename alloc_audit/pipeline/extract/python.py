@@ -170,6 +170,11 @@ _VIEW_TAIL = re.compile(_VIEW + r"\s*")
 
 
 @lru_cache(maxsize=1024)
+def _word_bytes(name: str) -> re.Pattern[bytes]:
+    return re.compile(rb"(?<![\w.])" + re.escape(name.encode()) + rb"(?![\w(])")
+
+
+@lru_cache(maxsize=1024)
 def _word(name: str) -> re.Pattern[str]:
     return re.compile(r"(?<![\w.])" + re.escape(name) + r"(?![\w(])")
 
@@ -682,8 +687,8 @@ class _Extractor:
             return found
 
         def mentions(w: str, text: str) -> bool:
-            local = names.get(w)
-            return local is not None and not local.isdisjoint(_IDENT.findall(text))
+            local = names.get(w)  # a substring test first: most statements name none of them
+            return local is not None and any(n in text for n in local)
 
         for a in assigns:
             for w in owners(a.scope):
@@ -729,7 +734,7 @@ class _Extractor:
         begin = starts[site.span.end_line] if site.span.end_line < len(starts) else len(self.src.data)
         end = self._scope_ends.get(site.scope, len(self.src.data))
         word = _word(name)
-        in_source = len(word.findall(self.src.data[begin:end].decode("utf-8", "replace")))
+        in_source = len(_word_bytes(name).findall(self.src.data, begin, end))
         seen = sum(len(word.findall(a.value)) + sum(len(word.findall(t)) for t in a.targets)
                    for a in assigns if a.line > site.span.end_line)
         seen += sum(len(word.findall(r.value)) for r in returns if r.line > site.span.end_line)
