@@ -21,11 +21,11 @@ import typer
 from . import __version__, report
 from .commands import allowlist, annotate, audit, check, gate, rules, scan
 from .commands import report as report_cmd
+from .commands.check import CheckFormat
 from .commands.outcome import Report, Text
 from .commands.project import Options
 from .errors import UsageError
 from .model import FailOn
-from .ratchet.checks import CheckFormat
 from .report import Format, Pivot, tty
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -76,8 +76,7 @@ PROGRESS = typer.Option(True, "--progress/--no-progress", help="Progress bar on 
 
 
 def exit_code(outcome: Union[Report, Text]) -> int:
-    """The one exit policy: 1 when the command failed (findings, gate, check), else 0;
-    usage errors exit 2 in ``_guard``, before anything is written."""
+    """The one exit policy: 1 when the command failed, else 0 (usage errors: 2, in ``_guard``)."""
     return 1 if outcome.failed else 0
 
 
@@ -200,7 +199,8 @@ def rules_explain_command(name: str = typer.Argument(..., help="Rule name, e.g. 
 @_guard
 def check_command(
     paths: Optional[List[Path]] = PATHS,
-    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f", help="text, github (workflow commands) or json."),
+    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f",
+                                    help="text, github (workflow commands) or json."),
     fail_on: FailOn = typer.Option(FailOn.ERROR, "--fail-on", help="Rule findings of this severity fail the check."),
     config_path: Optional[Path] = CONFIG,
     jobs: Optional[int] = JOBS,

@@ -5,7 +5,6 @@ under a default-device context."""
 from __future__ import annotations
 
 import pytest
-
 from fixtures_harness import FIXTURES, run_fixture
 
 

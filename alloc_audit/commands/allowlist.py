@@ -12,7 +12,8 @@ from .outcome import Text
 from .project import Options, load_project, require_allowlist, scan_project
 
 if TYPE_CHECKING:
-    from ..ratchet.allowlist import AllowlistEntry, UpdatePlan
+    from ..ratchet.allowlist import AllowlistEntry
+    from ..ratchet.compare import UpdatePlan
 
 
 def init(options: Options, force: bool = False, split: bool = False) -> Text:
@@ -22,7 +23,8 @@ def init(options: Options, force: bool = False, split: bool = False) -> Text:
 
       alloc-audit allowlist init && git add allowlists/
     """
-    from ..ratchet.allowlist import allowlist_files, entries_for, write_allowlist
+    from ..ratchet.allowlist import allowlist_files, write_allowlist
+    from ..ratchet.compare import entries_for
 
     project = load_project(None, options.config_path)
     config = project.config
@@ -52,7 +54,8 @@ def update(options: Options, add_new: bool = False, dry_run: bool = False) -> Te
 
       alloc-audit allowlist update --add-new --dry-run
     """
-    from ..ratchet.allowlist import compare, plan_update, write_allowlist
+    from ..ratchet.allowlist import write_allowlist
+    from ..ratchet.compare import compare, plan_update
 
     project = load_project(None, options.config_path)
     config = project.config

@@ -5,17 +5,19 @@ walk the sites that need a decision, ask, and write the answers through
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ..ratchet.allowlist import AllowlistEntry, compare, load_allowlist, write_allowlist
+from ..config import Config
+from ..model import ASSIGNABLE_TIERS, Site, Tier
+from ..ratchet.allowlist import AllowlistEntry, load_allowlist, write_allowlist
+from ..ratchet.compare import compare
+from ..ratchet.keys import site_key
 from .annotate import Decision
 from .project import Options, load_project, scan_project
-from ..config import Config
-from ..ratchet.keys import site_key
-from ..model import Site, Tier
 
-TIERS = ("T1", "T2", "T3", "T4", "T5a", "T5b")
+TIERS = ASSIGNABLE_TIERS
 
 
 def candidates(result: Any, entries: list[AllowlistEntry] | None) -> list[Site]:

@@ -5,11 +5,20 @@ open findings of the --fail-on severity."""
 from __future__ import annotations
 
 import dataclasses
+from enum import Enum
 from pathlib import Path
 
 from ..model import FailOn
 from .outcome import Text
 from .project import Options, coverage, load_project, report_context, require_allowlist, scan_project
+
+
+class CheckFormat(str, Enum):
+    """How `check` and `gate` show their problems (json: the scan itself)."""
+
+    text = "text"
+    github = "github"
+    json = "json"
 
 
 def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.ERROR, fmt: str = "text") -> Text:
@@ -29,8 +38,8 @@ def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.E
 
       alloc-audit check src/engine/runner.py src/engine/worker.py
     """
-    from ..ratchet.allowlist import apply_pins, compare
     from ..ratchet.checks import allowlist_problems, finding_problems, render
+    from ..ratchet.compare import apply_pins, compare
 
     project = load_project(paths, options.config_path)
     entries = require_allowlist(project.config)

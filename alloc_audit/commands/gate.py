@@ -28,8 +28,10 @@ def gate(base: str, options: Options, allow_growth: bool = False, allow_new_allo
       alloc-audit gate --base HEAD~1 --format github
     """
     from ..gitio import list_tree, require_ref, show
-    from ..ratchet.allowlist import compare, compare_allowlists, load_texts
+    from ..ratchet.allowlist import load_texts
     from ..ratchet.checks import allowlist_problems, finding_problems, gate_problems, render
+    from ..ratchet.compare import compare
+    from ..ratchet.gate import compare_allowlists
     from ..ratchet.keys import site_key
 
     project = load_project(None, options.config_path)

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Mapping, Sequence
 
 from ..catalog import TierPattern
-from .default_device import MODEL_BUILD as _MODEL_BUILD
-from .extract.annotations import annotation_applies
 from ..globs import matcher, test_path
 from ..model import Annotation, FileFacts, Scope, Site, Tier
+from .default_device import MODEL_BUILD as _MODEL_BUILD
+from .extract.annotations import annotation_applies
+
 
 @dataclass(frozen=True)
 class SiteContext:

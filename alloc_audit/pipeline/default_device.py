@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from ..globs import test_path
 from ..model import FileFacts, Language, Site, Span
-from .extract.python import classify_device
+from .extract.python_sites import classify_device
 from .index import Func, ProjectIndex, last_name
 
 MODEL_BUILD = "model built by"  # the reason's words for a dynamic model construction

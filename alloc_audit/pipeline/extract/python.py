@@ -9,33 +9,22 @@ over the tree. Import aliases are resolved while callees are read, so
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from functools import lru_cache
 from typing import Any
 
 import tree_sitter as ts
 
-from ...arglists import split_args, split_top_level
-from ...catalog import ApiCatalog, ApiSpec
+from ...catalog import ApiCatalog
 from ...model import (
     Arg,
-    Assign,
-    Block,
-    CallTable,
     FileFacts,
     Import,
     Language,
-    Return,
     Scope,
-    Site,
-    SiteKind,
-    With,
-    WithItem,
 )
 from ..parse import language
-from . import common
-from .common import Containers, Source, zero_elements
+from . import common, python_kept, python_sites, python_statements
+from .common import Containers, Source
 
 _QUERY_TEXT = """
 (function_definition) @def
@@ -62,12 +51,8 @@ _QUERY_TEXT = """
 
 _query: ts.Query | None = None
 _DOTTED = re.compile(r"[A-Za-z_][\w.]*")
-ARGLIST_CAP = 400
 
-_FLOW_ENDS = {"return_statement", "raise_statement", "continue_statement", "break_statement"}
 _STATEMENT_PARENTS = ("block", "module")
-_STRING_LITERAL = re.compile(r"""^[rbuRBU]{0,2}(['"])(.*)\1$""", re.S)
-_FSTRING = re.compile(r"""^[fF][rR]?(['"])(.*)\1$""", re.S)
 _CONSTRUCTORS = {"__init__", "__new__", "__post_init__"}
 
 
@@ -86,142 +71,7 @@ def module_name(path: str) -> str:
     return ".".join(parts)
 
 
-def classify_device(arg: str) -> str:
-    """``cuda``, ``cpu``, ``meta`` or ``unknown`` for a device expression."""
-    value = arg.strip()
-    m = _STRING_LITERAL.match(value) or _FSTRING.match(value)
-    if m is None:
-        inner = re.match(r"^torch\.device\((.*)\)$", value, re.S)
-        if inner:
-            first = inner.group(1).split(",")[0].strip()
-            m = _STRING_LITERAL.match(first) or _FSTRING.match(first)
-            if m is None:
-                return "unknown"
-        elif value.isdigit() or re.fullmatch(r"torch\.cuda\.current_device(\(\))?", value):
-            return "cuda"
-        else:
-            return "unknown"
-    literal = m.group(2).strip().lower()
-    for name in ("cuda", "cpu", "meta"):
-        if literal == name or literal.startswith(name + ":") or literal.startswith(name + "{"):
-            return name
-    return "unknown"
-
-
-_LOCAL = re.compile(r"[A-Za-z_]\w*")
-_IDENT = re.compile(r"[A-Za-z_]\w*")
-_REGISTRATION = re.compile(r"(?:Parameter|register_buffer|register_parameter)$")
-# tensor methods that read it or compute a new tensor (not a view of it)
-_READS = frozenset({"sum", "item", "all", "any", "tolist", "numel", "size", "dim", "max", "min", "mean", "norm",
-                    "cpu", "clone", "float", "half", "int", "long", "bool", "argmax", "argmin", "abs", "nonzero",
-                    "cumsum", "prod", "std", "var", "eq", "ne", "lt", "gt", "le", "ge", "isnan", "count_nonzero"})
-# builtins that read a tensor and keep nothing of it
-_READS_ONLY = frozenset({"int", "float", "bool", "len", "str", "repr", "print", "isinstance", "id", "hash", "type",
-                         "min", "max", "sum", "abs", "round", "range", "enumerate", "zip", "format"})
-_KEPT_PLACE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\[[^\]]*\])?|[A-Za-z_]\w*\[[^\]]*\]")
-_CONTAINER_ADD = re.compile(r"^(?P<owner>[A-Za-z_][\w.]*)\.(?:append|extend|insert|add|setdefault|update|put)$")
-
-
-def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: list[int], calls: CallTable) -> str:
-    """Where a local allocation goes after its line: ``self.x`` (kept on an
-    object or in its container), ``return``, ``handed:<callee>``, or
-    ``local`` when it goes nowhere (a temporary)."""
-    name = site.target or ""
-    word = _word(name)
-    after = site.span.end_line
-    aliased = False  # another name may hold it: where it goes is not told here
-    for a in assigns:
-        if a.line > after and word.search(a.value) and _same_memory(a.value, name):
-            for t in a.targets:
-                if _KEPT_PLACE.fullmatch(t.strip()):
-                    return t.strip()
-            aliased = True
-    for r in returns:
-        if r.line >= site.span.line and word.search(r.value) and _same_memory(r.value, name):
-            return "return"
-    handed = ""
-    method = name + "."
-    for i in call_ix:
-        if calls.line(i) <= after:
-            continue
-        callee = calls.callees[i]
-        if callee.startswith(method) and calls.targets[i] and callee[len(method):] not in _READS:
-            aliased = True  # `a, b = buf.split(...)`, `v = buf.view(...)`: views kept under other names
-            continue
-        if name not in calls.arglists[i]:
-            continue
-        args = [a.text.strip() for a in split_args(calls.arglists[i], False)]
-        if any(_same_memory(arg, name) for arg in args if word.search(arg)):
-            if callee in _READS_ONLY:
-                continue
-            m = _CONTAINER_ADD.match(callee)
-            if m is not None and "." in m.group("owner"):
-                return f"{m.group('owner')}[]"
-            handed = handed or f"handed:{callee}"
-    if handed:
-        return handed
-    return "" if aliased else "local"
-
-
-_VIEW = r"(?:\.(?:view|reshape|narrow|flatten|unflatten|unsqueeze|squeeze|transpose|permute|contiguous|as_strided|t|T|detach|view_as)\b(?:\([^()]*\))?|\[[^\]]*\])*"
-
-
-_VIEW_TAIL = re.compile(_VIEW + r"\s*")
-
-
-@lru_cache(maxsize=1024)
-def _word_bytes(name: str) -> re.Pattern[bytes]:
-    return re.compile(rb"(?<![\w.])" + re.escape(name.encode()) + rb"(?![\w(])")
-
-
-@lru_cache(maxsize=1024)
-def _word(name: str) -> re.Pattern[str]:
-    return re.compile(r"(?<![\w.])" + re.escape(name) + r"(?![\w(])")
-
-
-def _same_memory(value: str, name: str) -> bool:
-    """True when an expression (or one element of a tuple, list or dict) is
-    ``name`` or a view of it (`buf`, `buf[:n]`, `buf.view(-1)`), not a new
-    tensor computed from it (`buf.sum()`, `buf * 2`). Read with one search,
-    no splitting: an element inside a call's arguments counts too, which
-    errs on the side of "kept"."""
-    at = value.find(name)
-    while at >= 0:
-        before = value[:at].rstrip()
-        if not before or before[-1] in ",([{:":
-            tail = _VIEW_TAIL.match(value, at + len(name))
-            end = tail.end() if tail is not None else at + len(name)
-            if end >= len(value) or value[end] in ",)]}":
-                return True
-        at = value.find(name, at + 1)
-    return False
-
-
-DEFAULT_DEVICE = "default"  # no device given: the default device where the call runs
-_DICT_DEVICE = re.compile(r"""(?:\bdevice\s*=|["']device["']\s*:)\s*([^,)}\n]+)""")
-# `.to(x)` copies to a device when x names one: `device`, `self.device`,
-# `target_dev`, `x.device`, `torch.device(...)` (never a dtype or a tensor)
-_DEVICE_NAME = re.compile(r"(?:^|[._])(?:[a-z_]*_)?(?:device|dev)s?(?:\[[^\]]*\])?(?:\(\))?$|^torch\.device\(")
-
-
-def _copy_device(candidates: list[str]) -> str | None:
-    """The device a `.to(...)` copy goes to: ``cuda`` for a literal CUDA
-    device, ``unknown`` for a device held in a variable, attribute or
-    parameter, None when it is not a device copy (a dtype, the CPU, a
-    tensor)."""
-    found = None
-    for text in candidates:
-        if not text:
-            continue
-        device = classify_device(text)
-        if device == "cuda":
-            return "cuda"
-        if device == "unknown" and _DEVICE_NAME.search(text.strip()) and "cpu" not in text:
-            found = "unknown"
-    return found
-
-
-class _Extractor:
+class PythonExtractor:
     def __init__(self, path: str, source: bytes, tree: Any, apis: ApiCatalog) -> None:
         self.path = path
         self.src = Source(source)
@@ -229,42 +79,43 @@ class _Extractor:
         self.apis = apis
         self.module = module_name(path)
         self.aliases: dict[str, str] = {}
-        self._line_starts: list[int] | None = None
-        self._scope_ends: dict[str, int] = {}
+        self.kept_memo = python_kept.SourceIndex()
         self.at = common.SiteAt(path, Language.PYTHON, _STATEMENT_PARENTS, tree.root_node.has_error)
 
     # ------------------------------------------------------------ entry point
     def run(self) -> FileFacts:
         caps = common.ordered_captures(_get_query(), self.tree.root_node)
         get = caps.get
-        imports = self._imports(get("import", ()))
-        self._scopes(get("def", ()), get("class", ()), get("lambda", ()))
-        self._yields(get("yield", ()))
+        imports = self._imports(get("import", []))
+        self._scopes(get("def", []), get("class", []), get("lambda", []))
+        self._yields(get("yield", []))
         self.rhs_targets: dict[int, str] = {}
-        assigns = self._assigns(get("assign", ()), get("augassign", ()), get("del", ()))
-        calls, sites = self._calls(get("call", ()), get("with", ()))
+        assigns = python_statements.assigns(self, get("assign", []), get("augassign", []), get("del", []))
+        calls, sites = python_sites.calls(self, get("call", []), get("with", []))
+        returns = python_statements.returns(self, get("return", []))
+        sites = python_kept.mark_kept(self, sites, assigns, returns, calls)
         # factories without a device: host tensors, unless a default-device
         # context is in force where they run (decided by stage default_device)
-        returns = self._returns(get("return", ()))
-        sites = self._mark_kept(sites, assigns, returns, calls)
-        defaults = [s for s in sites if s.device == DEFAULT_DEVICE]
-        sites = [s for s in sites if s.device != DEFAULT_DEVICE]
+        defaults = [s for s in sites if s.device == python_sites.DEFAULT_DEVICE]
+        sites = [s for s in sites if s.device != python_sites.DEFAULT_DEVICE]
+        comments = common.comment_nodes(self.tree.root_node, self.src.data)
         facts = FileFacts(
             path=self.path,
             language=Language.PYTHON,
             digest="",
             module=self.module,
-            sites=tuple(sorted(self._mark_handed(self._mark_exports(sites, calls), calls),
+            sites=tuple(sorted(python_sites.mark_handed(self, python_sites.mark_exports(self, sites, calls), calls),
                                key=lambda s: (s.span.line, s.span.col))),
             scopes=tuple(self._scope_facts()),
             calls=calls,
             assigns=tuple(assigns),
             returns=tuple(returns),
-            blocks=tuple(self._blocks(caps)),
-            withs=tuple(self._withs(get("with", ()))),
-            default_sites=tuple(sorted(self._mark_handed(defaults, calls), key=lambda s: (s.span.line, s.span.col))),
+            blocks=tuple(python_statements.blocks(self, caps)),
+            withs=tuple(python_statements.withs(self, get("with", []))),
+            default_sites=tuple(sorted(python_sites.mark_handed(self, defaults, calls),
+                                       key=lambda s: (s.span.line, s.span.col))),
             imports=tuple(imports),
-            annotations=tuple(common.annotations(self.src, common.comment_nodes(self.tree.root_node, self.src.data), b"#")),
+            annotations=tuple(common.annotation_comments(self.src, comments, b"#")),
             lines_of_code=self.src.data.count(b"\n") + (0 if self.src.data.endswith(b"\n") or not self.src.data else 1),
         )
         return facts
@@ -466,400 +317,14 @@ class _Extractor:
             # a ctypes function table: `self.funcs["cudaMalloc"](...)` calls
             # the function the string names
             key = fn.child_by_field_name("subscript")
-            literal = _STRING_LITERAL.match(self.src.raw(key, 80)) if key is not None else None
+            literal = python_sites.STRING_LITERAL.match(self.src.raw(key, 80)) if key is not None else None
             if literal is not None and literal.group(2).isidentifier():
                 return self.src.text(fn, 80), None, literal.group(2)
         return self.src.text(fn, 80), None, ""
 
-    def _calls(self, call_nodes: list[Any], with_nodes: list[Any]) -> tuple[CallTable, list[Site]]:
-        scopes: list[str] = []
-        callees: list[str] = []
-        arglists: list[str] = []
-        targets: list[str | None] = []
-        positions: list[int] = []
-        sites: list[Site] = []
-        apis = self.apis
-        names, leaves, methods = apis.py_names, apis.py_leaf, apis.py_methods
-        src = self.src
-        data = src.data
-        innermost = self.containers.innermost
-        qualnames = self.qualnames
-        aliases = self.aliases
-        span_of = src.span
-        col = src.col
-        ascii_file = src.ascii
-        wide_rows = src.wide_rows()
-        rhs_targets = self.rhs_targets
-        for node in call_nodes:
-            kids = node.children
-            if len(kids) < 2:
-                continue
-            fn, args_node = kids[0], kids[-1]
-            fn_type = fn.type
-            if fn_type == "identifier":
-                raw = data[fn.start_byte:fn.end_byte].decode("utf-8", "replace")
-                dotted = aliases.get(raw, raw)
-                callee, leaf = dotted, raw
-            else:
-                callee, dotted, leaf = self.callee_of(fn)
-            start = node.start_byte
-            index = innermost(start)
-            scope = qualnames[index] if index >= 0 else "<module>"
-            arglist = ""
-            a0, a1 = args_node.start_byte, args_node.end_byte
-            if a1 - a0 > 2:
-                if args_node.type == "argument_list":
-                    arglist = data[a0 + 1:min(a1 - 1, a0 + 1 + ARGLIST_CAP)].decode("utf-8", "replace")
-                else:  # a generator argument: f(x for x in y)
-                    arglist = data[a0:min(a1, a0 + ARGLIST_CAP)].decode("utf-8", "replace")
-            target = rhs_targets.get(start)
-            scopes.append(scope)
-            callees.append(callee)
-            arglists.append(arglist)
-            targets.append(target)
-            (r0, c0), (r1, c1) = node.start_point, node.end_point
-            if ascii_file or (r0 not in wide_rows and r1 not in wide_rows):
-                positions += (r0 + 1, c0 + 1, r1 + 1, c1 + 1)
-            else:
-                positions += (r0 + 1, col(c0, start), r1 + 1, col(c1, node.end_byte))
-            spec = names.get(dotted) if dotted else None
-            if spec is None and leaf:
-                spec = leaves.get(leaf)
-                if spec is None and fn_type == "attribute":
-                    spec = methods.get(leaf)
-            if spec is None:
-                continue
-            args = _args(src, args_node) if args_node.type == "argument_list" else ()
-            if target is None:
-                target = _target_of(node, src)  # a method chain on the allocation
-            site = self._site(node, spec, scope, span_of(node), args, target)
-            if site is not None:
-                sites.append(site)
-        return CallTable(tuple(scopes), tuple(callees), tuple(arglists), tuple(targets), tuple(positions)), sites
-
-    def _site(self, node: Any, spec: ApiSpec, scope: str, span: Any, args: tuple[Arg, ...],
-              target: str | None) -> Site | None:
-        kwargs = {a.keyword: self.resolve_text(a.text) for a in args if a.keyword}
-        positional = [self.resolve_text(a.text) for a in args if a.keyword is None and not a.text.startswith("**")]
-        kind = spec.kind
-        device: str | None = None
-        mode = spec.device
-        if mode in ("keyword", "inherit"):
-            pin = kwargs.get("pin_memory")
-            dev_text = kwargs.get("device")
-            if pin is not None and pin.strip() != "False":
-                kind, device = SiteKind.PINNED_HOST, "cpu" if pin.strip() == "True" else "cpu (pinned if " + pin.strip() + ")"
-            elif dev_text is None:
-                spread = [a.text[2:].strip() for a in args if a.keyword is None and a.text.startswith("**")]
-                if spread:
-                    # `torch.empty(n, **factory_kwargs)`: the device the dict holds
-                    device = self._spread_device(spread[-1], node.start_byte)
-                else:
-                    device = DEFAULT_DEVICE if mode == "keyword" else "unknown"
-                if device in (None, "cpu", "meta"):
-                    return None
-            else:
-                device = classify_device(dev_text)
-                if device in ("cpu", "meta"):
-                    return None
-        elif mode == "to-args":
-            fn = node.children[0]
-            receiver = fn.child_by_field_name("object") if fn.type == "attribute" else None
-            own = f"{self.src.text(receiver, 80)}.device" if receiver is not None else ""
-            # `x.to(x.device)` stays where it is: no copy
-            device = _copy_device([c for c in (*positional[:1], kwargs.get("device", "")) if c != own])
-            if device is None:
-                return None
-        elif mode == "cuda":
-            device = "cuda"
-        shape, size = _shape(spec.shape, positional, kwargs)
-        if zero_elements(spec.api, shape):
-            return None  # `torch.empty(0)`, `torch.empty(0).set_(storage)`: holds no memory
-        if spec.target.startswith("arg:"):
-            index = int(spec.target[4:])
-            if len(positional) > max(index, 1):
-                target = _strip_byref(positional[index])
-            else:  # cuda-python returns the pointer: `err, ptr = cudart.cudaMalloc(n)`
-                shape, size = ((positional[-1],), positional[-1]) if positional else ((), None)
-                if target and "," in target:
-                    target = target.rsplit(",", 1)[1].strip()
-        return self.at.site(node, spec.api, kind, scope, span, size, shape, device, target, self._wrapper(node),
-                            dtype=kwargs.get("dtype"))
-
-    def _spread_device(self, name: str, before: int) -> str | None:
-        """The device a `**name` spread carries: from the last
-        `name = dict(device=...)` / `name = {"device": ...}` above the call;
-        a dict without a device adds none (None: a host tensor); a name bound
-        nowhere in the file (a `**kwargs` parameter) may carry one (unknown)."""
-        if not name.isidentifier():
-            return "unknown"
-        data = self.src.data
-        found = None
-        for m in re.finditer(rb"\b" + name.encode() + rb"\s*(?::[^=\n]*)?=\s*(dict\(|\{)", data[:before]):
-            found = m
-        if found is None:
-            return "unknown"
-        body = data[found.end():found.end() + 400].decode("utf-8", "replace")
-        dev = _DICT_DEVICE.search(body)
-        if dev is None:
-            return None
-        device = classify_device(self.resolve_text(dev.group(1)))
-        return device
-
-    def _wrapper(self, node: Any) -> str | None:
-        """The callee the allocation is passed to as an argument, if any."""
-        fn = common.wrapping_call(node, "call", "keyword_argument")
-        if fn is not None:
-            return self.callee_of(fn)[0]
-        # through the expression that makes the registered tensor:
-        # `nn.Parameter(scale * torch.ones(n))`,
-        # `self.register_buffer("ids", torch.arange(n).expand((1, -1)))`
-        inner = node
-        for _ in range(6):
-            parent = inner.parent
-            if parent is None:
-                return None
-            if parent.type in ("binary_operator", "parenthesized_expression", "unary_operator"):
-                inner = parent
-            elif parent.type == "attribute" and parent.parent is not None and parent.parent.type == "call":
-                inner = parent.parent  # a method chain on it
-            else:
-                break
-        if inner is node:
-            return None
-        fn = common.wrapping_call(inner, "call", "keyword_argument")
-        if fn is None:
-            return None
-        callee = self.callee_of(fn)[0]
-        return callee if _REGISTRATION.search(callee) else None
-
-    def _mark_handed(self, sites: list[Site], calls: CallTable) -> list[Site]:
-        """An allocation kept in a local and then passed whole to a call in
-        the same scope is handed to that call, as if wrapped by it
-        (`w = torch.empty(...)` ... `self.register_all_parameters(w)` is
-        `nn.Parameter(torch.empty(...))` in two steps): the first such call
-        after it becomes its ``wrapper``."""
-        pending = [s for s in sites if s.wrapper is None and s.target and s.target.isidentifier()]
-        if not pending:
-            return sites
-        wanted = {s.scope for s in pending}
-        by_scope: dict[str, list[int]] = {}
-        for i, scope in enumerate(calls.scopes):
-            if scope in wanted:
-                by_scope.setdefault(scope, []).append(i)
-        handed: dict[int, str] = {}
-        for site in pending:
-            for i in by_scope.get(site.scope, ()):
-                arglist = calls.arglists[i]
-                if site.target not in arglist or calls.line(i) <= site.span.end_line:
-                    continue
-                if site.target in {a.text for a in split_args(arglist, False)}:
-                    handed[id(site)] = calls.callees[i]
-                    break
-        return [dataclasses.replace(s, wrapper=handed[id(s)]) if id(s) in handed else s for s in sites]
-
-    def _mark_kept(self, sites: list[Site], assigns: list[Assign], returns: list[Return],
-                   calls: CallTable) -> list[Site]:
-        """Where each allocation's memory goes (``Site.kept``), read from its
-        scope: an attribute or container of an object (`self.x = buf`,
-        `self.slots[i] = buf`, `self.pool.append(buf)`), the return value,
-        a call it is handed to, or nowhere (``local``: a temporary that dies
-        with the call). Followed through one local."""
-        wanted = {s.scope for s in sites if s.target is None or _LOCAL.fullmatch(s.target)}
-        if not wanted:
-            return [self._kept_direct(s) for s in sites]
-        # the local names to follow, per scope: statements that never name
-        # one are never looked at again (a long test function has thousands)
-        names: dict[str, set[str]] = {}
-        for site in sites:
-            if site.target and _LOCAL.fullmatch(site.target) and not site.wrapper:
-                names.setdefault(site.scope, set()).add(site.target)
-        by_scope: dict[str, tuple[list[Assign], list[Return], list[int]]] = {w: ([], [], []) for w in wanted}
-        # a nested function or lambda sees the local too (a closure)
-        homes: dict[str, list[str]] = {}
-
-        def owners(scope: str) -> list[str]:
-            found = homes.get(scope)
-            if found is None:
-                parts = scope.split(".")
-                found = homes[scope] = [w for w in (".".join(parts[:i]) for i in range(len(parts), 0, -1))
-                                        if w in by_scope]
-            return found
-
-        def mentions(w: str, text: str) -> bool:
-            local = names.get(w)  # a substring test first: most statements name none of them
-            return local is not None and any(n in text for n in local)
-
-        for a in assigns:
-            for w in owners(a.scope):
-                if mentions(w, a.value) or mentions(w, " ".join(a.targets)):
-                    by_scope[w][0].append(a)
-        for r in returns:
-            if r.scope in by_scope:
-                by_scope[r.scope][1].append(r)
-        callees, arglists = calls.callees, calls.arglists
-        for i, scope in enumerate(calls.scopes):
-            for w in owners(scope):
-                if mentions(w, arglists[i]) or (w in names and callees[i].partition(".")[0] in names[w]):
-                    by_scope[w][2].append(i)
-        out = []
-        for site in sites:
-            site = self._kept_direct(site)
-            if site.kept or site.scope not in by_scope:
-                out.append(site)
-                continue
-            scope_assigns, scope_returns, scope_calls = by_scope[site.scope]
-            if site.target is None:
-                if any(r.line == site.stmt_line for r in scope_returns):
-                    site = dataclasses.replace(site, kept="return")
-                out.append(site)
-                continue
-            kept = _escape(site, scope_assigns, scope_returns, scope_calls, calls)
-            if kept == "local" and not self._all_uses_seen(site, scope_assigns, scope_returns, scope_calls, calls):
-                kept = ""  # a use the facts do not show in full (a long return, a capped argument list)
-            out.append(dataclasses.replace(site, kept=kept))
-        return out
-
-    def _all_uses_seen(self, site: Site, assigns: list[Assign], returns: list[Return], call_ix: list[int],
-                       calls: CallTable) -> bool:
-        """True when every later use of a local in the source of its scope
-        was among the (capped) texts the kept analysis read."""
-        name = site.target or ""
-        if self._line_starts is None:
-            self._line_starts = [0] + [m.end() for m in re.finditer(b"\n", self.src.data)]
-            self._scope_ends = {}
-            for i, qual in enumerate(self.qualnames):
-                self._scope_ends.setdefault(qual, self.containers.ranges[i][1])
-        starts = self._line_starts
-        begin = starts[site.span.end_line] if site.span.end_line < len(starts) else len(self.src.data)
-        end = self._scope_ends.get(site.scope, len(self.src.data))
-        word = _word(name)
-        in_source = len(_word_bytes(name).findall(self.src.data, begin, end))
-        seen = sum(len(word.findall(a.value)) + sum(len(word.findall(t)) for t in a.targets)
-                   for a in assigns if a.line > site.span.end_line)
-        seen += sum(len(word.findall(r.value)) for r in returns if r.line > site.span.end_line)
-        for i in call_ix:
-            if calls.line(i) > site.span.end_line:
-                seen += len(word.findall(calls.arglists[i])) + (calls.callees[i].partition(".")[0] == name)
-        return seen >= in_source
-
-    @staticmethod
-    def _kept_direct(site: Site) -> Site:
-        target = site.target
-        if site.wrapper:
-            return dataclasses.replace(site, kept=f"handed:{site.wrapper}")
-        if target and not _LOCAL.fullmatch(target) and _KEPT_PLACE.fullmatch(target):
-            return dataclasses.replace(site, kept=target)
-        return site
-
-    def _mark_exports(self, sites: list[Site], calls: CallTable) -> list[Site]:
-        """A site whose memory is passed to an export call in its scope is IPC."""
-        exports = self.apis.py_exports
-        if not exports or not sites:
-            return sites
-        exported: dict[str, set[str]] = {}
-        for i, callee in enumerate(calls.callees):
-            if callee.rsplit(".", 1)[-1] in exports:
-                words = set(re.findall(r"[A-Za-z_][\w.]*", calls.arglists[i]))
-                words.add(callee.rsplit(".", 1)[0])
-                exported.setdefault(calls.scopes[i], set()).update(words)
-        return common.mark_exported(sites, exported) if exported else sites
-
     # ------------------------------------------------------------ other facts
-    def _assigns(self, assigns: list[Any], augs: list[Any], dels: list[Any]) -> list[Assign]:
-        """Assignments, and (in ``rhs_targets``) the target of every call that
-        is a whole right-hand side: such assignments are recorded as the
-        call's target instead (asking a node for its parent walks the tree)."""
-        out: list[Assign] = []
-        rhs = self.rhs_targets
-        for node in assigns:
-            left = node.child_by_field_name("left")
-            right = node.child_by_field_name("right")
-            type_node = node.child_by_field_name("type")
-            if left is None:
-                continue
-            if right is not None and right.type == "call":
-                rhs[right.start_byte] = self.src.text(left)
-                if type_node is None:
-                    continue
-            if right is not None and right.type == "conditional_expression":
-                # `out = output if output is not None else torch.empty(...)`
-                branches = right.named_children
-                for branch in (branches[0], branches[-1]) if len(branches) >= 3 else ():
-                    if branch.type == "call":
-                        rhs[branch.start_byte] = self.src.text(left)
-            if left.type in ("pattern_list", "tuple_pattern", "list_pattern"):
-                targets = tuple(self.src.text(c) for c in left.named_children)
-            else:
-                targets = (self.src.text(left),)
-            out.append(
-                Assign(
-                    scope=self.scope_name(self.scope_of(node)),
-                    line=node.start_point[0] + 1,
-                    targets=targets,
-                    value=self.src.text(right) if right is not None else "",
-                    type=self.src.text(type_node) if type_node is not None else None,
-                )
-            )
-        for node in augs:
-            left = node.child_by_field_name("left")
-            right = node.child_by_field_name("right")
-            op = node.child_by_field_name("operator")
-            out.append(
-                Assign(
-                    scope=self.scope_name(self.scope_of(node)),
-                    line=node.start_point[0] + 1,
-                    targets=(self.src.text(left),),
-                    value=self.src.text(right) if right is not None else "",
-                    op=self.src.raw(op) if op is not None else "+=",
-                )
-            )
-        for node in dels:
-            targets: list[str] = []
-            for child in node.named_children:
-                if child.type == "expression_list":
-                    targets += [self.src.text(c) for c in child.named_children]
-                else:
-                    targets.append(self.src.text(child))
-            out.append(Assign(self.scope_name(self.scope_of(node)), node.start_point[0] + 1, tuple(targets), "", "del"))
-        out.sort(key=lambda a: a.line)
-        return out
 
-    def _returns(self, nodes: list[Any]) -> list[Return]:
-        out = []
-        for node in nodes:
-            value = node.named_children[0] if node.named_child_count else None
-            out.append(Return(self.scope_name(self.scope_of(node)), node.start_point[0] + 1,
-                              self.src.text(value) if value is not None else ""))
-        return out
-
-    def _blocks(self, caps: dict[str, list[Any]]) -> list[Block]:
-        blocks = common.Blocks(self.src, lambda node: self.scope_name(self.scope_of(node)), _FLOW_ENDS)
-        add = blocks.add
-
-        for node in caps.get("if", ()):
-            add("if", node, node.child_by_field_name("consequence"), node.child_by_field_name("condition"), node)
-        for node in caps.get("elif", ()):
-            add("elif", node, node.child_by_field_name("consequence"), node.child_by_field_name("condition"),
-                node.parent)
-        for node in caps.get("else", ()):
-            parent = node.parent
-            kind = {"if_statement": "else", "try_statement": "try-else"}.get(parent.type, "loop-else")
-            add(kind, node, node.child_by_field_name("body"), None, parent)
-        for node in caps.get("loop", ()):
-            test = node.child_by_field_name("condition") or node.child_by_field_name("right")
-            add("loop", node, node.child_by_field_name("body"), test, node)
-        for node in caps.get("try", ()):
-            add("try", node, node.child_by_field_name("body"), None, node)
-        for node in caps.get("except", ()):
-            body = next((c for c in node.named_children if c.type == "block"), None)
-            add("except", node, body, None, node.parent)
-        for node in caps.get("finally", ()):
-            body = next((c for c in node.named_children if c.type == "block"), None)
-            add("finally", node, body, None, node.parent)
-        return blocks.in_order()
-
-    def _with_items(self, node: Any) -> list[tuple[str, tuple[Arg, ...], str | None]]:
+    def with_items(self, node: Any) -> list[tuple[str, tuple[Arg, ...], str | None]]:
         items = []
         clause = next((c for c in node.named_children if c.type == "with_clause"), None)
         for item in clause.named_children if clause is not None else ():
@@ -875,22 +340,12 @@ class _Extractor:
                 fn = value.child_by_field_name("function")
                 callee = self.callee_of(fn)[0] if fn is not None else self.src.text(value)
                 args_node = value.child_by_field_name("arguments")
-                args = _args(self.src, args_node) if args_node is not None and args_node.type == "argument_list" else ()
+                listed = args_node is not None and args_node.type == "argument_list"
+                args = python_sites.call_args(self.src, args_node) if listed else ()
                 items.append((callee, args, alias))
             else:
                 items.append((self.resolve(self.src.text(value)), (), alias))
         return items
-
-    def _withs(self, nodes: list[Any]) -> list[With]:
-        out = []
-        for node in nodes:
-            body = node.child_by_field_name("body")
-            if body is None:
-                continue
-            items = tuple(WithItem(callee, args, alias) for callee, args, alias in self._with_items(node))
-            out.append(With(self.scope_name(self.scope_of(node)), self.src.span(node), self.src.span(body), items))
-        return out
-
 
 # ---------------------------------------------------------------- helpers
 
@@ -922,81 +377,7 @@ def _docstring(src: Source, body: Any | None) -> str:
     return ""
 
 
-def _args(src: Source, node: Any) -> tuple[Arg, ...]:
-    out = []
-    for child in node.named_children:
-        if child.type == "keyword_argument":
-            name = child.child_by_field_name("name")
-            value = child.child_by_field_name("value")
-            out.append(Arg(src.raw(name) if name is not None else None, src.text(value) if value is not None else ""))
-        elif child.type != "comment":
-            out.append(Arg(None, src.text(child)))
-    return tuple(out)
-
-
-def _target_of(node: Any, src: Source) -> str | None:
-    """The assignment target that receives a call's value: the call may be the
-    right-hand side itself or the start of a method chain on it
-    (``self.buf = torch.empty(n).view(a, b)``)."""
-    child = node
-    parent = node.parent
-    while parent is not None:
-        t = parent.type
-        if t == "assignment":
-            if parent.child_by_field_name("right") == child:
-                left = parent.child_by_field_name("left")
-                return src.text(left) if left is not None else None
-            return None
-        if t == "attribute" and parent.child_by_field_name("object") == child:
-            child = parent
-            parent = parent.parent
-            if parent is not None and parent.type == "call" and parent.child_by_field_name("function") == child:
-                child = parent
-                parent = parent.parent
-            continue
-        if t in ("parenthesized_expression", "await"):
-            child, parent = parent, parent.parent
-            continue
-        return None
-    return None
-
-
-def _shape(mode: str, positional: list[str], kwargs: dict[str, str]) -> tuple[tuple[str, ...], str | None]:
-    if "size" in kwargs:
-        return _dims(kwargs["size"]), kwargs["size"]
-    if mode == "none" or not positional:
-        return (), None
-    if mode == "positional":
-        if len(positional) == 1:
-            return _dims(positional[0]), positional[0]
-        return tuple(positional), "(" + ", ".join(positional) + ")"
-    if mode == "first":
-        return _dims(positional[0]), positional[0]
-    index = int(mode[4:])
-    if index < len(positional):
-        return (positional[index],), positional[index]
-    return (), None
-
-
-def _dims(expr: str) -> tuple[str, ...]:
-    """Split a shape literal `(a, b)` / `[a, b]` / `torch.Size([a, b])` into dims."""
-    e = expr.strip()
-    m = re.fullmatch(r"torch\.Size\((.*)\)", e, re.S)
-    if m:
-        e = m.group(1).strip()
-    if len(e) >= 2 and e[0] + e[-1] in ("()", "[]"):
-        inner = e[1:-1]
-        parts = split_top_level(inner)
-        if len(parts) > 1 or inner.rstrip().endswith(","):
-            return tuple(p for p in parts if p)
-        return (inner.strip(),) if e[0] == "[" else (e,)
-    return (e,)
-
-
-def _strip_byref(arg: str) -> str:
-    m = re.fullmatch(r"(?:ctypes\.)?(?:byref|pointer|addressof)\((.*)\)", arg.strip(), re.S)
-    return m.group(1).strip() if m else arg.strip()
 
 
 def extract_python(path: str, source: bytes, tree: Any, apis: ApiCatalog) -> FileFacts:
-    return _Extractor(path, source, tree, apis).run()
+    return PythonExtractor(path, source, tree, apis).run()
