@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from ...arglists import split_args
@@ -41,17 +40,16 @@ def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: l
     object or in its container), ``return``, ``handed:<callee>``, or
     ``local`` when it goes nowhere (a temporary)."""
     name = site.target or ""
-    word = _word(name)
     after = site.span.end_line
     aliased = False  # another name may hold it: where it goes is not told here
     for a in assigns:
-        if a.line > after and word.search(a.value) and _same_memory(a.value, name):
+        if a.line > after and _same_memory(a.value, name):
             for t in a.targets:
                 if _KEPT_PLACE.fullmatch(t.strip()):
                     return t.strip()
             aliased = True
     for r in returns:
-        if r.line >= site.span.line and word.search(r.value) and _same_memory(r.value, name):
+        if r.line >= site.span.line and _same_memory(r.value, name):
             return "return"
     handed = ""
     method = name + "."
@@ -62,10 +60,10 @@ def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: l
         if callee.startswith(method) and calls.targets[i] and callee[len(method):] not in _READS:
             aliased = True  # `a, b = buf.split(...)`, `v = buf.view(...)`: views kept under other names
             continue
-        if name not in calls.arglists[i]:
+        if not _count_word(calls.arglists[i], name):
             continue
         args = [a.text.strip() for a in split_args(calls.arglists[i], False)]
-        if any(_same_memory(arg, name) for arg in args if word.search(arg)):
+        if any(_same_memory(arg, name) for arg in args):
             if callee in _READS_ONLY:
                 continue
             m = _CONTAINER_ADD.match(callee)
@@ -85,14 +83,28 @@ _VIEW = r"(?:\.(?:" + _VIEW_METHODS + r")\b(?:\([^()]*\))?|\[[^\]]*\])*"
 _VIEW_TAIL = re.compile(_VIEW + r"\s*")
 
 
-@lru_cache(maxsize=1024)
-def _word_bytes(name: str) -> re.Pattern[bytes]:
-    return re.compile(rb"(?<![\w.])" + re.escape(name.encode()) + rb"(?![\w(])")
+def _count_word(text: str | bytes, name: str | bytes, start: int = 0, end: int | None = None) -> int:
+    """How often ``name`` occurs in ``text[start:end]`` as a whole name that
+    is not an attribute (`buf`, `buf.sum()`, `buf[0]`; not `self.buf`,
+    `buffer`, `buf(`). A scan of the occurrences: no pattern per name."""
+    stop = len(text) if end is None else end
+    size = len(name)
+    count = 0
+    at = text.find(name, start, stop)  # type: ignore[arg-type]
+    while at >= 0:
+        before = text[at - 1:at] if at > 0 else b""
+        after = text[at + size:at + size + 1]
+        if not _is_name_char(before, dot=True) and not _is_name_char(after, paren=True):
+            count += 1
+        at = text.find(name, at + 1, stop)  # type: ignore[arg-type]
+    return count
 
 
-@lru_cache(maxsize=1024)
-def _word(name: str) -> re.Pattern[str]:
-    return re.compile(r"(?<![\w.])" + re.escape(name) + r"(?![\w(])")
+def _is_name_char(ch: str | bytes, dot: bool = False, paren: bool = False) -> bool:
+    if not ch:
+        return False
+    c = ch if isinstance(ch, str) else ch.decode("latin-1")
+    return c.isalnum() or c == "_" or (dot and c == ".") or (paren and c == "(")
 
 
 def _same_memory(value: str, name: str) -> bool:
@@ -140,7 +152,9 @@ def mark_kept(ext: PythonExtractor, sites: list[Site], assigns: list[Assign], re
     for site in sites:
         if site.target and _LOCAL.fullmatch(site.target) and not site.wrapper:
             names.setdefault(site.scope, set()).add(site.target)
-    by_scope: dict[str, tuple[list[Assign], list[Return], list[int]]] = {w: ([], [], []) for w in wanted}
+    # per scope, its returns; per (scope, local name), the statements naming it
+    scope_returns: dict[str, list[Return]] = {w: [] for w in wanted}
+    by_name: dict[tuple[str, str], tuple[list[Assign], list[int]]] = {}
     # a nested function or lambda sees the local too (a closure)
     homes: dict[str, list[str]] = {}
 
@@ -149,39 +163,49 @@ def mark_kept(ext: PythonExtractor, sites: list[Site], assigns: list[Assign], re
         if found is None:
             parts = scope.split(".")
             found = homes[scope] = [w for w in (".".join(parts[:i]) for i in range(len(parts), 0, -1))
-                                    if w in by_scope]
+                                    if w in names]
         return found
 
-    def mentions(w: str, text: str) -> bool:
-        local = names.get(w)  # a substring test first: most statements name none of them
-        return local is not None and any(n in text for n in local)
+    def entry(w: str, name: str) -> tuple[list[Assign], list[int]]:
+        found = by_name.get((w, name))
+        if found is None:
+            found = by_name[(w, name)] = ([], [])
+        return found
 
     for a in assigns:
         for w in owners(a.scope):
-            if mentions(w, a.value) or mentions(w, " ".join(a.targets)):
-                by_scope[w][0].append(a)
+            text = f"{a.value} {' '.join(a.targets)}"
+            for name in names[w]:
+                if name in text:  # a substring test first: most statements name none of them
+                    entry(w, name)[0].append(a)
     for r in returns:
-        if r.scope in by_scope:
-            by_scope[r.scope][1].append(r)
+        if r.scope in scope_returns:
+            scope_returns[r.scope].append(r)
     callees, arglists = calls.callees, calls.arglists
     for i, scope in enumerate(calls.scopes):
         for w in owners(scope):
-            if mentions(w, arglists[i]) or (w in names and callees[i].partition(".")[0] in names[w]):
-                by_scope[w][2].append(i)
+            head = callees[i].partition(".")[0]
+            for name in names[w]:
+                if name in arglists[i] or head == name:
+                    entry(w, name)[1].append(i)
     out = []
     for site in sites:
         site = _kept_direct(site)
-        if site.kept or site.scope not in by_scope:
+        if site.kept or site.scope not in scope_returns:
             out.append(site)
             continue
-        scope_assigns, scope_returns, scope_calls = by_scope[site.scope]
+        rets = scope_returns[site.scope]
         if site.target is None:
-            if any(r.line == site.stmt_line for r in scope_returns):
+            if any(r.line == site.stmt_line for r in rets):
                 site = dataclasses.replace(site, kept="return")
             out.append(site)
             continue
-        kept = _escape(site, scope_assigns, scope_returns, scope_calls, calls)
-        if kept == "local" and not _all_uses_seen(ext, site, scope_assigns, scope_returns, scope_calls, calls):
+        if not _LOCAL.fullmatch(site.target) or site.scope not in names:
+            out.append(site)
+            continue
+        named_assigns, named_calls = by_name.get((site.scope, site.target), ([], []))
+        kept = _escape(site, named_assigns, rets, named_calls, calls)
+        if kept == "local" and not _all_uses_seen(ext, site, named_assigns, rets, named_calls, calls):
             kept = ""  # a use the facts do not show in full (a long return, a capped argument list)
         out.append(dataclasses.replace(site, kept=kept))
     return out
@@ -199,14 +223,13 @@ def _all_uses_seen(ext: PythonExtractor, site: Site, assigns: list[Assign], retu
     starts = ext.kept_memo.line_starts
     begin = starts[site.span.end_line] if site.span.end_line < len(starts) else len(ext.src.data)
     end = ext.kept_memo.scope_ends.get(site.scope, len(ext.src.data))
-    word = _word(name)
-    in_source = len(_word_bytes(name).findall(ext.src.data, begin, end))
-    seen = sum(len(word.findall(a.value)) + sum(len(word.findall(t)) for t in a.targets)
+    in_source = _count_word(ext.src.data, name.encode(), begin, end)
+    seen = sum(_count_word(a.value, name) + sum(_count_word(t, name) for t in a.targets)
                for a in assigns if a.line > site.span.end_line)
-    seen += sum(len(word.findall(r.value)) for r in returns if r.line > site.span.end_line)
+    seen += sum(_count_word(r.value, name) for r in returns if r.line > site.span.end_line)
     for i in call_ix:
         if calls.line(i) > site.span.end_line:
-            seen += len(word.findall(calls.arglists[i])) + (calls.callees[i].partition(".")[0] == name)
+            seen += _count_word(calls.arglists[i], name) + (calls.callees[i].partition(".")[0] == name)
     return seen >= in_source
 
 def _kept_direct(site: Site) -> Site:
