@@ -98,7 +98,17 @@ class TierPattern:
     origin: str = ""
 
 
-TIER_CRITERIA = ("kind", "function", "class", "scope", "path", "role", "api", "wrapper", "target")
+TIER_CRITERIA = ("kind", "function", "class", "scope", "path", "role", "api", "wrapper", "target", "kept")
+
+
+@dataclass(frozen=True)
+class CallerGlobs:
+    """Who calls a function decides its tier over its name (rules/tiers.toml
+    [callers]): ``per_step`` functions run on every step; ``load`` functions
+    run while weights or checkpoints load."""
+
+    per_step: tuple[str, ...] = ()
+    load: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -108,6 +118,7 @@ class Catalog:
     tiers: tuple[TierPattern, ...]
     digest: str
     prefilter: Prefilter  # compiled from the APIs and the pack
+    callers: CallerGlobs = CallerGlobs()
 
 
 # ---------------------------------------------------------------- loading
@@ -130,7 +141,11 @@ def load_catalog(config: Config) -> Catalog:
     for path in config.rule_packs:
         packs.append((str(path), _read_toml(path)))
     pack = _build_pack(packs, config)
-    tiers = _build_tiers(config, _read_toml(base / "tiers.toml"))
+    shipped_tiers = _read_toml(base / "tiers.toml")
+    tiers = _build_tiers(config, shipped_tiers)
+    callers_table = shipped_tiers.get("callers", {})
+    callers = CallerGlobs(per_step=_str_tuple("rules/tiers.toml", callers_table, "per-step"),
+                          load=_str_tuple("rules/tiers.toml", callers_table, "load"))
     digest_src = json.dumps(
         {
             "version": __version__,
@@ -151,6 +166,7 @@ def load_catalog(config: Config) -> Catalog:
         tiers=tiers,
         digest=digest,
         prefilter=compile_prefilter(apis, pack),
+        callers=callers,
     )
 
 

@@ -144,6 +144,10 @@ class Site:
     wrapper: str | None = None
     stmt_line: int = 0
     recovered: bool = False  # inside a region the parser had to recover from a syntax error
+    # where the memory goes: "self.x", "self.pool[]", "return", "handed:f", "static", "local"; "" unknown
+    kept: str = ""
+    # no device given, but under a default-device context: which one, and how it is reached
+    device_context: str = ""
     tier: Tier = Tier.UNKNOWN
     tier_reason: str = ""
     via: Via | None = None
@@ -356,6 +360,7 @@ class FileFacts:
     returns: tuple[Return, ...] = ()
     blocks: tuple[Block, ...] = ()
     withs: tuple[With, ...] = ()
+    default_sites: tuple[Site, ...] = ()  # factories without a device: sites only under a default-device context
     imports: tuple[Import, ...] = ()
     fields: tuple[Field, ...] = ()
     annotations: tuple[Annotation, ...] = ()

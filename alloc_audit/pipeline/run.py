@@ -33,6 +33,9 @@ from ..errors import UsageError
 from ..model import FileError, FileFacts, Finding, ScanResult, Site, Stats
 from . import serial
 from .cache import Cache, RunCache, result_key
+from .classify import classify_sites
+from .classify_callers import tiers_from_callers
+from .default_device import promote_default_sites
 from .derive import derive_sites
 from .discover import discover_files
 from .expand import expand_skipped
@@ -82,11 +85,18 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     index = build_index(outcomes.in_path_order())
     phases.mark("index")
     if options.with_rules and outcomes.skipped:
-        expand_skipped(index, outcomes, catalog.pack)
+        expand_skipped(index, outcomes, catalog.pack, catalog.apis.py_device_contexts)
     facts = outcomes.in_path_order()
     phases.mark("expansion")
+    # factories without a device that run under a default-device context
+    promoted = classify_sites(promote_default_sites(index, facts, catalog.apis.py_device_contexts), facts,
+                              catalog.tiers)
+    if promoted:
+        index.add_sites(promoted)
+        facts = {path: index.files.get(path, f) for path, f in facts.items()}
+    phases.mark("default-device")
     errors = outcomes.errors + [FileError(path, e) for path, f in facts.items() for e in f.errors]
-    sites = [s for f in facts.values() for s in f.sites]
+    sites = tiers_from_callers([s for f in facts.values() for s in f.sites], index, catalog.callers)
     sites += derive_sites(index, facts, catalog.tiers, sites, catalog.apis)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))

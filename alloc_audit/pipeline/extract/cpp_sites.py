@@ -5,13 +5,14 @@ sites. Part of the C++ extractor (``cpp.py``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import TYPE_CHECKING, Any
 
 from ...catalog import ApiSpec
 from ...model import Arg, Assign, Call, Site, SiteKind
 from . import common
-from .common import Source
+from .common import Source, zero_elements
 from .cpp_names import MAKERS, PRIMITIVE_LIKE, declared_name, strip_templates, unwrap_type
 
 if TYPE_CHECKING:
@@ -260,6 +261,8 @@ def add_site(ext: CppExtractor, sites: list[Site], node: Any, spec: ApiSpec, sco
     elif spec.device == "cuda":
         device = "cuda"
     size_parts = tuple(args[i].text for i in spec.size if i < len(args))
+    if zero_elements(spec.api, size_parts):
+        return  # `at::empty({0}, ...)`: no elements, no memory
     if spec.target.startswith("arg:"):
         index = int(spec.target[4:])
         if index < len(args):
@@ -298,3 +301,12 @@ def _is_reference(declarator: Any) -> bool:
             return False
         node = node.child_by_field_name("declarator")
     return False
+
+
+def mark_static(sites: list[Site], assigns: list[Assign]) -> list[Site]:
+    """A site whose memory goes to a function-local `static` is made once per
+    process, however often the function runs (``Site.kept`` = ``static``)."""
+    statics = {(a.scope, t) for a in assigns if a.type and a.type.startswith("static ") for t in a.targets}
+    if not statics:
+        return sites
+    return [dataclasses.replace(s, kept="static") if s.target and (s.scope, s.target) in statics else s for s in sites]

@@ -53,7 +53,29 @@ class ProjectIndex:
             part.reset()
         self._symbols.add(files)
 
+    def add_sites(self, sites: Iterable[Site]) -> None:
+        """Add sites found after indexing (stage default_device)."""
+        self._resolved = {}
+        for part in (self._types, self._python, self._calls, self._factories):
+            part.reset()
+        self._symbols.add_sites(sites)
+
     # ------------------------------------------------------------ symbols
+    @property
+    def files(self) -> Mapping[str, FileFacts]:
+        """Every indexed file's facts, by path."""
+        return self._symbols.files
+
+    def functions(self) -> Iterator[Func]:
+        return self._symbols.functions()
+
+    def classes_named(self, name: str) -> list[ClassInfo]:
+        """The classes whose last name is ``name``."""
+        return self._symbols.classes_by_name.get(name, [])
+
+    def constructors(self, cls: ClassInfo) -> list[Func]:
+        return self._symbols.constructors(cls)
+
     @property
     def funcs(self) -> Mapping[str, Func]:
         """Every function by id (``path::qualname``), module levels included."""

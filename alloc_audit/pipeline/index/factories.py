@@ -37,8 +37,11 @@ class Factories:
             return self._class_alloc[key]
         self._class_alloc[key] = None  # cycle guard
         found: Reach | None = None
+        # weights are counted where they are allocated; temporaries (a
+        # helper's per-call buffers, a buffer the constructor drops) die
+        # before the construction returns: neither makes it a buffer factory
         reached = [r for ctor in self._symbols.constructors(cls) for r in self._calls.reach(ctor, depth)
-                   if not _weight(r.site)]
+                   if not _weight(r.site) and not (r.site.tier is Tier.T4 and (r.hops or r.site.kept == "local"))]
         if reached:
             found = min(reached, key=_significance)
         self._class_alloc[key] = found
@@ -236,10 +239,12 @@ _KIND_RANK = {SiteKind.DEVICE: 0, SiteKind.IPC: 1, SiteKind.MANAGED: 2, SiteKind
               SiteKind.WORKSPACE: 4, SiteKind.GRAPH_POOL: 5, SiteKind.PINNED_HOST: 6, SiteKind.RELEASE: 9}
 
 
-def _significance(reach: Reach) -> tuple[int, int, str, int]:
+def _significance(reach: Reach) -> tuple[int, bool, int, str, int]:
     """Which of a construction's allocations stands for it: device memory
-    before host memory, then the nearest, then the first in the source."""
-    return (_KIND_RANK[reach.site.kind], len(reach.hops), reach.site.path, reach.site.span.line)
+    before host memory, persistent before per-call (the real cost of the
+    construction), then the nearest, then the first in the source."""
+    transient = reach.site.tier is Tier.T4
+    return (_KIND_RANK[reach.site.kind], transient, len(reach.hops), reach.site.path, reach.site.span.line)
 
 
 def _weight(site: Site) -> bool:

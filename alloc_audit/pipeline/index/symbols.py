@@ -6,7 +6,8 @@ the bases, the constructors of a class, a Python dotted name)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ...model import Assign, Block, Call, CallTable, FileFacts, Language, Return, Scope, Site, Span, With
@@ -243,6 +244,20 @@ class Symbols:
                 self._func_for(table, path, block.scope, facts).blocks.append(block)
             for w in facts.withs:
                 self._func_for(table, path, w.scope, facts).withs.append(w)
+
+    def add_sites(self, sites: Iterable[Site]) -> None:
+        """Add sites found after the files were indexed (allocations without a
+        device found to run under a default-device context); their files'
+        facts are updated to match."""
+        added: dict[str, list[Site]] = {}
+        for site in sites:
+            facts = self.files[site.path]
+            self._func_for(self.by_path[site.path], site.path, site.scope, facts).sites.append(site)
+            added.setdefault(site.path, []).append(site)
+        for path, extra in added.items():
+            facts = self.files[path]
+            merged = sorted((*facts.sites, *extra), key=lambda s: (s.span.line, s.span.col))
+            self.files[path] = dataclasses.replace(facts, sites=tuple(merged))
 
     def _func_for(self, table: dict[str, Func], path: str, scope: str, facts: FileFacts) -> Func:
         found = table.get(scope)
