@@ -229,13 +229,16 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
             device = classify_device(dev_text)
             if device in ("cpu", "meta") or (scope, dev_text.strip()) in ext.host_locals:
                 return None
+            if under_cpu_branch(ext.src, node, dev_text.strip()):
+                return None
     elif mode == "to-args":
         fn = node.children[0]
         receiver = fn.child_by_field_name("object") if fn.type == "attribute" else None
         own = f"{ext.src.text(receiver, 80)}.device" if receiver is not None else ""
         # `x.to(x.device)` stays where it is: no copy
-        device = _copy_device([c for c in (*positional[:1], kwargs.get("device", "")) if c != own])
-        if device is None:
+        wanted = [c for c in (*positional[:1], kwargs.get("device", "")) if c != own]
+        device = _copy_device(wanted)
+        if device is None or (wanted and under_cpu_branch(ext.src, node, wanted[0].strip())):
             return None
     elif mode == "cuda":
         device = "cuda"
@@ -252,6 +255,35 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
                 target = target.rsplit(",", 1)[1].strip()
     return ext.at.site(node, spec.api, kind, scope, span, size, shape, device, target, wrapper(ext, node),
                         dtype=kwargs.get("dtype"))
+
+
+def _cpu_test(name: str) -> re.Pattern[str]:
+    dev = re.escape(name)
+    return re.compile(rf"""(?<![\w.]){dev}(?:\.type)?\s*==\s*(?:torch\.device\(\s*)?["']cpu["']""")
+
+
+def under_cpu_branch(src: Source, node: Any, device: str) -> bool:
+    """Whether ``node`` sits in the body of an ``if``/``elif`` whose test
+    says ``device`` is the CPU (``if device.type == "cpu":``, ``elif SYSTEM
+    == "ipex" and device == torch.device("cpu"):``): a host tensor. The test
+    must hold as a whole: a test with ``or`` or ``not`` proves nothing."""
+    if not device.isidentifier() and not re.fullmatch(r"[\w.]+", device):
+        return False
+    pattern = _cpu_test(device)
+    child = node
+    parent = node.parent
+    while parent is not None and parent.type not in ("function_definition", "class_definition", "module"):
+        if parent.type in ("if_statement", "elif_clause"):
+            body = parent.child_by_field_name("consequence")
+            test = parent.child_by_field_name("condition")
+            if (body is not None and test is not None and body.start_byte <= child.start_byte
+                    and child.end_byte <= body.end_byte):
+                text = src.text(test, 400)
+                if pattern.search(text) and not re.search(r"\b(?:or|not)\b", text):
+                    return True
+        child = parent
+        parent = parent.parent
+    return False
 
 
 def _spread_device(ext: PythonExtractor, name: str, before: int) -> str | None:
