@@ -20,7 +20,8 @@ Names are evidence, not proof (DESIGN.md, "Lifetime tiers"):
   only from ``load_weights``, whatever its own name);
 - a device buffer a method keeps on its object (``self.x``, a C++ member),
   where the method is called only from its class's constructors
-  (``self._preprocessing()`` in ``__init__``), is built once per object: T2.
+  (``self._preprocessing()`` in ``__init__``), is built once per object: T2;
+  T1 when the member names a weight (``self.qzeros``) of a torch module.
   A public Python method may have callers outside the project: only
   private ones (``_name``) count.
 """
@@ -183,9 +184,25 @@ def _kept_by_constructor_only(site: Site, index: ProjectIndex, memo: dict[str, l
                               for c in callers):
         return site
     names = ", ".join(sorted({c.qualname for c in callers})[:3])
+    if _weight_member(member, func):
+        return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+            f"model weight {member} of module {func.owner.name}, set by {func.qualname}, called only from "
+            f"constructor {names}; {site.tier_reason}"))
     return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
         f"kept in {member} by {func.qualname}, called only from constructor {names}: built once per object; "
         f"{site.tier_reason}"))
+
+
+_WEIGHT_MEMBER = matcher(["self.weight", "self.*_weight", "self.qweight", "self.bias", "self.qzeros", "self.zeros",
+                          "self.scales", "self.*_scale", "self.g_idx"])
+
+
+def _weight_member(member: str, func: Func) -> bool:
+    """A weight by name (``self.qweight``, ``self.scales``) on a torch module
+    (a base named ``*Module``): model-resident."""
+    owner = func.owner
+    return (func.language is Language.PYTHON and owner is not None and bool(_WEIGHT_MEMBER(member))
+            and any(b.rsplit(".", 1)[-1].endswith("Module") for b in owner.bases))
 
 
 def _member(site: Site, func: Func) -> str | None:
