@@ -99,6 +99,16 @@ def _mentions(text: str, target: str) -> bool:
     return any(c == name or c.startswith(name + ".") for c in chains(_SUBSCRIPT.sub("", text)))
 
 
+def _compares_size_of(test: str, target: str) -> bool:
+    """Whether one operand of the test's `and`/`or` compares a size of the
+    buffer itself (`self.buf.numel() < n`, `current_size(self._bufs[i]) < n`)
+    or of its recorded capacity (`n > self._cap`, `self._cap` set in the branch).
+    `isinstance(self.ids, list) and len(self) > 1` reads the buffer and
+    compares a size, but not the buffer's: an upload of a new batch."""
+    return any(_mentions(part, target) and _GROWS.search(part) for part in _CONNECTIVE.split(test))
+
+
+_CONNECTIVE = re.compile(r"\band\b|\bor\b|&&|\|\|")
 _SUBSCRIPT = re.compile(r"\[[^\[\]]*\]")
 _NAME = re.compile(r"[A-Za-z_][\w.]*")
 
@@ -152,7 +162,9 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
             for block in branches:
                 if not _inside(block, site):
                     continue
-                if block.test and _mentions(block.test, target) and _GROWS.search(block.test):
+                recorded = [t for a in func.assigns if block.span.line <= a.line <= block.span.end_line
+                            for t in a.targets if t != target and _persistent(func, t)]
+                if block.test and any(_compares_size_of(block.test, t) for t in (target, *recorded)):
                     why.append(Related(func.path, block.stmt.line if block.stmt else block.span.line,
                                        f"re-allocated when `{block.test}`"))
                     break
