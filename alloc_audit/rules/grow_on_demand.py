@@ -37,8 +37,13 @@ loudly if a call needs more).
 `// alloc-audit: ignore[grow-on-demand] only grows during warm-up, before capture`
 on the allocation's line or the line above.
 
-Lazy initialisation (`if self._ws is None: self._ws = torch.empty(n)`, the
-test compares no sizes) allocates once and is not reported, nor is a move to
+Only a re-allocation guarded by a size or capacity comparison of the same
+buffer (`self._ws.numel() < n`) or of its recorded capacity (`n >
+self._cap`, with `self._cap` set in the branch) counts: an upload of a new
+batch (`if isinstance(self.ids, list) and len(self) > 1: self.ids =
+torch.tensor(host)`) compares something else. Lazy initialisation (`if
+self._ws is None: self._ws = torch.empty(n)`, the test compares no sizes)
+allocates once and is not reported, nor is a move to
 another device (`or self._ws.device != x.device`).
 
 A buffer whose size is made of literals and module constants (allocated at
