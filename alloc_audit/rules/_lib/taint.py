@@ -18,7 +18,7 @@ reading has a shape that is not, so ``x.shape[0]``, ``len(x)`` and
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ...arglists import split_args
@@ -110,7 +110,8 @@ class TaintAnalysis:
         return None
 
     def analyse(self, func: Func, params: frozenset[str] = frozenset(), depth: int | None = None,
-                origin: tuple[Related, ...] = (), shaped: frozenset[str] | None = None,
+                origin: tuple[Related, ...] | Mapping[str, tuple[Related, ...]] = (),
+                shaped: frozenset[str] | None = None,
                 env: Env | None = None) -> Flow:
         """``shaped``: the params whose shape is tainted too (default: all);
         ``env``: what the call edge passes (``ProjectIndex.edge_values``):
@@ -126,8 +127,8 @@ class TaintAnalysis:
             return memo
         flow = Flow()
         self._memo[key] = flow  # recursion guard: a cycle sees an empty flow
-        for name in params:
-            flow.tainted[name] = origin
+        for name in params:  # each parameter's witness is the taint of its own argument
+            flow.tainted[name] = origin.get(name, ()) if isinstance(origin, Mapping) else origin
         flow.shaped |= shaped
         constants = self.paths.constants(func)
         structure = self.paths.structure(func)
@@ -186,10 +187,9 @@ class TaintAnalysis:
                     continue
                 bound = self._bind(target, list(args), [i for i, _t in tainted_args])
                 names = [n for n, _i in bound]
-                if names:
-                    origin = (*tainted_args[0][1], Related(func.path, line, f"passed to {call.callee}"))
-                else:
-                    origin = ()
+                taint_of = dict(tainted_args)
+                passed = Related(func.path, line, f"passed to {call.callee}")
+                origin = {n: (*taint_of[i], passed) for n, i in bound}
                 shaped = frozenset(n for n, i in bound if self._shaped(flow, func, args[i].text))
                 values = self.index.edge_values(func, call, target, env)
                 inner = self.analyse(target, frozenset(names), depth - 1, origin, shaped, values)
