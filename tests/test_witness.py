@@ -58,3 +58,18 @@ def test_terminal_verbose_shows_the_assumptions(tmp_path: Path) -> None:
     result = run_cli("scan", ".", "--no-cache", "--verbose", cwd=tmp_path, env={"COLUMNS": "200"})
     assert result.code == 0, result.err
     assert "branch `workspace is None` holds" in result.out
+
+
+def test_free_memory_witness_runs_from_the_reading_through_the_calls() -> None:
+    """The KV cache sized from a free-memory reading two calls away: the
+    finding lists the reading, each call that passes the value, and the
+    allocation's own line is the finding's."""
+    case = FIXTURES / "python" / "live-free-memory-sizing-vendored"
+    _expected, result = run_fixture(case)
+    finding = next(f for f in result.findings if f.rule == "live-free-memory-sizing"
+                   and f.path == "server/engine/layers/kv_cache.py" and f.line == 11)
+    notes = [(r.path, r.note) for r in finding.related]
+    assert notes[0] == ("server/engine/models/causal.py", "live free-memory reading engine.utils.memory.get_free_memory")
+    assert any(n == "passed to self.init_kv_cache" for _p, n in notes), notes
+    assert notes[-1][0] == "server/engine/models/causal.py" and notes[-1][1].startswith("passed to ")
+    assert notes[-1][1].endswith("KVCache"), notes

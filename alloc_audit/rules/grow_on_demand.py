@@ -37,8 +37,13 @@ loudly if a call needs more).
 `// alloc-audit: ignore[grow-on-demand] only grows during warm-up, before capture`
 on the allocation's line or the line above.
 
-Lazy initialisation (`if self._ws is None: self._ws = torch.empty(n)`, the
-test compares no sizes) allocates once and is not reported, nor is a move to
+Only a re-allocation guarded by a size or capacity comparison of the same
+buffer (`self._ws.numel() < n`) or of its recorded capacity (`n >
+self._cap`, with `self._cap` set in the branch) counts: an upload of a new
+batch (`if isinstance(self.ids, list) and len(self) > 1: self.ids =
+torch.tensor(host)`) compares something else. Lazy initialisation (`if
+self._ws is None: self._ws = torch.empty(n)`, the test compares no sizes)
+allocates once and is not reported, nor is a move to
 another device (`or self._ws.device != x.device`).
 
 A buffer whose size is made of literals and module constants (allocated at
@@ -99,6 +104,16 @@ def _mentions(text: str, target: str) -> bool:
     return any(c == name or c.startswith(name + ".") for c in chains(_SUBSCRIPT.sub("", text)))
 
 
+def _compares_size_of(test: str, target: str) -> bool:
+    """Whether one operand of the test's `and`/`or` compares a size of the
+    buffer itself (`self.buf.numel() < n`, `current_size(self._bufs[i]) < n`)
+    or of its recorded capacity (`n > self._cap`, `self._cap` set in the branch).
+    `isinstance(self.ids, list) and len(self) > 1` reads the buffer and
+    compares a size, but not the buffer's: an upload of a new batch."""
+    return any(_mentions(part, target) and _GROWS.search(part) for part in _CONNECTIVE.split(test))
+
+
+_CONNECTIVE = re.compile(r"\band\b|\bor\b|&&|\|\|")
 _SUBSCRIPT = re.compile(r"\[[^\[\]]*\]")
 _NAME = re.compile(r"[A-Za-z_][\w.]*")
 
@@ -152,7 +167,9 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
             for block in branches:
                 if not _inside(block, site):
                     continue
-                if block.test and _mentions(block.test, target) and _GROWS.search(block.test):
+                recorded = [t for a in func.assigns if block.span.line <= a.line <= block.span.end_line
+                            for t in a.targets if t != target and _persistent(func, t)]
+                if block.test and any(_compares_size_of(block.test, t) for t in (target, *recorded)):
                     why.append(Related(func.path, block.stmt.line if block.stmt else block.span.line,
                                        f"re-allocated when `{block.test}`"))
                     break

@@ -278,7 +278,7 @@ def _check_native(func: Func, span: Span, env: Env, structure: _Blocks) -> PathC
 # ------------------------------------------------------------ reach
 
 
-def _env_key(env: Env) -> tuple[tuple[str, str, str], ...]:
+def env_key(env: Env) -> tuple[tuple[str, str, str], ...]:
     return tuple(sorted((k, v.kind, repr(v.literal)) for k, v in env.items()))
 
 
@@ -324,7 +324,7 @@ class PathReach:
                 yield target, Witness(witness.site, (hop, *witness.hops), notes + witness.assumptions)
 
     def reach(self, func: Func, env: Env, depth: int) -> tuple[Witness, ...]:
-        key = (func.id, _env_key(env), depth)
+        key = (func.id, env_key(env), depth)
         found = self._memo.get(key)
         if found is not None:
             return found
