@@ -21,8 +21,9 @@ _DIRS: tuple[tuple[str, frozenset[str]], ...] = (
     (TEST, frozenset({"tests", "test", "testing", "unit_tests", "unittests", "unittest", "integration_tests",
                       "__tests__", "testdata", "test_data", "conftest"})),
     (BENCHMARK, frozenset({"benchmarks", "benchmark", "bench", "benches", "perf", "profiling"})),
-    (EXAMPLE, frozenset({"examples", "example", "demo", "demos", "samples", "tutorials", "notebooks"})),
-    (TOOLING, frozenset({"tools", "tool", "scripts", "script", "ci", ".github", "docs", "doc"})),
+    (EXAMPLE, frozenset({"examples", "example", "demo", "demos", "samples", "tutorials", "notebooks",
+                         "docs", "doc"})),  # documentation snippets are examples
+    (TOOLING, frozenset({"tools", "tool", "scripts", "script", "ci", ".github"})),
 )
 _FILES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (TEST, re.compile(r"^(?:test_.*\.py|.*_test\.(?:py|cc|cpp|cu|cxx)|.*_tests?\.(?:cc|cpp|cu)|conftest\.py|"
@@ -35,7 +36,7 @@ _FILES: tuple[tuple[str, re.Pattern[str]], ...] = (
 @lru_cache(maxsize=65536)
 def conventional_role(path: str) -> str:
     """The role a path's conventions give it (``tests/``, ``test_*.py``,
-    ``*_test.cc``, ``benchmarks/``, ``bench_*``, ``examples/``, ``tools/``,
+    ``*_test.cc``, ``benchmarks/``, ``bench_*``, ``examples/``, ``docs/``, ``tools/``,
     ``scripts/``)."""
     parts = path.split("/")
     name = parts[-1]

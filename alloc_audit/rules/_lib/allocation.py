@@ -77,7 +77,8 @@ def returned_views(func: Func, names: set[str]) -> set[str]:
                     wanted.add(base)
                     added = True
         for assign in func.assigns:
-            if any(t in wanted for t in assign.targets):
+            # `out += part` adds part's values into out; only `out = part` aliases it
+            if assign.op == "=" and any(t in wanted for t in assign.targets):
                 base = base_of_view(assign.value) or (assign.value.strip() if assign.value.strip().isidentifier()
                                                       else None)
                 if base and base not in out:
