@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .python import PythonExtractor
 
-# casts that return the module itself (`model.half().cuda()`)
-_CASTS = re.compile(r"\.(?:half|float|bfloat16|double|eval|train|requires_grad_)\(\s*(?:True|False)?\s*\)$")
+# casts and moves that return what they are called on, a module for a module
+# and a tensor for a tensor (`model.half().cuda()`, `embed.to(dtype).to(device)`)
+_CASTS = re.compile(r"\.(?:(?:half|float|bfloat16|double|eval|train|requires_grad_|cpu|cuda)\(\s*(?:True|False)?\s*\)"
+                    r"|(?:to|cuda)\([^()]*\))$")
 _CALL = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
 _NN_CLASS = re.compile(r"torch\.nn\.(?:modules\.\w+\.)?[A-Z]\w*$")
 _NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "UninitializedParameter"})
@@ -34,11 +36,14 @@ def moves_module(ext: PythonExtractor, node: Any) -> bool:
     text = ext.src.text(receiver, 400).strip()
     while (m := _CASTS.search(text)) is not None:
         text = text[:m.start()].strip()
-    if text.isidentifier():
-        value = _last_assignment(ext, node, text)
-        if value is None:
+    before = node.start_byte
+    for _hop in range(3):  # `m = m.to(dtype)` follows m to the assignment above
+        if not text.isidentifier():
+            break
+        found = _last_assignment(ext, node, text, before)
+        if found is None:
             return False
-        text = value
+        text, before = found
     return _builds_module(ext, text)
 
 
@@ -52,6 +57,8 @@ def _builds_module(ext: PythonExtractor, text: str) -> bool:
         return True
     if _NN_CLASS.match(callee) and leaf not in _NOT_MODULES:
         return True
+    if callee.startswith("transformers.") and leaf[:1].isupper():
+        return True  # a transformers class with .to/.cuda: a model (configs and tokenizers have neither)
     if "." in callee:
         return False
     found = re.search(rb"^[ \t]*class[ \t]+" + re.escape(callee.encode()) + rb"[ \t]*\(([^)]*)\)",
@@ -62,15 +69,17 @@ def _builds_module(ext: PythonExtractor, text: str) -> bool:
     return any(re.fullmatch(r"(?:[\w.]+\.)?\w*Module", b) is not None for b in bases)
 
 
-def _last_assignment(ext: PythonExtractor, node: Any, name: str) -> str | None:
-    """The right-hand side of the last plain ``name = ...`` above ``node``
-    in its function (one line), or None."""
+def _last_assignment(ext: PythonExtractor, node: Any, name: str, before: int) -> tuple[str, int] | None:
+    """The right-hand side of the last plain ``name = ...`` above ``before``
+    in ``node``'s function (one line, casts stripped) and where it starts, or
+    None."""
     body = node.parent
     while body is not None and body.type not in ("function_definition", "module"):
         body = body.parent
     if body is None:
         return None
-    text = ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace")
+    text = ext.src.data[body.start_byte:before].decode("utf-8", "replace")
+    text = text[:text.rfind("\n") + 1]  # whole lines only: not the statement `before` is in
     pattern = rf"^[ \t]*{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*([^\n]+)$"
     found: re.Match[str] | None = None
     for hit in re.finditer(pattern, text, re.M):
@@ -80,4 +89,4 @@ def _last_assignment(ext: PythonExtractor, node: Any, name: str) -> str | None:
     value = found.group(1).strip()
     while (m := _CASTS.search(value)) is not None:
         value = value[:m.start()].strip()
-    return value
+    return value, body.start_byte + len(text[:found.start()].encode("utf-8"))
