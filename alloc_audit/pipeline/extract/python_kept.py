@@ -32,6 +32,8 @@ _READS = frozenset({"sum", "item", "all", "any", "tolist", "numel", "size", "dim
 _READS_ONLY = frozenset({"int", "float", "bool", "len", "str", "repr", "print", "isinstance", "id", "hash", "type",
                          "min", "max", "sum", "abs", "round", "range", "enumerate", "zip", "format"})
 _KEPT_PLACE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\[[^\]]*\])?|[A-Za-z_]\w*\[[^\]]*\]")
+# a store into a slice (`x[:n] = buf`, `x[i, :n] = buf`): a copy of the values
+_SLICE_STORE = re.compile(r"[A-Za-z_][\w.]*\[[^\]]*:[^\]]*\]")
 _CONTAINER_ADD = re.compile(r"^(?P<owner>[A-Za-z_][\w.]*)\.(?:append|extend|insert|add|setdefault|update|put)$")
 
 
@@ -44,10 +46,12 @@ def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: l
     aliased = False  # another name may hold it: where it goes is not told here
     for a in assigns:
         if a.line > after and _same_memory(a.value, name):
-            for t in a.targets:
-                if _KEPT_PLACE.fullmatch(t.strip()):
-                    return t.strip()
-            aliased = True
+            # `table[:n] = buf`: its values are copied in, the memory is not kept
+            held = [t.strip() for t in a.targets if not _SLICE_STORE.fullmatch(t.strip())]
+            for t in held:
+                if _KEPT_PLACE.fullmatch(t):
+                    return t
+            aliased = aliased or bool(held)
     for r in returns:
         if r.line >= site.span.line and _same_memory(r.value, name):
             return "return"
