@@ -61,7 +61,8 @@ def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: l
         if calls.line(i) <= after:
             continue
         callee = calls.callees[i]
-        if callee.startswith(method) and calls.targets[i] and callee[len(method):] not in _READS:
+        on_it = callee.startswith(method) or (_receiver(callee) == name and "." in callee)
+        if on_it and calls.targets[i] and callee.rsplit(".", 1)[-1] not in _READS:
             aliased = True  # `a, b = buf.split(...)`, `v = buf.view(...)`: views kept under other names
             continue
         if not _count_word(calls.arglists[i], name):
@@ -188,7 +189,7 @@ def mark_kept(ext: PythonExtractor, sites: list[Site], assigns: list[Assign], re
     callees, arglists = calls.callees, calls.arglists
     for i, scope in enumerate(calls.scopes):
         for w in owners(scope):
-            head = callees[i].partition(".")[0]
+            head = _receiver(callees[i])
             for name in names[w]:
                 if name in arglists[i] or head == name:
                     entry(w, name)[1].append(i)
@@ -214,6 +215,12 @@ def mark_kept(ext: PythonExtractor, sites: list[Site], assigns: list[Assign], re
         out.append(dataclasses.replace(site, kept=kept))
     return out
 
+def _receiver(callee: str) -> str:
+    """The name a method call is made on, subscripts dropped
+    (`buf[-1].item` -> `buf`)."""
+    return callee.partition(".")[0].partition("[")[0]
+
+
 def _all_uses_seen(ext: PythonExtractor, site: Site, assigns: list[Assign], returns: list[Return],
                call_ix: list[int], calls: CallTable) -> bool:
     """True when every later use of a local in the source of its scope
@@ -233,7 +240,8 @@ def _all_uses_seen(ext: PythonExtractor, site: Site, assigns: list[Assign], retu
     seen += sum(_count_word(r.value, name) for r in returns if r.line > site.span.end_line)
     for i in call_ix:
         if calls.line(i) > site.span.end_line:
-            seen += _count_word(calls.arglists[i], name) + (calls.callees[i].partition(".")[0] == name)
+            # `buf.sum()`, `buf[-1].item()`: a method of it or of an element
+            seen += _count_word(calls.arglists[i], name) + (_receiver(calls.callees[i]) == name)
     return seen >= in_source
 
 def _kept_direct(site: Site) -> Site:
