@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from ..globs import test_path
 from ..model import FileFacts, Language, Site, Span
+from .built_classes import built_constructors
 from .extract.python_sites import classify_device
 from .index import Func, ProjectIndex, last_name
 
@@ -108,6 +109,21 @@ def device_contexts(index: ProjectIndex, contexts: Iterable[str]) -> list[Contex
     return out
 
 
+def host_bodies(index: ProjectIndex, contexts: Iterable[str]) -> dict[str, list[Span]]:
+    """Path -> the bodies of literal ``cpu``/``meta`` contexts: nothing in
+    them lands on the GPU, also inside an outer device context."""
+    wanted = frozenset(contexts)
+    out: dict[str, list[Span]] = {}
+    for path, facts in index.files.items():
+        if facts.language is not Language.PYTHON:
+            continue
+        for w in facts.withs:
+            if any(i.callee in wanted and i.args and classify_device(i.args[0].text) in ("cpu", "meta")
+                   for i in w.items):
+                out.setdefault(path, []).append(w.body)
+    return out
+
+
 def context_functions(index: ProjectIndex, contexts: Iterable[str]) -> list[Func]:
     """The functions that enter a default-device context (roots for the
     on-demand expansion: what they call must be analysed to be followed)."""
@@ -130,8 +146,10 @@ def _device_bindings(facts: FileFacts, contexts: frozenset[str]) -> dict[tuple[s
     return out
 
 
-def place_functions(index: ProjectIndex, found: list[Context]) -> dict[str, Placed]:
+def place_functions(index: ProjectIndex, found: list[Context],
+                    host: Mapping[str, list[Span]] | None = None) -> dict[str, Placed]:
     """Function id -> the context it may run under (the first found)."""
+    host = host or {}
     placed: dict[str, Placed] = {}
     dynamic: list[tuple[Context, str]] = []
     # production contexts first: a function reached from both keeps the
@@ -145,14 +163,21 @@ def place_functions(index: ProjectIndex, found: list[Context]) -> dict[str, Plac
         frontier: list[tuple[Func, str]] = []
         seen = {home.id}
         for call in home.calls:
-            if not ctx.body.contains(call.span):
+            if not ctx.body.contains(call.span) or any(ctx.body.contains(b) and b.contains(call.span)
+                                                    for b in host.get(ctx.path, ())):
                 continue
             for target in index.resolve(home, call):
                 if target.id not in seen and (not in_test or test_path(target.path)):
                     seen.add(target.id)
                     frontier.append((target, f"{home.qualname} -> {target.qualname}"))
             if not in_test and _dynamic_construction(home, call.callee):
-                dynamic.append((ctx, f"`{call.callee}(...)` in {home.qualname}"))
+                built = built_constructors(index, home, call.callee)
+                if built is None:
+                    dynamic.append((ctx, f"`{call.callee}(...)` in {home.qualname}"))
+                for target in built or ():
+                    if target.id not in seen:
+                        seen.add(target.id)
+                        frontier.append((target, f"{home.qualname} -> `{call.callee}` = {target.qualname}"))
         for _level in range(DEPTH):
             next_frontier: list[tuple[Func, str]] = []
             for func, path in frontier:
@@ -160,7 +185,10 @@ def place_functions(index: ProjectIndex, found: list[Context]) -> dict[str, Plac
                 for call in func.calls:
                     targets = index.resolve(func, call)
                     if not in_test and not targets and _dynamic_construction(func, call.callee):
-                        dynamic.append((ctx, f"`{call.callee}(...)` in {func.qualname}"))
+                        built = built_constructors(index, func, call.callee)
+                        if built is None:
+                            dynamic.append((ctx, f"`{call.callee}(...)` in {func.qualname}"))
+                        targets = built or ()
                     for target in targets:
                         if target.id not in seen and (not in_test or test_path(target.path)):
                             seen.add(target.id)
@@ -182,7 +210,8 @@ def _dynamic_construction(func: Func, callee: str) -> bool:
     scope = func.scope
     if scope is not None and callee in scope.params:
         return True
-    return any(callee in (t.strip() for t in ",".join(a.targets).split(",")) for a in func.assigns)
+    return any(c.target == callee for c in func.calls) or \
+        any(callee in (t.strip() for t in ",".join(a.targets).split(",")) for a in func.assigns)
 
 
 def _fan_out(index: ProjectIndex, placed: dict[str, Placed], why: Placed) -> None:
@@ -242,7 +271,8 @@ def promote_default_sites(index: ProjectIndex, files: Mapping[str, FileFacts],
     found = device_contexts(index, contexts)
     if not found:
         return []
-    placed = place_functions(index, found)
+    host = host_bodies(index, contexts)
+    placed = place_functions(index, found, host)
     out: list[Site] = []
     for path, facts in files.items():
         if not facts.default_sites:
@@ -254,6 +284,9 @@ def promote_default_sites(index: ProjectIndex, files: Mapping[str, FileFacts],
                 if ctx.body.contains(site.span) and (site.scope == ctx.scope or site.scope.startswith(ctx.scope + ".")
                                                      or ctx.scope == "<module>"):
                     where = Placed(ctx, "")
+            if where is not None and any(b.contains(site.span) and where.context.body.contains(b)
+                                         for b in host.get(path, ())):
+                continue  # an inner cpu/meta context wins over the outer one
             if where is None:
                 func = index.func(path, site.scope)
                 where = placed.get(func.id) if func is not None else None
