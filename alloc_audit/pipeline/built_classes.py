@@ -27,15 +27,19 @@ DEPTH = 3  # caller edges followed back for a parameter
 def built_constructors(index: ProjectIndex, func: Func, name: str, depth: int = 0) -> tuple[Func, ...] | None:
     """The constructors ``name(...)`` in ``func`` runs, or None when the
     class cannot be told."""
+    if any(c.target and name in (t.strip() for t in c.target.split(",")) for c in func.calls):
+        return None  # a function's result (a registry lookup, getattr)
+    bound = [a for a in func.assigns if name in (t.strip() for t in ",".join(a.targets).split(","))]
+    if any(a.targets != (name,) for a in bound):
+        return None  # unpacked from something
     scope = func.scope
     if scope is not None and name in scope.params:
-        return _param_constructors(index, func, name, depth)
-    if any(c.target == name for c in func.calls):
-        return None  # a function's result (a registry lookup, getattr)
-    values = [a.value for a in func.assigns if name in (t.strip() for t in ",".join(a.targets).split(","))]
-    if not values or any(len(a.targets) != 1 or "," in a.targets[0] for a in func.assigns if name in a.targets):
+        passed = _param_constructors(index, func, name, depth)
+        local = _union(index, func, [a.value for a in bound], depth)
+        return None if passed is None or local is None else passed + tuple(f for f in local if f not in passed)
+    if not bound:
         return None
-    return _union(index, func, values, depth)
+    return _union(index, func, [a.value for a in bound], depth)
 
 
 def _union(index: ProjectIndex, func: Func, texts: list[str], depth: int) -> tuple[Func, ...] | None:
@@ -67,9 +71,16 @@ def _class_text(index: ProjectIndex, func: Func, text: str, depth: int) -> tuple
     # the call table's callees carry resolved import aliases, an argument's
     # text does not: every project class of that name (a sound union)
     classes = index.classes_named(text.rsplit(".", 1)[-1])
-    if not classes:
-        return None
-    return tuple(f for cls in classes for f in index.constructors(cls))
+    if classes:
+        return tuple(f for cls in classes for f in index.constructors(cls))
+    module = index.func(func.path, "<module>")
+    head = text.split(".", 1)[0]
+    if module is not None and module is not func and (
+            any(c.target == head for c in module.calls) or any(head in a.targets for a in module.assigns)):
+        return built_constructors(index, module, head, depth + 1) if text == head else None
+    # a name that is no project class, function or module variable is a
+    # library class (`nn.Linear`): it runs no project constructor
+    return ()
 
 
 def _registry(index: ProjectIndex, func: Func, name: str, depth: int) -> tuple[Func, ...] | None:
@@ -78,7 +89,7 @@ def _registry(index: ProjectIndex, func: Func, name: str, depth: int) -> tuple[F
     module = index.func(func.path, "<module>")
     if module is None:
         return None
-    if any(c.target == name for c in func.calls):
+    if any(c.target and name in (t.strip() for t in c.target.split(",")) for c in func.calls):
         return None  # a function's result (a registry lookup, getattr)
     values = [a.value.strip() for a in module.assigns if a.targets == (name,)]
     if len(values) != 1 or not values[0].startswith("{") or not values[0].endswith("}"):
