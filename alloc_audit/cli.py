@@ -556,6 +556,23 @@ def _require_allowlist(config: Config) -> list[Any]:
     return entries
 
 
+def _n(count: int, singular: str, plural: str | None = None) -> str:
+    """``1 file``, ``2 files``: a count with its noun in the right number."""
+    return f"{count} {singular if count == 1 else (plural or singular + 's')}"
+
+
+def _judge_findings(config: Config, result: ScanResult, coverage: tuple[str, ...], changed: bool) -> Any:
+    """Compare open findings with the findings baseline; None without one."""
+    from .allowlist import coverage_test
+    from .baseline import compare_findings, load_baseline
+
+    baseline = load_baseline(config.allowlist_dir, config.root)
+    if baseline is None:
+        return None
+    partial = changed or "" not in coverage
+    return compare_findings(result.findings, baseline, partial=partial, covers=coverage_test(coverage))
+
+
 @app.command()
 @_guard
 def check(
@@ -586,7 +603,7 @@ def check(
       alloc-audit check src/engine/runner.py src/engine/worker.py
     """
     from .allowlist import apply_pins, compare
-    from .report.checks import allowlist_problems, finding_problems, render as render_checks
+    from .report.checks import allowlist_problems, finding_problems, fixed_debt_problems, render as render_checks
 
     config, catalog = load_project(paths, config_path)
     entries = _require_allowlist(config)
@@ -597,24 +614,39 @@ def check(
     comparison = compare(result.sites, entries, result.scanned_paths, coverage, partial)
     problems = allowlist_problems(comparison)
     severities = {"error"} if fail_on is FailOn.error else {"error", "warning"}
-    findings = [f for f in result.findings if not f.suppressed and fail_on is not FailOn.never]
+    # the findings baseline (baseline.py): only findings it does not accept count
+    fcomp = _judge_findings(config, result, coverage, changed_since is not None)
+    open_findings = fcomp.open_findings() if fcomp is not None else [f for f in result.findings if not f.suppressed]
+    findings = [f for f in open_findings if fail_on is not FailOn.never]
     problems += finding_problems(findings, fail_on is FailOn.warning)
+    if fcomp is not None and fail_on is not FailOn.never:
+        problems += fixed_debt_problems(fcomp)
     problems.sort(key=lambda p: (p.path, p.line, p.title))
     failed = any(p.level == "error" for p in problems) or any(
         f.severity.value in severities for f in findings)
     if fmt is CheckFormat.json:
         import dataclasses as _dc
+        import json as _json
+
+        from .report.checks import problems_json
+        from .report.json import document
 
         ctx = make_context(_dc.replace(result, sites=apply_pins(result.sites, entries)), config, comparison)
-        sys.stdout.write(render(Format.json, ctx))
+        doc = document(ctx)
+        if fcomp is not None:
+            doc["baseline"] = fcomp.to_json()
+        doc["check"] = {"passed": not failed, "problems": problems_json(problems)}
+        sys.stdout.write(_json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
     else:
         sys.stdout.write(render_checks(problems, fmt.value))
         if fmt is CheckFormat.text:
             errors = sum(1 for p in problems if p.level == "error")
             status = "failed" if failed else "passed"
-            typer.echo(f"alloc-audit check {status}: {len(comparison.entries)} allowlist entries, "
+            in_baseline = f" ({fcomp.baselined} in the baseline)" if fcomp is not None else ""
+            typer.echo(f"alloc-audit check {status}: {_n(len(comparison.entries), 'allowlist entry', 'allowlist entries')}, "
                        f"{len(comparison.new)} new, {len(comparison.grown)} grown, {len(comparison.loose)} loose, "
-                       f"{len(comparison.stale)} stale; {len(findings)} rule findings; {errors} errors",
+                       f"{len(comparison.stale)} stale; {_n(len(findings), 'open rule finding')}{in_baseline}; "
+                       f"{_n(errors, 'error')}",
                        err=failed)
     if failed:
         raise typer.Exit(1)
@@ -627,7 +659,8 @@ def gate(
     allow_growth: bool = typer.Option(False, "--allow-growth", help="Pass even if the allowlist grew (prints it)."),
     allow_new_allowlist: bool = typer.Option(False, "--allow-new-allowlist",
                                              help="Pass when the base has no allowlist yet (first introduction)."),
-    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f", help="text or github (workflow commands)."),
+    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f",
+                                    help="text, github (workflow commands) or json."),
     config_path: Optional[Path] = CONFIG,
     jobs: Optional[int] = JOBS,
     no_cache: bool = NO_CACHE,
@@ -649,9 +682,11 @@ def gate(
       alloc-audit gate --base HEAD~1 --format github
     """
     from .allowlist import compare, compare_allowlists, load_texts
+    from .baseline import FILE_NAME, baseline_growth, load_baseline, parse_baseline
     from .gitio import list_tree, require_ref, show
     from .keys import site_key
-    from .report.checks import allowlist_problems, finding_problems, gate_problems, render as render_checks
+    from .report.checks import (allowlist_problems, baseline_growth_problems, finding_problems, fixed_debt_problems,
+                                gate_problems, problems_json, render as render_checks)
 
     config, catalog = load_project(None, config_path)
     require_ref(config.root, base)
@@ -663,7 +698,7 @@ def gate(
     grew = False
     if not names:
         message = (f"there is no allowlist under {config.allowlist}/ at {base}: this change introduces it "
-                   f"({len(now_entries)} entries)")
+                   f"({_n(len(now_entries), 'entry', 'entries')})")
         if not allow_new_allowlist:
             typer.echo(f"alloc-audit gate: {message}; pass --allow-new-allowlist to accept the introduction",
                        err=True)
@@ -680,6 +715,19 @@ def gate(
         except UsageError as exc:
             raise UsageError(f"the allowlist at {base} cannot be read: {exc}") from None
         result = compare_allowlists(base_entries, now_entries)
+    # the findings baseline may only shrink too (absent at the base: an introduction, like the allowlist's)
+    now_baseline = load_baseline(config.allowlist_dir, config.root)
+    baseline_grown: list[Any] = []
+    baseline_moved: list[Any] = []
+    if now_baseline is not None and names:
+        base_name = Path(config.allowlist, FILE_NAME).as_posix()
+        blob = show(config.root, base, base_name)
+        try:
+            then = parse_baseline(blob.decode("utf-8", "replace"), f"{base}:{base_name}") if blob is not None else []
+        except UsageError as exc:
+            raise UsageError(f"the findings baseline at {base} cannot be read: {exc}") from None
+        baseline_grown, baseline_moved = baseline_growth(then, now_baseline)
+        problems += baseline_growth_problems(baseline_grown, baseline_moved, allow_growth)
     scan = run_project_scan(config, catalog, None, jobs, no_cache, cache_dir, None, False, debug)
     if result is not None:
         sites_by_key: dict[tuple[str, str, str], list[Any]] = {}
@@ -687,96 +735,206 @@ def gate(
             sites_by_key.setdefault(site_key(site), []).append(site)
         problems += gate_problems(result, sites_by_key, allow_growth)
         grew = result.failed
+    grew = grew or bool(baseline_grown)
     comparison = compare(scan.sites, now_entries, scan.scanned_paths, ("",))
     problems += allowlist_problems(comparison)
-    findings = [f for f in scan.findings if not f.suppressed and f.severity.value == "error"]
+    fcomp = _judge_findings(config, scan, ("",), False)
+    open_findings = fcomp.open_findings() if fcomp is not None else [f for f in scan.findings if not f.suppressed]
+    findings = [f for f in open_findings if f.severity.value == "error"]
     problems += finding_problems(findings, False)
+    if fcomp is not None:
+        problems += fixed_debt_problems(fcomp)
     problems.sort(key=lambda p: (p.path, p.line, p.title))
+    check_failed = comparison.failed or bool(findings) or bool(fcomp is not None and fcomp.fixed)
+    failed = (grew and not allow_growth) or check_failed
+    if fmt is CheckFormat.json:
+        import json as _json
+
+        doc = {
+            "schema": "alloc-audit-gate/1",
+            "base": base,
+            "passed": not failed,
+            "allowlist_grew": bool(result is not None and result.failed),
+            "baseline_grew": bool(baseline_grown),
+            "check_passed": not check_failed,
+            "counts": None if result is None else {"grown": len(result.grown), "lowered": len(result.shrunk),
+                                                   "removed": len(result.removed), "moved": len(result.moved)},
+            "problems": problems_json(problems),
+        }
+        sys.stdout.write(_json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        if failed:
+            raise typer.Exit(1)
+        return
     sys.stdout.write("".join(out) + render_checks(problems, fmt.value))
-    check_failed = comparison.failed or bool(findings)
     if fmt is CheckFormat.text:
         if result is not None:
             summary = (f"alloc-audit gate against {base}: {len(result.grown)} grown, {len(result.shrunk)} lowered, "
                        f"{len(result.removed)} removed, {len(result.moved)} moved")
+            if now_baseline is not None:
+                summary += f"; findings baseline: {len(baseline_grown)} grown"
             if grew and allow_growth:
                 summary += " — growth let through by --allow-growth"
             typer.echo(summary)
         typer.echo(f"alloc-audit check: {'failed' if check_failed else 'passed'}")
-    if (grew and not allow_growth) or check_failed:
+    if failed:
         raise typer.Exit(1)
 
 
 @allowlist_app.command("init")
 @_guard
 def allowlist_init(
+    paths: Optional[List[Path]] = PATHS,
     force: bool = typer.Option(False, "--force", help="Overwrite an existing allowlist."),
     split: bool = typer.Option(False, "--split-by-directory",
                                help="One file per top-level directory, to keep merges apart."),
+    findings: bool = typer.Option(True, "--findings/--no-findings",
+                                  help="Also record today's rule findings in the findings baseline."),
     config_path: Optional[Path] = CONFIG,
     jobs: Optional[int] = JOBS,
     no_cache: bool = NO_CACHE,
+    cache_dir: Optional[Path] = CACHE_DIR,
 ) -> None:
-    """Write the allowlist from the current tree (every site, with its tier).
+    """Write the allowlist from the current tree (every site, with its tier),
+    and the findings baseline (the hazards that exist today).
 
-    Example:
+    With PATHS only the sites and findings under them are recorded (the rest
+    of the tree is still analysed). Afterwards `check` fails only on what is
+    new: sites not on the allowlist, findings not in the baseline.
+
+    Examples:
 
       alloc-audit allowlist init && git add allowlists/
+
+      alloc-audit allowlist init src          # leave tests/ and benchmarks/ out
     """
-    from .allowlist import AllowlistEntry, _tier_of, allowlist_files, write_allowlist
+    from .allowlist import AllowlistEntry, _tier_of, allowlist_files, coverage_test, write_allowlist
+    from .baseline import baseline_path, entries_from, write_baseline
     from .keys import site_key
 
-    config, catalog = load_project(None, config_path)
+    config, catalog = load_project(paths, config_path)
     existing = allowlist_files(config.allowlist_dir)
+    if baseline_path(config.allowlist_dir).is_file() and findings:
+        existing.append(baseline_path(config.allowlist_dir))
     if existing and not force:
         raise UsageError(f"an allowlist already exists ({', '.join(p.name for p in existing)}); use "
                          "`alloc-audit allowlist update`, or --force to start over", str(config.allowlist_dir))
-    result = run_project_scan(config, catalog, None, jobs, no_cache, None, None, True, False)
+    result = run_project_scan(config, catalog, None, jobs, no_cache, cache_dir, None, True, False)
+    covers = coverage_test(_coverage(config, paths))
     groups: dict[tuple[str, str, str], list[Any]] = {}
     for site in result.sites:
-        if site.kind.value != "release":
+        if site.kind.value != "release" and covers(site.path):
             groups.setdefault(site_key(site), []).append(site)
     entries = [AllowlistEntry(k[0], k[1], k[2], len(v), _tier_of(v)) for k, v in sorted(groups.items())]
+    baseline = entries_from(f for f in result.findings if covers(f.path)) if findings else []
     if force:
         for path in existing:
             path.unlink()
     written = write_allowlist(config.allowlist_dir, config.root, entries, split_top_level=split)
+    if findings:
+        name = write_baseline(config.allowlist_dir, config.root, baseline)
+        written += [name] if name else []
     sites = sum(e.count for e in entries)
-    typer.echo(f"alloc-audit: wrote {len(entries)} entries ({sites} sites) to {', '.join(written) or 'nothing'}")
+    recorded = sum(e.count for e in baseline)
+    typer.echo(f"alloc-audit: wrote {_n(len(entries), 'entry', 'entries')} ({_n(sites, 'site')})"
+               + (f" and a findings baseline of {_n(recorded, 'finding')}" if findings else "")
+               + f" to {', '.join(written) or 'nothing'}")
+    hint = _tests_hint([e.path for e in entries for _ in range(e.count)])
+    if hint:
+        typer.echo(hint)
+
+
+_NOT_PRODUCTION = re.compile(r"(^|/)(tests?|testing|benchmarks?|bench)(/|$)|(^|/)(test_[^/]*|[^/]*_test\.[^/]*"
+                             r"|bench_[^/]*)$")
+
+
+def _tests_hint(paths: list[str]) -> str | None:
+    """Most allowlists of real libraries are mostly tests and benchmarks:
+    say so once, with the way to leave them out."""
+    if not paths:
+        return None
+    tops = sorted({m.group(2) for p in paths if (m := _NOT_PRODUCTION.search(p)) and m.group(2)})
+    share = sum(1 for p in paths if _NOT_PRODUCTION.search(p)) / len(paths)
+    if share < 0.2:
+        return None
+    dirs = ", ".join(f'"**/{t}/**"' for t in tops) or '"**/test_*.py"'
+    return (f"hint: {share:.0%} of these sites are in tests or benchmarks; to keep them out of the allowlist, add "
+            f"exclude = [{dirs}] to [tool.alloc-audit] (or pass the production paths: "
+            "`alloc-audit allowlist init --force src`)")
 
 
 @allowlist_app.command("update")
 @_guard
 def allowlist_update(
-    add_new: bool = typer.Option(False, "--add-new", help="Also add new sites and raise grown counts."),
+    add_new: bool = typer.Option(False, "--add-new", help="Also add new sites and findings, and raise grown counts."),
+    reason: str = typer.Option("", "--reason", help="The reason written on entries --add-new adds."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would change; write nothing."),
     config_path: Optional[Path] = CONFIG,
     jobs: Optional[int] = JOBS,
     no_cache: bool = NO_CACHE,
+    cache_dir: Optional[Path] = CACHE_DIR,
 ) -> None:
     """Rewrite the allowlist from the tree: prune stale entries, lower counts, keep reasons and pins.
 
-    Adds nothing unless --add-new is given. A renamed file's entries move
-    with it (never above their old counts). Prints what changed.
+    The findings baseline is brought up to date the same way (fixed findings
+    pruned). Adds nothing unless --add-new is given. A renamed file's entries
+    move with it (never above their old counts). Prints what changed.
 
     Examples:
 
       alloc-audit allowlist update
 
+      alloc-audit allowlist update --add-new --reason "staging buffer, freed after load"
+
       alloc-audit allowlist update --add-new --dry-run
     """
+    import dataclasses
+
     from .allowlist import compare, plan_update, write_allowlist
+    from .baseline import compare_findings, load_baseline, plan_baseline_update, write_baseline
 
     config, catalog = load_project(None, config_path)
     entries = _require_allowlist(config)
-    result = run_project_scan(config, catalog, None, jobs, no_cache, None, None, True, False)
+    if reason and not add_new:
+        raise UsageError("--reason is written on the entries --add-new adds; give --add-new too")
+    result = run_project_scan(config, catalog, None, jobs, no_cache, cache_dir, None, True, False)
     plan = plan_update(compare(result.sites, entries, result.scanned_paths, ("",)), add_new)
+    if reason:
+        added = {e.key for e in plan.added}
+        plan = dataclasses.replace(
+            plan, entries=tuple(dataclasses.replace(e, reason=e.reason or reason) if e.key in added else e
+                                for e in plan.entries),
+            added=tuple(dataclasses.replace(e, reason=reason) for e in plan.added))
     lines = _update_summary(plan)
+    baseline = load_baseline(config.allowlist_dir, config.root)
+    bplan = None
+    if baseline is not None:
+        bplan = plan_baseline_update(compare_findings(result.findings, baseline), add_new, reason)
+        lines += _baseline_update_summary(bplan)
     if dry_run:
         typer.echo("".join(lines) + "alloc-audit: dry run, nothing written")
         return
     written = write_allowlist(config.allowlist_dir, config.root, plan.entries)
+    if bplan is not None:
+        name = write_baseline(config.allowlist_dir, config.root, bplan.entries)
+        written += [name] if name else []
     typer.echo("".join(lines) + (f"alloc-audit: wrote {', '.join(written)}" if written else
                                  "alloc-audit: the allowlist is up to date"))
+
+
+def _baseline_update_summary(plan: Any) -> list[str]:
+    from .baseline import key_display
+
+    out = []
+    for e in plan.removed:
+        out.append(f"- fixed    {key_display(e.key)} (the finding is gone: debt paid)\n")
+    for e, left in plan.lowered:
+        if left:
+            out.append(f"- lowered  {key_display(e.key)} x{e.count} -> x{left} (findings fixed)\n")
+    for e in plan.added:
+        out.append(f"+ accepted {key_display(e.key)} x{e.count} (finding)\n")
+    for key, found in plan.not_added:
+        out.append(f"! finding  {key_display(key)} x{found} not accepted (use --add-new to accept)\n")
+    return out
 
 
 def _update_summary(plan: Any) -> list[str]:

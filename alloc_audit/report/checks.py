@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ..allowlist import AllowlistEntry, Comparison, GateResult
+from ..baseline import BaselineEntry, BaselineGrowth, FindingsComparison, key_display
 from ..keys import key_text
 from ..model import Finding, Severity, Site
 
@@ -114,3 +115,38 @@ def render(problems: list[Problem], fmt: str) -> str:
 
 def entry_line(entry: AllowlistEntry) -> str:
     return f"{entry.file}:{entry.line}: {entry.render()}" if entry.line else entry.render()
+
+
+# ---------------------------------------------------------------- the findings baseline (baseline.py)
+
+
+def fixed_debt_problems(comparison: FindingsComparison, level: str = "error") -> list[Problem]:
+    """Baseline entries whose findings are gone (fixed debt): good news that
+    must be written down, so a new finding cannot take the freed place."""
+    out = []
+    for entry, left in comparison.fixed:
+        what = "is fixed" if left == 0 else f"has {left} of {entry.count} left"
+        out.append(Problem(entry.file, entry.line, level, "fixed finding still in the baseline",
+                           f"{key_display(entry.key)} {what}: prune it with `{UPDATE}`"))
+    return out
+
+
+def baseline_growth_problems(grown: Iterable[BaselineGrowth], moved: Iterable[tuple[BaselineEntry, BaselineEntry]],
+                             allowed: bool) -> list[Problem]:
+    out = []
+    level = "warning" if allowed else "error"
+    for growth in grown:
+        entry = growth.entry
+        what = "added" if growth.before == 0 else f"raised from {growth.before} to {entry.count}"
+        reason = f" (reason: {entry.reason})" if entry.reason else " (no reason given)"
+        out.append(Problem(entry.file, entry.line, level, "findings baseline grew",
+                           f"{key_display(entry.key)} {what}{reason}"))
+    for base, now in moved:
+        out.append(Problem(now.file, now.line, "notice", "baseline entry moved",
+                           f"{base.path} -> {now.path}: {base.rule} in {base.scope} (a renamed file; not growth)"))
+    return out
+
+
+def problems_json(problems: Iterable[Problem]) -> list[dict[str, object]]:
+    return [{"path": p.path, "line": p.line, "level": p.level, "title": p.title, "message": p.message}
+            for p in problems]
