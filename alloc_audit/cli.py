@@ -561,6 +561,15 @@ def _n(count: int, singular: str, plural: str | None = None) -> str:
     return f"{count} {singular if count == 1 else (plural or singular + 's')}"
 
 
+def _rename_notes(renames: tuple[tuple[str, str], ...], entries: list[Any]) -> list[Any]:
+    from .report.checks import Problem
+
+    listed = {e.path for e in entries}
+    return [Problem(new, 1, "notice", "renamed file",
+                    f"{old} -> {new} holds allowlisted sites: `alloc-audit allowlist update` moves its entries "
+                    "(reasons kept)") for old, new in renames if old in listed]
+
+
 def _judge_findings(config: Config, result: ScanResult, coverage: tuple[str, ...], changed: bool) -> Any:
     """Compare open findings with the findings baseline; None without one."""
     from .allowlist import coverage_test
@@ -585,6 +594,10 @@ def check(
     cache_dir: Optional[Path] = CACHE_DIR,
     changed_since: Optional[str] = CHANGED,
     debug: bool = DEBUG,
+    staged: bool = typer.Option(False, "--staged",
+                                help="Also judge the entries of files the staged change deletes or renames "
+                                     "(the pre-commit hook; git is asked, as pre-commit passes only files that "
+                                     "still exist)."),
 ) -> None:
     """Check sites against the allowlist and run the rules; exit 1 on failure (the pre-commit hook).
 
@@ -601,18 +614,37 @@ def check(
       alloc-audit check
 
       alloc-audit check src/engine/runner.py src/engine/worker.py
+
+      alloc-audit check --staged $(git diff --cached --name-only --diff-filter=d)
     """
     from .allowlist import apply_pins, compare
     from .report.checks import allowlist_problems, finding_problems, fixed_debt_problems, render as render_checks
 
     config, catalog = load_project(paths, config_path)
     entries = _require_allowlist(config)
-    result = run_project_scan(config, catalog, paths, jobs, no_cache, cache_dir, changed_since, False, debug)
-    coverage = _coverage(config, paths)
+    gone: list[str] = []
+    renames: tuple[tuple[str, str], ...] = ()
+    if staged:
+        from .gitio import staged_removals
+
+        deleted, renames = staged_removals(config.root)
+        gone = sorted(deleted | {old for old, _ in renames})
+        if not paths and not gone:
+            typer.echo("alloc-audit check: nothing staged to check")
+            return
+    if staged and not paths:
+        from .pipeline import ScanResult, Stats
+
+        # only deletions are staged: nothing to scan, the gone files' entries are judged
+        result = ScanResult(root=config.root, sites=(), findings=(), errors=(), stats=Stats(0, 0, 0, 0.0))
+    else:
+        result = run_project_scan(config, catalog, paths, jobs, no_cache, cache_dir, changed_since, False, debug)
+    coverage = (*(_coverage(config, paths) if paths else ()), *gone) if staged else _coverage(config, paths)
     # a run over part of the tree cannot see every factory a derived site calls
     partial = None if "" in coverage else catalog.apis.api_names()
     comparison = compare(result.sites, entries, result.scanned_paths, coverage, partial)
     problems = allowlist_problems(comparison)
+    problems += _rename_notes(renames, entries)
     severities = {"error"} if fail_on is FailOn.error else {"error", "warning"}
     # the findings baseline (baseline.py): only findings it does not accept count
     fcomp = _judge_findings(config, result, coverage, changed_since is not None)

@@ -104,3 +104,26 @@ def export_tree(root: Path, ref: str, dest: Path) -> Path:
         else:  # pragma: no cover - Python < 3.10.12
             archive.extractall(dest)  # noqa: S202 - our own repository's tree
     return dest if rel in ("", ".") else dest / rel
+
+
+def staged_removals(root: Path) -> tuple[frozenset[str], tuple[tuple[str, str], ...]]:
+    """What the staged change takes away, relative to ``root``: deleted
+    paths, and renames as (old, new). pre-commit passes only the files that
+    still exist, so the hook asks git for these itself."""
+    toplevel(root)
+    proc = _git(root, "diff", "--cached", "--name-status", "-z", "-M", "--relative", "--no-ext-diff")
+    fields = [f.decode("utf-8", "surrogateescape") for f in proc.stdout.split(b"\0")]
+    deleted: set[str] = set()
+    renamed: list[tuple[str, str]] = []
+    i = 0
+    while i < len(fields) and fields[i]:
+        status = fields[i]
+        if status.startswith(("R", "C")):
+            if status.startswith("R"):
+                renamed.append((fields[i + 1], fields[i + 2]))
+            i += 3
+            continue
+        if status.startswith("D"):
+            deleted.add(fields[i + 1])
+        i += 2
+    return frozenset(deleted), tuple(sorted(renamed))
