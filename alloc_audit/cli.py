@@ -1157,12 +1157,17 @@ def annotate(
 def audit(
     paths: Optional[List[Path]] = PATHS,
     config_path: Optional[Path] = CONFIG,
+    jobs: Optional[int] = JOBS,
+    no_cache: bool = NO_CACHE,
+    cache_dir: Optional[Path] = CACHE_DIR,
 ) -> None:
     """Walk the sites that are not on the allowlist or have an unknown tier, one by one.
 
     For each: the code, the proposed tier and its reason, and any findings.
     Accept it (onto the allowlist), set its tier, suppress a finding with a
-    reason, skip, or quit; decisions are written with `annotate`.
+    reason, skip, or quit. Each decision is saved as it is made (tiers and
+    suppressions with `annotate`); a blank reason asks again; Ctrl-C stops
+    and keeps what is saved. Needs a terminal.
 
     Example:
 
@@ -1170,9 +1175,20 @@ def audit(
     """
     from .audit import run_audit
 
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError("audit asks a question per site and needs a terminal (stdin and stdout are not both one); "
+                         "in scripts, write decisions with `alloc-audit annotate --decisions FILE` or accept sites "
+                         "with `alloc-audit allowlist update --add-new --reason \"...\"`")
     config, catalog = load_project(paths, config_path)
-    result = run_project_scan(config, catalog, paths, None, False, None, None, False, False)
-    run_audit(config, result, lambda decisions: _apply_decisions(config, catalog, decisions))
+    result = run_project_scan(config, catalog, paths, jobs, no_cache, cache_dir, None, True, False)
+    outcome = run_audit(config, result, lambda decisions: _apply_decisions(config, catalog, decisions))
+    saved = _n(len(outcome.written), "decision")
+    if outcome.interrupted:
+        typer.echo(f"\nalloc-audit audit: interrupted after {outcome.reviewed} of {outcome.total} sites; "
+                   f"{saved} already saved and kept", err=True)
+        raise typer.Exit(130)
+    if outcome.total:
+        typer.echo(f"alloc-audit audit: reviewed {outcome.reviewed} of {outcome.total} sites; {saved} saved")
 
 
 def entry() -> None:
