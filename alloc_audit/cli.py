@@ -294,6 +294,30 @@ def render(fmt: Format, ctx: ReportContext, command: str = "scan") -> str:
     return terminal.render_scan(ctx, _color())
 
 
+_EXTENSIONS = {".html": Format.html, ".htm": Format.html, ".md": Format.markdown, ".markdown": Format.markdown,
+               ".sarif": Format.sarif, ".json": Format.json, ".txt": Format.table}
+
+
+def output_format(fmt: Format | None, output: Path | None) -> Format:
+    """The format asked for, or the one the output file's extension names
+    (``report -o report.html``); a contradiction is refused rather than
+    writing, say, a terminal table into an .html file."""
+    implied = None
+    if output is not None:
+        name = output.name.lower()
+        implied = Format.sarif if name.endswith(".sarif.json") else _EXTENSIONS.get(Path(name).suffix)
+    if fmt is None:
+        if output is not None and implied is None:
+            raise UsageError(f"cannot tell the format from the file name; give --format "
+                             f"({', '.join(f.value for f in Format)}) or use one of the extensions "
+                             f"{', '.join(sorted(_EXTENSIONS))}", str(output))
+        return implied or Format.table
+    if implied is not None and implied is not fmt:
+        raise UsageError(f"--format {fmt.value} does not match the file's extension, which means {implied.value}; "
+                         f"drop --format or rename the file", str(output))
+    return fmt
+
+
 def emit(text: str, output: Path | None, summary: str) -> None:
     """Print a report, or write it atomically and print a one-line summary."""
     if output is None:
@@ -331,7 +355,9 @@ def _fails(result: ScanResult, fail_on: FailOn) -> bool:
 @_guard
 def scan(
     paths: Optional[List[Path]] = PATHS,
-    fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
+    fmt: Optional[Format] = typer.Option(None, "--format", "-f", show_default=False,
+                                         help="table (the default), json, sarif, markdown, html or github; "
+                                              "with -o FILE, taken from its extension."),
     output: Optional[Path] = OUTPUT,
     verbose: bool = VERBOSE,
     fail_on: FailOn = typer.Option(FailOn.never, "--fail-on", help="Exit 1 when findings of this severity remain."),
@@ -354,6 +380,7 @@ def scan(
 
       alloc-audit scan --changed-since origin/main --verbose
     """
+    fmt = output_format(fmt, output)  # refused before the scan, not after
     config, catalog = load_project(paths, config_path)
     result = run_project_scan(config, catalog, paths, jobs, no_cache, cache_dir, changed_since, progress, debug,
                               with_rules=rules)
@@ -391,8 +418,9 @@ class Pivot(str, Enum):
 def report(
     paths: Optional[List[Path]] = PATHS,
     by: Pivot = typer.Option(Pivot.dir, "--by", help="Pivot the main table by directory, file, tier, rule or API."),
-    fmt: Format = typer.Option(Format.table, "--format", "-f",
-                               help="table (terminal), markdown, html, sarif, github or json."),
+    fmt: Optional[Format] = typer.Option(None, "--format", "-f", show_default=False,
+                                         help="table (terminal, the default), markdown, html, sarif, github or "
+                                              "json; with -o FILE, taken from its extension."),
     output: Optional[Path] = OUTPUT,
     base: Optional[str] = typer.Option(None, "--base", metavar="REF",
                                        help="Also scan REF (through git, no checkout) and show the delta: sites "
@@ -432,6 +460,7 @@ def report(
             bindings.append(parse_binding(text))
         except ValueError as exc:
             raise UsageError(f"--bind: {exc}") from None
+    fmt = output_format(fmt, output)  # refused before the scan, not after
     config, catalog = load_project(paths, config_path)
     result = run_project_scan(config, catalog, paths, jobs, no_cache, cache_dir, changed_since, progress, debug)
     comparison = _comparison_if_present(config, result)
