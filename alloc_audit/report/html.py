@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from html import escape
 from importlib import resources
-from typing import Any
+from typing import Any, Sequence
 
 from .. import __version__
 from ..keys import site_key
-from ..model import Severity, SiteKind, Tier
+from ..model import Severity, Site, SiteKind, Tier
 from ..sizes import human
 from . import charts, summary
 from .context import ReportContext
@@ -178,15 +178,48 @@ def _findings(groups: list[summary.RuleGroup]) -> str:
     return "".join(out)
 
 
+# Column widths follow the content. The short columns (kind, tier, bytes,
+# allowlisted) get the pixels their longest value needs; the rest is shared
+# by location, scope, api and reason in proportion to their longest cell in
+# characters, within bounds (a path or scope is worth showing whole, a long
+# reason may wrap onto a few lines). Cells wrap rather than clip.
+_FIXED_PX = {"kind": 96, "tier": 76, "bytes": 88, "allowlisted": 104}
+_SHARED_BOUNDS = {"location": (12, 48), "scope": (8, 40), "api": (6, 40), "reason": (10, 90)}
+
+
+def column_widths(sites: Sequence[Site]) -> list[tuple[str, str]]:
+    """Each column's width as an attribute: ``data-px`` for the short ones,
+    ``data-share`` of what is left for the others (report.js turns shares
+    into pixels for the table's width: Chromium treats ``calc()`` with a
+    percentage on a table column as auto), with a percentage as the width
+    until then."""
+    longest = {
+        "location": max((len(s.path) + 1 + len(str(s.span.line)) for s in sites), default=0),
+        "scope": max((len(s.scope) for s in sites), default=0),
+        # a derived site shows "api via factory (path:line)"; its path may wrap
+        "api": max((len(s.api) + (len(s.via.api) + 5 if s.via else 0) for s in sites), default=0),
+        "reason": max((len(s.tier_reason) for s in sites), default=0),
+    }
+    # monospace columns take a little more room per character than the reason's proportional font
+    weight = {k: min(max(longest[k], lo), hi) * (1.0 if k == "reason" else 1.3)
+              for k, (lo, hi) in _SHARED_BOUNDS.items()}
+    total = sum(weight.values())
+    reference = 1232 - sum(_FIXED_PX.values())  # the table at a 1,280 px window, for the first paint
+    attrs = {k: f'data-share="{w / total:.4f}" style="width:{100 * w / total * reference / 1232:.1f}%"'
+             for k, w in weight.items()}
+    attrs.update({k: f'data-px="{px}" style="width:{px}px"' for k, px in _FIXED_PX.items()})
+    order = ("location", "scope", "api", "kind", "tier", "bytes", "reason", "allowlisted")
+    return [(k, attrs[k]) for k in order]
+
+
 def _table(ctx: ReportContext) -> str:
     tiers = "".join(f'<option value="{t.value}">{escape(summary.tier_label(t))}</option>' for t in summary.TIER_ORDER)
     kinds = "".join(f'<option value="{k.value}">{k.value}</option>' for k in SiteKind if k is not SiteKind.RELEASE)
     allow = ('<select id="f-allow" aria-label="allowlisted"><option value="">allowlisted: any</option>'
              '<option value="yes">allowlisted</option><option value="no">not allowlisted</option></select>'
              if ctx.allowlist is not None else '<select id="f-allow" hidden><option value=""></option></select>')
-    columns = [("location", "28%"), ("scope", "17%"), ("api", "15%"), ("kind", "8%"), ("tier", "7%"),
-               ("bytes", "8%"), ("reason", "11%"), ("allowlisted", "6%")]
-    head = "".join(f'<th data-key="{k}" style="width:{w}" title="sort by {k}">{k}</th>' for k, w in columns)
+    head = "".join(f'<th data-key="{k}" {attrs} title="sort by {k}">{k}</th>'
+                   for k, attrs in column_widths(ctx.result.sites))
     return ('<h2>Every site</h2>'
             '<div class="filters"><input id="f-text" type="search" placeholder="filter: path, scope, api, reason…" '
             'aria-label="filter sites">'
