@@ -337,8 +337,9 @@ def one_line_summary(result: ScanResult) -> str:
     direct = sum(1 for s in result.sites if s.via is None and s.kind.value != "release")
     derived = sum(1 for s in result.sites if s.via is not None)
     open_findings = [f for f in result.findings if not f.suppressed]
-    return (f"alloc-audit: {direct} sites (+{derived} derived) in {result.stats.parsed} of {result.stats.files} files,"
-            f" {len(open_findings)} findings, {len(result.errors)} file problems")
+    return (f"alloc-audit: {_n(direct, 'site')} (+{derived} derived) in {result.stats.parsed} of "
+            f"{_n(result.stats.files, 'file')}, {_n(len(open_findings), 'finding')}, "
+            f"{_n(len(result.errors), 'file with problems', 'files with problems')}")
 
 
 def _fails(result: ScanResult, fail_on: FailOn) -> bool:
@@ -1009,7 +1010,7 @@ def _update_summary(plan: Any) -> list[str]:
     for old, new in plan.retiered:
         out.append(f"~ retiered {key_text(old.key)} {old.tier} -> {new.tier}\n")
     for rename in plan.renamed:
-        out.append(f"> renamed  {rename.old} -> {rename.new} ({len(rename.keys)} entries, reasons kept)\n")
+        out.append(f"> renamed  {rename.old} -> {rename.new} ({_n(len(rename.keys), 'entry', 'entries')}, reasons kept)\n")
     for e in plan.added:
         out.append(f"+ added    {key_text(e.key)} x{e.count} {e.tier}\n")
     for e, found in plan.still_grown:
@@ -1213,11 +1214,11 @@ def audit(
     outcome = run_audit(config, result, lambda decisions: _apply_decisions(config, catalog, decisions))
     saved = _n(len(outcome.written), "decision")
     if outcome.interrupted:
-        typer.echo(f"\nalloc-audit audit: interrupted after {outcome.reviewed} of {outcome.total} sites; "
+        typer.echo(f"\nalloc-audit audit: interrupted after {outcome.reviewed} of {_n(outcome.total, 'site')}; "
                    f"{saved} already saved and kept", err=True)
         raise typer.Exit(130)
     if outcome.total:
-        typer.echo(f"alloc-audit audit: reviewed {outcome.reviewed} of {outcome.total} sites; {saved} saved")
+        typer.echo(f"alloc-audit audit: reviewed {outcome.reviewed} of {_n(outcome.total, 'site')}; {saved} saved")
 
 
 def entry() -> None:

@@ -41,7 +41,9 @@ def _escape_property(text: str) -> str:
 
 
 def _lines(sites: Iterable[Site]) -> str:
-    return ", ".join(f"{s.span.line}" for s in sites)
+    """'line 7' or 'lines 7, 9'."""
+    numbers = [str(s.span.line) for s in sites]
+    return ("line " if len(numbers) == 1 else "lines ") + ", ".join(numbers)
 
 
 def allowlist_problems(comparison: Comparison) -> list[Problem]:
@@ -51,7 +53,7 @@ def allowlist_problems(comparison: Comparison) -> list[Problem]:
         where = f"{len(sites)} sites" if len(sites) > 1 else "a site"
         out.append(Problem(
             first.path, first.span.line, "error", "new allocation site",
-            f"{where} of {key[2]} in {key[1]} ({first.tier.value}, {first.kind.value}; lines {_lines(sites)}) "
+            f"{where} of {key[2]} in {key[1]} ({first.tier.value}, {first.kind.value}; {_lines(sites)}) "
             f"is not on the allowlist: move the allocation to a planned tier, or accept it with "
             f"`{UPDATE} --add-new` and say why in the entry",
         ))
@@ -60,11 +62,11 @@ def allowlist_problems(comparison: Comparison) -> list[Problem]:
         out.append(Problem(
             first.path, first.span.line, "error", "allowlist entry grew",
             f"{entry.api} in {entry.scope}: the allowlist accepts {entry.count}, the code has {len(sites)} "
-            f"(lines {_lines(sites)}); remove the new one, or accept it with `{UPDATE} --add-new`",
+            f"({_lines(sites)}); remove the new one, or accept it with `{UPDATE} --add-new`",
         ))
     for entry, sites in comparison.loose:
         out.append(Problem(
-            entry.file, entry.line, "error", "allowlist count too high",
+            entry.file, entry.line, "error", "loose allowlist entry",
             f"{key_text(entry.key)} accepts {entry.count} but only {len(sites)} remain; lower it with `{UPDATE}` "
             "so a new site cannot take the freed place unnoticed",
         ))
@@ -94,7 +96,7 @@ def gate_problems(result: GateResult, sites_by_key: dict[tuple[str, str, str], l
     for growth in result.grown:
         entry = growth.entry
         sites = sites_by_key.get(entry.key, [])
-        where = f"; needed by line {_lines(sites)}" if sites else ""
+        where = f"; needed by {_lines(sites)}" if sites else ""
         what = "added" if growth.before == 0 else f"raised from {growth.before} to {entry.count}"
         reason = f" (reason: {entry.reason})" if entry.reason else " (no reason given)"
         out.append(Problem(

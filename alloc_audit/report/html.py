@@ -96,8 +96,9 @@ def render(ctx: ReportContext) -> str:
 def _header(ctx: ReportContext) -> str:
     s = ctx.result.stats
     errors = f", {s.parse_errors} with parse errors" if s.parse_errors else ""
+    files = f"{s.files} file" + ("" if s.files == 1 else "s")
     return ("<header><h1>alloc-audit report</h1>"
-            f'<span class="meta">root <code>{escape(ctx.root_display)}</code> · {s.files} files, {s.parsed} '
+            f'<span class="meta">root <code>{escape(ctx.root_display)}</code> · {files}, {s.parsed} '
             f"analysed{errors} · alloc-audit {escape(__version__)}</span>"
             '<button id="theme" type="button" title="Switch light/dark">◐ theme</button></header>')
 
@@ -126,7 +127,7 @@ def _cards(ctx: ReportContext, sites: list[Any], known: dict[int, int], groups: 
         if status.clean:
             cards.append(_card(str(status.entries), "allowlist entries, clean", "good"))
         else:
-            cards.append(_card(f"{status.new} new / {status.stale} stale", f"allowlist ({status.entries} entries)",
+            cards.append(_card(f"{status.new} new / {status.stale} stale", f"allowlist ({status.entries} entr{'y' if status.entries == 1 else 'ies'})",
                                "bad"))
     legend = "".join(f'<span><i class="t-{t.value}"></i>{escape(summary.tier_label(t))} '
                      f'{sum(1 for s in sites if s.tier is t)}</span>' for t in summary.TIER_ORDER)
@@ -135,7 +136,7 @@ def _cards(ctx: ReportContext, sites: list[Any], known: dict[int, int], groups: 
 
 def _charts(ctx: ReportContext, known: dict[int, int], groups: list[summary.RuleGroup]) -> str:
     rows = summary.pivot(ctx, "dir", known)
-    which = f"top 15 of {len(rows)}" if len(rows) > 15 else f"{len(rows)} directories"
+    which = f"top 15 of {len(rows)}" if len(rows) > 15 else f"{len(rows)} director{'y' if len(rows) == 1 else 'ies'}"
     return ('<h2>Where the sites are</h2><div class="charts">'
             f'<figure id="chart-dirs"><figcaption>Sites by directory and tier ({which})</figcaption>'
             f'{charts.stacked_tiers(rows, "directories")}</figure>'
