@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from . import __version__
-from .config import TIERS, Config, toml_error_line
+from .config import API_ENTRY_KEYS, TIER_CRITERIA, TIERS, Config, toml_error_line
 from .errors import UsageError
 from .model import SiteKind
 
@@ -154,7 +154,7 @@ class TierPattern:
 
 Needle = tuple[bytes, tuple[bytes, ...]]  # (gate, alternatives): see _needles
 
-TIER_CRITERIA = ("kind", "function", "class", "scope", "path", "role", "api", "wrapper", "target")
+# TIER_CRITERIA: the keys of a tier pattern (config.py, which checks configured ones)
 
 
 @dataclass(frozen=True)
@@ -236,7 +236,7 @@ def _str_tuple(where: str, entry: Mapping[str, Any], key: str) -> tuple[str, ...
     return tuple(value)
 
 
-_API_KEYS = {"names", "leaf", "methods", "types", "prefix", "kind", "device", "shape", "size", "target", "language"}
+_API_KEYS = set(API_ENTRY_KEYS)
 
 
 def _spec(where: str, entry: Mapping[str, Any], api: str, cpp: bool) -> ApiSpec:

@@ -96,7 +96,8 @@ PATHS = typer.Argument(None, help="Files or directories to scan (default: the cu
                        show_default=False)
 CONFIG = typer.Option(None, "--config", help="Configuration file (alloc-audit.toml or pyproject.toml).",
                       show_default=False)
-JOBS = typer.Option(None, "--jobs", "-j", help="Worker processes (default: the number of CPUs).", show_default=False)
+JOBS = typer.Option(None, "--jobs", "-j", min=1, help="Worker processes, 1 or more (default: the number of CPUs).",
+                    show_default=False)
 NO_CACHE = typer.Option(False, "--no-cache", help="Neither read nor write the facts cache.")
 CACHE_DIR = typer.Option(None, "--cache-dir", help="Cache directory (default: .alloc-audit-cache/ in the root).",
                          show_default=False)
