@@ -549,8 +549,13 @@ def rules_explain(name: str = typer.Argument(..., help="Rule name, e.g. alloc-in
 
     rule = rule_by_name(name) or next((m for m in META_RULES if m.name == name), None)
     if rule is None:
-        known = ", ".join(r.name for r in (*ALL_RULES, *META_RULES))
-        raise UsageError(f"unknown rule '{name}'; known rules: {known}")
+        import difflib
+
+        names = [r.name for r in (*ALL_RULES, *META_RULES)]
+        hint = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+        if hint:
+            raise UsageError(f"unknown rule '{name}'; did you mean '{hint[0]}'? (`alloc-audit rules list` lists them)")
+        raise UsageError(f"unknown rule '{name}'; known rules: {', '.join(names)}")
     from rich.console import Console
     from rich.markdown import Markdown
 
@@ -1027,7 +1032,9 @@ def allowlist_explain(
     what: str = typer.Argument(..., metavar="KEY|PATH:LINE",
                                help="An entry key ('path scope api') or a source location."),
     config_path: Optional[Path] = CONFIG,
+    jobs: Optional[int] = JOBS,
     no_cache: bool = NO_CACHE,
+    cache_dir: Optional[Path] = CACHE_DIR,
 ) -> None:
     """Show which entry covers a site, or which sites an entry covers.
 
@@ -1042,7 +1049,7 @@ def allowlist_explain(
 
     config, catalog = load_project(None, config_path)
     entries = _require_allowlist(config)
-    result = run_project_scan(config, catalog, None, None, no_cache, None, None, False, False)
+    result = run_project_scan(config, catalog, None, jobs, no_cache, cache_dir, None, False, False)
     by_key = {e.key: e for e in entries}
     location = re.fullmatch(r"(.+):(\d+)", what.strip())
     if location and parse_key(what) is None:
@@ -1118,7 +1125,8 @@ def allowlist_merge_driver(
 # ---------------------------------------------------------------- annotate and audit
 
 
-def _apply_decisions(config: Config, catalog: Catalog, decisions: list[Any]) -> list[str]:
+def _apply_decisions(config: Config, catalog: Catalog, decisions: list[Any], jobs: int | None = None,
+                     cache_dir: Path | None = None) -> list[str]:
     """Write decisions into the sources; returns what was written."""
     from .annotate import Edit, apply_edits, validate
     from .discover import language_of
@@ -1131,7 +1139,9 @@ def _apply_decisions(config: Config, catalog: Catalog, decisions: list[Any]) -> 
     for rel in files:
         if not (config.root / rel).is_file():
             raise UsageError(f"no such file in the project: {rel}")
-    result = run_project_scan(config, catalog, [config.root / f for f in files], None, True, None, None, False, False)
+    # the files about to be rewritten are read afresh: never from the cache
+    result = run_project_scan(config, catalog, [config.root / f for f in files], jobs, True, cache_dir, None, False,
+                              False)
     by_file: dict[str, list[Edit]] = {}
     written: list[str] = []
     for d in decisions:
@@ -1155,6 +1165,9 @@ def annotate(
     reason: str = typer.Option("", "--reason", help="Why (required)."),
     decisions: Optional[Path] = typer.Option(None, "--decisions", help="Apply decisions from a JSON or TOML file."),
     config_path: Optional[Path] = CONFIG,
+    jobs: Optional[int] = JOBS,
+    no_cache: bool = NO_CACHE,  # the files to rewrite are read afresh anyway: accepted like every scanning command
+    cache_dir: Optional[Path] = CACHE_DIR,
 ) -> None:
     """Write a tier override or a suppression, with its reason, into the source above a site.
 
@@ -1179,7 +1192,7 @@ def annotate(
         items.append(parse_decision(site, reason, tier, list(ignore or ())))
     if not items:
         raise UsageError("nothing to do: give --site with --tier or --ignore and --reason, or --decisions FILE")
-    for line in _apply_decisions(config, catalog, items):
+    for line in _apply_decisions(config, catalog, items, jobs, cache_dir):
         typer.echo(f"annotated {line}")
 
 
@@ -1212,7 +1225,7 @@ def audit(
                          "with `alloc-audit allowlist update --add-new --reason \"...\"`")
     config, catalog = load_project(paths, config_path)
     result = run_project_scan(config, catalog, paths, jobs, no_cache, cache_dir, None, True, False)
-    outcome = run_audit(config, result, lambda decisions: _apply_decisions(config, catalog, decisions))
+    outcome = run_audit(config, result, lambda decisions: _apply_decisions(config, catalog, decisions, jobs, cache_dir))
     saved = _n(len(outcome.written), "decision")
     if outcome.interrupted:
         typer.echo(f"\nalloc-audit audit: interrupted after {outcome.reviewed} of {_n(outcome.total, 'site')}; "

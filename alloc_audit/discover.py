@@ -13,6 +13,7 @@ reported, not read.
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,7 @@ def discover_files(config: Config, paths: Iterable[Path] = ()) -> Discovery:
         candidates.update(listed)
     files: list[SourceFile] = []
     errors: list[FileError] = []
+    named = {target.relative_to(root).as_posix() for target in explicit}
     for rel in sorted(candidates):
         lang = language_of(rel)
         if lang is None:
@@ -95,9 +97,10 @@ def discover_files(config: Config, paths: Iterable[Path] = ()) -> Discovery:
             st = os.lstat(abspath)
         except OSError:
             continue  # deleted in the work tree but still in git's index
-        if os.path.islink(abspath):
-            continue
-        if not os.path.isfile(abspath):
+        if os.path.islink(abspath) or not stat.S_ISREG(st.st_mode):
+            # skipped when found by walking; a file named on the command line is reported, never dropped silently
+            if rel in named:
+                errors.append(FileError(rel, f"{_what(abspath, st.st_mode)}; not scanned"))
             continue
         if st.st_size > config.max_file_size:
             errors.append(
@@ -107,6 +110,16 @@ def discover_files(config: Config, paths: Iterable[Path] = ()) -> Discovery:
             continue
         files.append(SourceFile(rel, abspath, lang, st.st_size, st.st_mtime_ns, st.st_ino))
     return Discovery(tuple(files), tuple(errors))
+
+
+def _what(path: str, mode: int) -> str:
+    if os.path.islink(path):
+        return "a symbolic link (alloc-audit does not follow links: name the file it points to)"
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return f"not a regular file ({name})"
+    return "not a regular file"
 
 
 def _mib(n: int) -> str:

@@ -245,9 +245,11 @@ def _run_files(items: list[tuple[SourceFile, bool]], catalog: Catalog, cache: Ca
 
 
 def _result_key(cache: Cache, config: Config, catalog: Catalog, files: Sequence[SourceFile],
-                digests: dict[str, str], with_rules: bool) -> str:
+                digests: dict[str, str], with_rules: bool, skipped: Sequence[FileError] = ()) -> str:
     h = hashlib.blake2b(digest_size=20)
     h.update(cache.salt.encode())
+    # the files discovery reported (too large, a named link or FIFO) are part of the stored result
+    h.update(repr(sorted((e.path, e.message) for e in skipped)).encode())
     h.update(repr((catalog.tiers, config.enable, config.disable, config.severity, with_rules,
                    config.max_file_size)).encode())
     for f in files:
@@ -294,7 +296,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
             except OSError:
                 break
     if cache.enabled and len(digests) == len(files):
-        key = _result_key(cache, config, catalog, files, digests, options.with_rules)
+        key = _result_key(cache, config, catalog, files, digests, options.with_rules, discovery.errors)
         stored = cache.load_result(key)
         if stored is not None:
             result = _decode_result(stored, config.root, time.perf_counter() - started)
@@ -440,7 +442,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
                 new_skips.setdefault(fact_key, skip)
         cache.store_skips(root_key, new_skips)
         if len(new_digests) == len(files):
-            key = _result_key(cache, config, catalog, files, new_digests, options.with_rules)
+            key = _result_key(cache, config, catalog, files, new_digests, options.with_rules, discovery.errors)
             cache.store_result(key, _encode_result(result))
         cache.prune()
     phases.mark("store")
