@@ -1,20 +1,15 @@
 """The frozen facts every stage shares.
 
 Facts are small, immutable and serialisable: strings, numbers, enums and
-tuples, never tree-sitter nodes (DESIGN.md, "extract facts"). Each dataclass
-converts to plain JSON-compatible data with ``to_plain`` and back with
-``from_plain``; the cache stores that plain form, so a round trip must be
-lossless (``tests/test_model.py`` checks it on every fixture).
+tuples, never tree-sitter nodes (DESIGN.md, "extract facts"); the cache
+stores them in the positional form of ``pipeline/serial.py``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterable, Iterator, TypeVar, Union, get_args, get_origin, get_type_hints
 
 
 class Language(str, Enum):
@@ -58,6 +53,19 @@ TIER_NAMES = {
 class Severity(str, Enum):
     ERROR = "error"
     WARNING = "warning"
+
+
+class FailOn(str, Enum):
+    """The lowest severity of an open finding that fails a command (exit 1)."""
+
+    NEVER = "never"
+    WARNING = "warning"
+    ERROR = "error"
+
+    def fails(self, severity: Severity) -> bool:
+        if self is FailOn.NEVER:
+            return False
+        return severity is Severity.ERROR or self is FailOn.WARNING
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +137,17 @@ class Site:
     @property
     def derived(self) -> bool:
         return self.via is not None
+
+    @property
+    def acquires(self) -> bool:
+        """An acquisition, not a release: what the allowlist holds (derived sites included)."""
+        return self.kind is not SiteKind.RELEASE
+
+    @property
+    def counted(self) -> bool:
+        """What a census counts: a direct acquisition. Derived sites are counted
+        apart so that totals never count one allocation twice (DESIGN.md)."""
+        return self.via is None and self.kind is not SiteKind.RELEASE
 
     @property
     def sort_key(self) -> tuple[str, int, int, str]:
@@ -365,77 +384,15 @@ class Finding:
         return (self.path, self.line, self.col, self.rule)
 
 
-# ---------------------------------------------------------------- plain form
-
-T = TypeVar("T")
-
-
-def to_plain(value: Any) -> Any:
-    """Dataclasses -> dicts (fields at their default are left out), enums ->
-    values, tuples -> lists. The inverse is :func:`from_plain`."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out: dict[str, Any] = {}
-        for f in _fields(type(value)):
-            v = getattr(value, f.name)
-            if f.default is not dataclasses.MISSING and v == f.default and not isinstance(v, Enum):
-                continue
-            if f.default_factory is not dataclasses.MISSING and v == f.default_factory():
-                continue
-            out[f.name] = to_plain(v)
-        return out
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, tuple):
-        return [to_plain(v) for v in value]
-    return value
-
-
-def from_plain(cls: type[T], data: Any) -> T:
-    return typing.cast(T, _convert(cls, data))
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _fields(cls: type) -> tuple[dataclasses.Field[Any], ...]:
-    return dataclasses.fields(cls)
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    hints = _HINTS.get(cls)
-    if hints is None:
-        hints = _HINTS[cls] = get_type_hints(cls)
-    return hints
-
-
-def _convert(tp: Any, data: Any) -> Any:
-    if data is None:
-        return None
-    origin = get_origin(tp)
-    if origin in (Union, types.UnionType):
-        inner = [a for a in get_args(tp) if a is not type(None)]
-        return _convert(inner[0], data)
-    if origin is tuple:
-        args = get_args(tp)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_convert(args[0], d) for d in data)
-        return tuple(_convert(a, d) for a, d in zip(args, data))
-    if isinstance(tp, type) and issubclass(tp, Enum):
-        return tp(data)
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        hints = _hints(tp)
-        kwargs = {k: _convert(hints[k], v) for k, v in data.items()}
-        return tp(**kwargs)
-    return data
-
-
 __all__ = [
+    "TIER_NAMES",
     "Annotation",
     "Arg",
     "Assign",
     "Block",
     "Call",
     "CallTable",
+    "FailOn",
     "Field",
     "FileError",
     "FileFacts",
@@ -449,11 +406,8 @@ __all__ = [
     "Site",
     "SiteKind",
     "Span",
-    "TIER_NAMES",
     "Tier",
     "Via",
     "With",
     "WithItem",
-    "from_plain",
-    "to_plain",
 ]

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from alloc_audit.catalog import load_catalog
 from alloc_audit.config import load_config
-from alloc_audit.discover import SUFFIXES
-from alloc_audit.pipeline import ScanOptions, ScanResult, run_scan
+from alloc_audit.pipeline.discover import SUFFIXES
+from alloc_audit.pipeline.run import ScanOptions, ScanResult, run_scan
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ANNOTATION = re.compile(r"^\s*(?:#|//)\s*(expect|ok|expect-site|todo-expect|todo-ok|todo-site):\s*(.*?)\s*$")

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from alloc_audit.allowlist import (
+from alloc_audit.ratchet.allowlist import (
     AllowlistEntry,
     compare,
     compare_allowlists,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from alloc_audit.annotate import Edit, annotate_native, annotate_python
+from alloc_audit.commands.annotate import Edit, annotate_native, annotate_python
 from clihelp import cli_command, make_repo, run_cli, write
 
 PY = b'''# -*- coding: latin-1 -*-

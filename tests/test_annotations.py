@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from alloc_audit.extract.annotations import annotation_applies, next_code_line, parse_annotation
+from alloc_audit.pipeline.extract.annotations import annotation_applies, next_code_line, parse_annotation
 from alloc_audit.model import Annotation
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from alloc_audit.baseline import (BaselineEntry, baseline_growth, compare_findings, entries_from, finding_key,
+from alloc_audit.ratchet.baseline import (BaselineEntry, baseline_growth, compare_findings, entries_from, finding_key,
                                   parse_baseline, plan_baseline_update, render_baseline)
 from alloc_audit.errors import UsageError
 from alloc_audit.model import Finding, Severity

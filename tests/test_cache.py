@@ -100,7 +100,7 @@ def test_catalogue_change_invalidates(tmp_path: Path) -> None:
 
 def test_tool_version_change_invalidates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """In process: the salt of every key includes the version."""
-    from alloc_audit import pipeline
+    from alloc_audit.pipeline import run as pipeline
     from alloc_audit.catalog import load_catalog
     from alloc_audit.config import find_project, load_config
 
@@ -213,9 +213,9 @@ def test_facts_do_not_depend_on_the_process(tmp_path: Path) -> None:
     assert len(outputs) == 1
     from alloc_audit.catalog import load_catalog
     from alloc_audit.config import find_project, load_config
-    from alloc_audit.extract import extract_facts
+    from alloc_audit.pipeline.extract import extract_facts
     from alloc_audit.model import Language
-    from alloc_audit.parse import parse_source
+    from alloc_audit.pipeline.parse import parse_source
 
     apis = load_catalog(load_config(*find_project(root))).apis
     data = (root / "pkg" / "mod0.py").read_bytes()

@@ -7,8 +7,8 @@ demand for the derived sites it holds)."""
 
 from __future__ import annotations
 
-from alloc_audit.index import Wants
-from alloc_audit.mentions import SkippedFile, identifiers, native_definitions, python_keeps_call
+from alloc_audit.pipeline.expand import Wants
+from alloc_audit.pipeline.expand import SkippedFile, identifiers, native_definitions, python_keeps_call
 
 ENGINE = (frozenset({"engine", "buffers"}), frozenset({"engine"}))  # module parts, packages
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import typer
 
-from alloc_audit.allowlist import parse_allowlist
+from alloc_audit.ratchet.allowlist import parse_allowlist
 from alloc_audit.cli import app
 from alloc_audit.errors import UsageError
 from clihelp import git, make_repo, run_cli, write

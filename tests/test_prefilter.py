@@ -3,7 +3,6 @@ skip a file only when no catalogue name or rule trigger can be in it."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

@@ -11,7 +11,7 @@ import pytest
 import alloc_audit.rules as rules_pkg
 from alloc_audit.model import Language
 from alloc_audit.rules import ALL_RULES, known_rule_names
-from alloc_audit.suppress import META_RULES
+from alloc_audit.pipeline.suppress import META_RULES
 from fixtures_harness import ANNOTATION, FIXTURES
 
 HEADINGS = ("What it flags", "Why it matters", "Example", "How to fix", "How to suppress",

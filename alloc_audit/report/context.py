@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..keys import site_key
+from ..ratchet.keys import site_key
 from ..model import Site
 
 if TYPE_CHECKING:
-    from ..allowlist import Comparison
-    from ..pipeline import ScanResult
+    from ..ratchet.allowlist import Comparison
+    from ..pipeline.run import ScanResult
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ builds them)."""
 
 from __future__ import annotations
 
-from .checks import Problem, allowlist_problems, finding_problems, render as render_problems
+from ..ratchet.checks import Problem, allowlist_problems, finding_problems, render as render_problems
 from .context import ReportContext
 
 

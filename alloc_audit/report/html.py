@@ -14,9 +14,9 @@ from importlib import resources
 from typing import Any, Sequence
 
 from .. import __version__
-from ..keys import site_key
+from ..ratchet.keys import site_key
 from ..model import Severity, Site, SiteKind, Tier
-from ..sizes import human
+from .sizes import human
 from . import charts, summary
 from .context import ReportContext
 

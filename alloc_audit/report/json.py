@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from .. import __version__
-from ..keys import key_text, site_key
+from ..ratchet.keys import key_text, site_key
 from ..model import Finding, Site
 from .context import ReportContext
 from .summary import sizes

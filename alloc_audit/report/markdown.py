@@ -11,7 +11,7 @@ from .. import __version__
 from ..model import Finding, Severity, Site, SiteKind
 from . import summary
 from .context import ReportContext
-from .delta import Delta
+from ..ratchet.delta import Delta
 
 FOLD = 10  # rows shown before the rest is folded into <details>
 

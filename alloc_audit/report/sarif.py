@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .. import __version__
-from ..keys import key_text, site_key
+from ..ratchet.keys import key_text, site_key
 from ..model import Finding, Severity, Site
 from .context import ReportContext
 from .summary import counted
@@ -81,7 +81,7 @@ def _level(severity: Severity) -> str:
 
 def rule_descriptors() -> list[dict[str, Any]]:
     from ..rules import ALL_RULES
-    from ..suppress import META_RULES
+    from ..pipeline.suppress import META_RULES
 
     out = []
     for rule in (*ALL_RULES, *META_RULES):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from ..model import TIER_NAMES, Finding, Severity, Site, SiteKind, Tier
-from ..sizes import estimate_bytes, human
+from .sizes import estimate_bytes, human
 from .context import ReportContext
 
 TIER_ORDER = (Tier.T1, Tier.T2, Tier.T3, Tier.T4, Tier.T5A, Tier.T5B, Tier.UNKNOWN)
@@ -130,7 +130,7 @@ def pivot(ctx: ReportContext, by: str, known: dict[int, int]) -> list[Row]:
 def rule_groups(ctx: ReportContext) -> list[RuleGroup]:
     """Findings by rule, errors first, then by count."""
     from ..rules import ALL_RULES
-    from ..suppress import META_RULES
+    from ..pipeline.suppress import META_RULES
 
     summaries = {r.name: r.summary for r in (*ALL_RULES, *META_RULES)}
     open_: dict[str, list[Finding]] = {}

@@ -10,6 +10,7 @@ from typing import Iterable
 
 from ..model import TIER_NAMES, Finding, Severity, Site, SiteKind, Tier
 from . import summary
+from .words import plural
 from .context import ReportContext
 
 TIER_ORDER = [Tier.T1, Tier.T2, Tier.T3, Tier.T4, Tier.T5A, Tier.T5B, Tier.UNKNOWN]
@@ -159,11 +160,6 @@ def finding_lines(findings: Iterable[Finding], limit: int | None = None) -> list
         for r in f.related:
             lines.append(f"    [dim]{r.path}:{r.line}: {_escape(r.note)}[/]")
     return lines
-
-
-def plural(count: int, noun: str, many: str | None = None) -> str:
-    """'1 error', '2 errors': a count with its noun in the right number."""
-    return f"{count} {noun if count == 1 else (many or noun + 's')}"
 
 
 def indented(out, line: str, hang: int = 4) -> None:  # type: ignore[no-untyped-def]
@@ -431,3 +427,14 @@ def rules_table(ctx: ReportContext):  # type: ignore[no-untyped-def]
     if not groups:
         table.add_row("[dim]no findings[/]", "", "", "", "")
     return table
+
+
+def render_rule_doc(name: str, severity: str, default_on: bool, doc: str, color: bool, width: int | None) -> str:
+    """A rule's documentation (its module docstring), as `rules explain` shows it."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    buffer = io.StringIO()
+    out = Console(file=buffer, force_terminal=color, no_color=not color, width=width or 100, highlight=False)
+    out.print(Markdown(f"# {name} ({severity}{'' if default_on else ', off by default'})\n\n" + doc))
+    return buffer.getvalue()

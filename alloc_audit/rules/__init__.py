@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 from ..catalog import RulePack
 from ..config import Config
 from ..globs import matcher
-from ..index import Func, ProjectIndex
+from ..pipeline.index import Func, ProjectIndex
 from ..model import Finding, Severity, Site
 from . import (
     alloc_bypasses_plan,
@@ -83,7 +83,7 @@ def root_finder(pack: RulePack) -> Callable[[ProjectIndex], list[Func]]:
 
 def known_rule_names() -> dict[str, str]:
     """Every accepted rule name (aliases included) -> the current name."""
-    from ..suppress import META_RULES
+    from ..pipeline.suppress import META_RULES
 
     names = {m.name: m.name for m in META_RULES}
     for rule in ALL_RULES:
@@ -94,7 +94,7 @@ def known_rule_names() -> dict[str, str]:
 
 
 def enabled_names(config: Config) -> frozenset[str]:
-    from ..suppress import META_RULES
+    from ..pipeline.suppress import META_RULES
 
     return frozenset({r.name for r in enabled_rules(config)} | {m.name for m in META_RULES})
 

@@ -48,7 +48,7 @@ from typing import Iterator
 from ..globs import matcher
 from ..model import Finding, Related, Severity
 from .base import Rule, RuleContext
-from .findings import is_buffer_allocation, is_returned, returned_names, site_finding
+from ._lib.findings import is_buffer_allocation, is_returned, returned_names, site_finding
 
 NAME = "alloc-bypasses-plan"
 

@@ -67,9 +67,9 @@ from typing import Callable, Iterator
 from ..model import Finding, Related, Severity
 from .base import Rule, RuleContext
 from ..globs import matcher
-from ..index import Func, ProjectIndex
+from ..pipeline.index import Func, ProjectIndex
 from ..model import Site
-from .findings import (
+from ._lib.findings import (
     hop_notes,
     is_device_allocation,
     is_returned,
@@ -78,7 +78,7 @@ from .findings import (
     returned_names,
     site_finding,
 )
-from .regions import calls_in, capture_regions
+from ._lib.regions import calls_in, capture_regions
 
 NAME = "alloc-in-capture"
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from ..catalog import RulePack
-from ..index import ProjectIndex
+from ..pipeline.index import ProjectIndex
 from ..model import Finding, Language, Severity, Site
 
 

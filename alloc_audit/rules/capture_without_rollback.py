@@ -56,9 +56,9 @@ from typing import Iterator
 from ..globs import matcher
 from ..model import Language, Finding, Related, Severity
 from .base import Rule, RuleContext
-from .findings import finding_at
-from .regions import with_items
-from .throwaway import inside_finally, throwaway_evidence
+from ._lib.findings import finding_at
+from ._lib.regions import with_items
+from ._lib.throwaway import inside_finally, throwaway_evidence
 
 NAME = "capture-without-rollback"
 

@@ -57,11 +57,11 @@ import re
 from typing import Iterator
 
 from ..globs import matcher
-from ..index import Func
+from ..pipeline.index import Func
 from ..model import Block, Finding, Language, Related, Severity, Site, SiteKind
 from .base import Rule, RuleContext
-from .findings import is_device_allocation, site_finding
-from .taint import chains
+from ._lib.findings import is_device_allocation, site_finding
+from ._lib.taint import chains
 
 NAME = "grow-on-demand"
 # a test that compares sizes: `if self._ws is None` alone is lazy

@@ -46,11 +46,11 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..globs import matcher
-from ..index import Func
+from ..pipeline.index import Func
 from ..model import Finding, Severity
 from .base import Rule, RuleContext
-from .findings import site_finding
-from .taint import TaintAnalysis, reading_roots
+from ._lib.findings import site_finding
+from ._lib.taint import TaintAnalysis, reading_roots
 
 NAME = "live-free-memory-sizing"
 

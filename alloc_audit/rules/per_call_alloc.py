@@ -43,8 +43,8 @@ from typing import Iterator
 from ..globs import matcher
 from ..model import Finding, Severity
 from .base import Rule, RuleContext
-from .findings import is_device_allocation, site_finding
-from .regions import _dotted_id
+from ._lib.findings import is_device_allocation, site_finding
+from ._lib.regions import _dotted_id
 
 NAME = "per-call-alloc"
 

@@ -50,10 +50,10 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..globs import matcher
-from ..index import Func, ProjectIndex
+from ..pipeline.index import Func, ProjectIndex
 from ..model import Language, Call, Finding, Related, Severity
 from .base import Rule, RuleContext
-from .findings import finding_at
+from ._lib.findings import finding_at
 from .snapshot_before_construction import constructed_allocation
 
 NAME = "retained-per-entry-alloc"

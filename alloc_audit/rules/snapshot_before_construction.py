@@ -52,10 +52,10 @@ import re
 from typing import Iterator
 
 from ..globs import matcher
-from ..index import Func, ProjectIndex, Reach, last_name
+from ..pipeline.index import Func, ProjectIndex, Reach, last_name
 from ..model import Call, Finding, Related, Severity
 from .base import Rule, RuleContext
-from .findings import finding_at, path_text
+from ._lib.findings import finding_at, path_text
 
 NAME = "snapshot-before-construction"
 _RESETS = ("reset_peak_memory_stats", "reset_max_memory_allocated", "reset_accumulated_memory_stats")

@@ -49,11 +49,11 @@ import re
 from typing import Iterator
 
 from ..globs import matcher
-from ..index import Func
+from ..pipeline.index import Func
 from ..model import Language, Call, Finding, Related, Severity
 from .base import Rule, RuleContext
-from .findings import finding_at
-from .throwaway import throwaway_evidence
+from ._lib.findings import finding_at
+from ._lib.throwaway import throwaway_evidence
 
 NAME = "throwaway-graph-pool"
 

@@ -1,0 +1,64 @@
+"""`alloc-audit rules list|explain`: the registry, with what the project's
+configuration turns on and the severities it sets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Union
+
+from ..errors import UsageError
+from .outcome import Text
+from .project import load_project
+
+if TYPE_CHECKING:
+    from ..pipeline.suppress import MetaRule
+    from ..rules.base import Rule
+
+
+def list_rules(config_path: Path | None) -> Text:
+    """List every rule with its severity, whether it is on, and a summary.
+
+    Example:
+
+      alloc-audit rules list
+    """
+    from ..pipeline.suppress import META_RULES
+    from ..rules import ALL_RULES, enabled_rules
+
+    try:
+        config = load_project(None, config_path).config
+        on = {r.name for r in enabled_rules(config)}
+        severities = dict(config.severity)
+    except UsageError:
+        on, severities = {r.name for r in ALL_RULES if r.default_on}, {}
+    width = max([len(r.name) for r in (*ALL_RULES, *META_RULES)] or [10])
+    lines = []
+    for rule in ALL_RULES:
+        state = "on " if rule.name in on else "off"
+        severity = severities.get(rule.name, rule.severity.value)
+        lines.append(f"{rule.name:<{width}}  {severity:<7}  {state}  {rule.summary}\n")
+    for meta in META_RULES:
+        lines.append(f"{meta.name:<{width}}  {meta.severity.value:<7}  on   {meta.summary}\n")
+    return Text("".join(lines))
+
+
+def explain(name: str) -> Union[Rule, MetaRule]:
+    """Print a rule's documentation: what it flags, why, an example, how to fix and suppress it.
+
+    Example:
+
+      alloc-audit rules explain snapshot-before-construction
+    """
+    from ..pipeline.suppress import META_RULES
+    from ..rules import ALL_RULES, rule_by_name
+
+    rule = rule_by_name(name) or next((m for m in META_RULES if m.name == name), None)
+    if rule is None:
+        import difflib
+
+        names = [r.name for r in (*ALL_RULES, *META_RULES)]
+        hint = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+        if hint:
+            raise UsageError(f"unknown rule '{name}'; did you mean '{hint[0]}'? (`alloc-audit rules list` lists them)")
+        raise UsageError(f"unknown rule '{name}'; known rules: {', '.join(names)}")
+    return rule

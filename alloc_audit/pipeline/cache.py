@@ -1,0 +1,205 @@
+"""The content-hash cache of per-file facts (and of whole results).
+
+Layout under the cache directory (``.alloc-audit-cache/`` at the project root
+by default; it writes its own ``.gitignore`` so git never sees it)::
+
+    CACHEDIR.TAG, .gitignore
+    v1/facts/ab/<key>      marshal of one parsed file's facts
+    v1/stat-<root>         path -> (size, mtime_ns, inode, digest): lets a warm
+                           run skip reading files whose stat is unchanged
+    v1/skips-<root>        fact key -> (path, identifiers, warning) of the files
+                           the pre-filter skipped (most files: one table, not
+                           a file each)
+    v1/result-<key>        a whole run's output, keyed by every input
+
+A fact key hashes the file's path, content digest and language with the
+``salt`` (tool version, catalogue/rule-pack digest, grammar versions, Python
+version), so changing any of them misses. Every write is a temp file plus
+``os.replace``: a killed run leaves at worst a stray temp file, never a torn
+entry, and concurrent runs that write the same key write the same bytes. A
+read that fails to decode is a miss. The cache prunes itself: entries not
+used for a week are deleted when the directory has grown past a threshold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import marshal
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ..atomic import atomic_write_bytes
+
+_FORMAT = "v1"
+_MAGIC = "alloc-audit-cache"
+_PRUNE_AFTER_SECONDS = 7 * 24 * 3600
+_PRUNE_THRESHOLD = 20_000
+
+
+def content_digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+class Cache:
+    def __init__(self, directory: Path | None, salt: str) -> None:
+        self.directory = directory
+        self.salt = salt
+        self.base = directory / _FORMAT if directory is not None else None
+        self._ready = False
+        self._dirs: set[Path] = set()
+
+    @property
+    def enabled(self) -> bool:
+        return self.base is not None
+
+    def _prepare(self) -> None:
+        if self._ready or self.directory is None:
+            return
+        assert self.base is not None
+        (self.base / "facts").mkdir(parents=True, exist_ok=True)
+        for name, content in (
+            (".gitignore", "# created by alloc-audit\n*\n"),
+            ("CACHEDIR.TAG", "Signature: 8a477f597d28d172789f06886806bc55\n# alloc-audit cache directory\n"),
+        ):
+            path = self.directory / name
+            if not path.exists():
+                atomic_write_bytes(path, content.encode())
+        self._ready = True
+
+    # ------------------------------------------------------------ per-file facts
+    def fact_key(self, path: str, digest: str, language: str) -> str:
+        return hashlib.blake2b(f"{self.salt}\0{path}\0{digest}\0{language}".encode(), digest_size=16).hexdigest()
+
+    def _fact_path(self, key: str) -> Path:
+        assert self.base is not None
+        return self.base / "facts" / key[:2] / key
+
+    def load(self, key: str) -> Any | None:
+        if self.base is None:
+            return None
+        return self._read(self._fact_path(key))
+
+    def store(self, key: str, value: Any) -> None:
+        if self.base is None:
+            return
+        self._prepare()
+        path = self._fact_path(key)
+        if path.parent not in self._dirs:
+            path.parent.mkdir(exist_ok=True)
+            self._dirs.add(path.parent)
+        self._write(path, value)
+
+    # ------------------------------------------------------------ stat cache and results
+    def _named(self, kind: str, key: str) -> Path:
+        assert self.base is not None
+        return self.base / f"{kind}-{key}"
+
+    def load_stat(self, root_key: str) -> dict[str, tuple[int, int, int, str]]:
+        if self.base is None:
+            return {}
+        data = self._read(self._named("stat", root_key))
+        return data if isinstance(data, dict) else {}
+
+    def store_stat(self, root_key: str, table: dict[str, tuple[int, int, int, str]]) -> None:
+        if self.base is None:
+            return
+        self._prepare()
+        self._write(self._named("stat", root_key), table)
+
+    def load_skips(self, root_key: str) -> dict[str, tuple[str, tuple[str, ...], str | None]]:
+        """Files the pre-filter skipped, by fact key: (path, identifiers,
+        warning). One entry per tree rather than a file per skipped file:
+        most files are skipped, and a file per entry costs more to write
+        than the pre-filter costs to run."""
+        if self.base is None:
+            return {}
+        data = self._read(self._named("skips", root_key))
+        return data if isinstance(data, dict) else {}
+
+    def store_skips(self, root_key: str, table: dict[str, tuple[str, tuple[str, ...], str | None]]) -> None:
+        if self.base is None:
+            return
+        self._prepare()
+        self._write(self._named("skips", root_key), table)
+
+    def load_result(self, key: str) -> Any | None:
+        if self.base is None:
+            return None
+        return self._read(self._named("result", key))
+
+    def store_result(self, key: str, value: Any) -> None:
+        if self.base is None:
+            return
+        self._prepare()
+        self._write(self._named("result", key), value)
+        self._prune_results()
+
+    # ------------------------------------------------------------ io
+    def _read(self, path: Path) -> Any | None:
+        try:
+            with open(path, "rb") as fh:
+                blob = fh.read()
+            magic, salt, value = marshal.loads(blob)
+        except (OSError, EOFError, ValueError, TypeError):
+            return None
+        if magic != _MAGIC or salt != self.salt:
+            return None
+        return value
+
+    def _write(self, path: Path, value: Any) -> None:
+        """Temp file and rename, like ``atomic_write_bytes``, made light for
+        entries written by the thousand: a temp name per process is enough
+        (concurrent runs are other processes), no mode to keep, no fsync (a
+        torn entry after a crash fails to decode and is a miss)."""
+        tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(marshal.dumps((_MAGIC, self.salt, value)))
+            os.replace(tmp, path)
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass  # a cache that cannot be written only costs time
+
+    def _prune_results(self, keep: int = 8) -> None:
+        assert self.base is not None
+        try:
+            results = sorted(self.base.glob("result-*"), key=lambda p: p.stat().st_mtime, reverse=True)
+        except OSError:
+            return
+        for old in results[keep:]:
+            try:
+                old.unlink()
+            except OSError:
+                pass
+
+    def prune(self, now: float | None = None) -> int:
+        """Delete fact entries unused for a week (and stray temp files) once
+        the cache has grown large. Returns how many files were removed."""
+        if self.base is None or not (self.base / "facts").is_dir():
+            return 0
+        now = time.time() if now is None else now
+        entries = [p for d in (self.base / "facts").iterdir() if d.is_dir() for p in d.iterdir()]
+        if len(entries) < _PRUNE_THRESHOLD:
+            return 0
+        removed = 0
+        for path in entries:
+            try:
+                st = path.stat()
+                if now - max(st.st_mtime, st.st_atime) > _PRUNE_AFTER_SECONDS or path.name.endswith(".tmp"):
+                    path.unlink()
+                    removed += 1
+            except OSError:
+                continue
+        return removed
+
+    def touch(self, key: str) -> None:
+        if self.base is None:
+            return
+        try:
+            os.utime(self._fact_path(key))
+        except OSError:
+            pass

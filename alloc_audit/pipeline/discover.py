@@ -1,0 +1,195 @@
+"""Stage 1, discover: paths -> SourceFile records (stat only; nothing is read).
+
+In a git work tree the file list comes from ``git ls-files --cached --others
+--exclude-standard``, which is exactly git's view of ``.gitignore`` (nested
+files, negations, ``info/exclude``, the global excludes file). Outside git the
+tree is walked and the ``.gitignore`` files found on the way are honoured.
+``include``/``exclude`` from the configuration are gitignore-style patterns
+(pathspec). Symlinks are never followed: a linked file is either outside the
+root or already scanned under its real path. Files over the size limit are
+reported, not read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import pathspec
+
+from ..config import Config
+from ..errors import UsageError
+from ..model import FileError, Language
+
+SUFFIXES: dict[str, Language] = {
+    ".py": Language.PYTHON,
+    ".cu": Language.CUDA,
+    ".cuh": Language.CUDA,
+    ".cpp": Language.CPP,
+    ".cc": Language.CPP,
+    ".cxx": Language.CPP,
+    ".h": Language.CPP,
+    ".hpp": Language.CPP,
+    ".hh": Language.CPP,
+}
+_SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".alloc-audit-cache", ".mypy_cache", ".ruff_cache",
+              ".pytest_cache", ".tox", ".nox", "node_modules"}
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    path: str  # relative to the root, "/" separators
+    abspath: str
+    language: Language
+    size: int
+    mtime_ns: int
+    inode: int
+
+
+@dataclass(frozen=True)
+class Discovery:
+    files: tuple[SourceFile, ...]
+    errors: tuple[FileError, ...]
+
+
+def language_of(path: str) -> Language | None:
+    return SUFFIXES.get(os.path.splitext(path)[1].lower())
+
+
+def discover_files(config: Config, paths: Iterable[Path] = ()) -> Discovery:
+    """The source files under ``paths`` (default: the root), sorted by path."""
+    root = config.root.resolve()
+    targets = [Path(os.path.abspath(p)) for p in paths] or [root]
+    for target in targets:
+        if not target.exists() and not target.is_symlink():
+            raise UsageError(f"no such file or directory: {target}")
+        if not _inside(target, root):
+            raise UsageError(f"{target} is outside the project root {root}")
+    include = pathspec.GitIgnoreSpec.from_lines(config.include) if config.include else None
+    exclude = pathspec.GitIgnoreSpec.from_lines([*config.exclude, f"{config.cache_dir}/"])
+    explicit = [t for t in targets if not t.is_dir()]
+    directories = [t for t in targets if t.is_dir()]
+    candidates: set[str] = set()
+    for target in explicit:
+        candidates.add(target.relative_to(root).as_posix())
+    if directories:
+        listed = _git_files(root, directories)
+        if listed is None:
+            listed = _walk(root, directories)
+        candidates.update(listed)
+    files: list[SourceFile] = []
+    errors: list[FileError] = []
+    named = {target.relative_to(root).as_posix() for target in explicit}
+    for rel in sorted(candidates):
+        lang = language_of(rel)
+        if lang is None:
+            continue
+        if include is not None and not include.match_file(rel):
+            continue
+        if exclude.match_file(rel):
+            continue
+        abspath = os.path.join(root, rel)
+        try:
+            st = os.lstat(abspath)
+        except OSError:
+            continue  # deleted in the work tree but still in git's index
+        if os.path.islink(abspath) or not stat.S_ISREG(st.st_mode):
+            # skipped when found by walking; a file named on the command line is reported, never dropped silently
+            if rel in named:
+                errors.append(FileError(rel, f"{_what(abspath, st.st_mode)}; not scanned"))
+            continue
+        if st.st_size > config.max_file_size:
+            errors.append(
+                FileError(rel, f"larger than the {_mib(config.max_file_size)} limit ({_mib(st.st_size)}); "
+                               "skipped (raise max-file-size to scan it)")
+            )
+            continue
+        files.append(SourceFile(rel, abspath, lang, st.st_size, st.st_mtime_ns, st.st_ino))
+    return Discovery(tuple(files), tuple(errors))
+
+
+def _what(path: str, mode: int) -> str:
+    if os.path.islink(path):
+        return "a symbolic link (alloc-audit does not follow links: name the file it points to)"
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return f"not a regular file ({name})"
+    return "not a regular file"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 1024 / 1024:.1f} MiB"
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+def _git_files(root: Path, directories: list[Path]) -> list[str] | None:
+    """Files git sees under ``directories`` (relative to ``root``), or None
+    when ``root`` is not in a git work tree."""
+    if not any((d / ".git").exists() for d in (root, *root.parents)):
+        return None
+    specs = [d.relative_to(root).as_posix() or "." for d in directories]
+    try:
+        proc = subprocess.run(
+            ["git", "-c", "core.quotepath=off", "ls-files", "-z", "--cached", "--others", "--exclude-standard",
+             "--", *specs],
+            cwd=root,
+            capture_output=True,
+            check=False,
+        )
+    except OSError:
+        return None
+    if proc.returncode != 0:
+        return None
+    return sorted({p.decode("utf-8", "surrogateescape") for p in proc.stdout.split(b"\0") if p})
+
+
+def _walk(root: Path, directories: list[Path]) -> Iterator[str]:
+    """Walk without git, honouring .gitignore files met on the way."""
+    for top in directories:
+        specs: dict[str, pathspec.PathSpec] = {}
+        for base in [top, *[p for p in top.parents if _inside(p, root)]]:
+            spec = _gitignore(base)
+            if spec is not None:
+                specs[str(base)] = spec
+        for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
+            spec = _gitignore(Path(dirpath))
+            if spec is not None:
+                specs[dirpath] = spec
+            dirnames[:] = sorted(
+                d for d in dirnames
+                if d not in _SKIP_DIRS and not _ignored(specs, os.path.join(dirpath, d), True)
+            )
+            for name in filenames:
+                full = os.path.join(dirpath, name)
+                if language_of(name) is not None and not _ignored(specs, full, False):
+                    yield Path(full).relative_to(root).as_posix()
+
+
+def _gitignore(directory: Path) -> pathspec.PathSpec | None:
+    path = directory / ".gitignore"
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    return pathspec.GitIgnoreSpec.from_lines(lines)
+
+
+def _ignored(specs: dict[str, pathspec.PathSpec], full: str, is_dir: bool) -> bool:
+    for base, spec in specs.items():
+        if full.startswith(base + os.sep):
+            rel = full[len(base) + 1:].replace(os.sep, "/")
+            if spec.match_file(rel + ("/" if is_dir else "")):
+                return True
+    return False

@@ -1,0 +1,129 @@
+"""Stage 4, index: all files' facts -> ProjectIndex, the queries rules ask.
+
+Joins the per-file facts into functions with their calls, sites and
+statements, and classes with methods, bases and member types
+(``symbols``); resolves calls (``python``, ``cpp``, with the types of
+locals and members from ``types``); walks the call graph (``calls``); and
+finds *factories* (functions that hand an allocation back, classes whose
+construction allocates) and the *derived sites* that call them
+(``factories``). Memos live in those parts, never in the facts.
+
+Resolution is deliberately conservative: a call resolves only when the
+target is determined by names and declared types, never by guessing among
+same-named methods of unrelated classes. Unresolved calls simply end a path,
+which costs recall, never precision.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator, Mapping
+
+from ...model import Call, FileFacts, Language, Site
+from .calls import CallGraph
+from .cpp import CppResolution
+from .factories import Factories, Factory
+from .python import PythonResolution
+from .symbols import ClassInfo, Func, Hop, Reach, Symbols, last_name, split_callee
+from .types import Types
+
+__all__ = ["ClassInfo", "Factory", "Func", "Hop", "ProjectIndex", "Reach", "build_index", "last_name",
+           "split_callee"]
+
+
+class ProjectIndex:
+    """The facade: every query the rules, the expansion and the derivation ask."""
+
+    def __init__(self, files: Mapping[str, FileFacts]) -> None:
+        self._symbols = Symbols()
+        self._types = Types(self._symbols)
+        self._python = PythonResolution(self._symbols, self._types)
+        self._cpp = CppResolution(self._symbols, self._types)
+        self._calls = CallGraph(self._symbols, self.resolve)
+        self._factories = Factories(self._symbols, self._calls, self.resolve, self.constructed_class)
+        self._resolved: dict[tuple[str, str], tuple[Func, ...]] = {}
+        self.add(files)
+
+    def add(self, files: Mapping[str, FileFacts]) -> None:
+        """Add files (the on-demand expansion adds them round by round)."""
+        self._resolved = {}
+        for part in (self._types, self._python, self._calls, self._factories):
+            part.reset()
+        self._symbols.add(files)
+
+    # ------------------------------------------------------------ symbols
+    @property
+    def funcs(self) -> Mapping[str, Func]:
+        """Every function by id (``path::qualname``), module levels included."""
+        return self._symbols.funcs
+
+    def func(self, path: str, scope: str) -> Func | None:
+        return self._symbols.func(path, scope)
+
+    def method_lookup(self, cls: ClassInfo, name: str) -> list[Func]:
+        """A method of ``cls`` or of its nearest base that defines it."""
+        return self._symbols.method_lookup(cls, name)
+
+    def subclass_names(self, name: str) -> list[str]:
+        return self._symbols.subclass_names(name)
+
+    def unattached_owners(self) -> set[str]:
+        return self._symbols.unattached_owners()
+
+    # ------------------------------------------------------------ resolution
+    def resolve(self, func: Func, call: Call | str) -> tuple[Func, ...]:
+        """The project functions a call in ``func`` runs (constructors for a
+        construction); empty when it cannot be told."""
+        callee = call if isinstance(call, str) else call.callee
+        key = (func.id, callee)
+        found = self._resolved.get(key)
+        if found is None:
+            if func.language is Language.PYTHON:
+                found = tuple(self._python.resolve(func, callee))
+            else:
+                found = tuple(self._cpp.resolve(func, callee))
+            self._resolved[key] = found
+        return found
+
+    def constructed_class(self, func: Func, call: Call) -> ClassInfo | None:
+        """The project class a call constructs, if it is a construction."""
+        if func.language is Language.PYTHON:
+            return self._python.constructed_class(func, call.callee)
+        return self._cpp.constructed_class(call.callee)
+
+    def missing_names(self, func: Func, callee: str) -> set[str]:
+        """For a call that did not resolve, what could resolve it if analysed:
+        for Python the modules its names are imported from (``module:`` +
+        dotted name), for C++ the class or function names involved."""
+        if func.language is Language.PYTHON:
+            return {f"module:{m}" for m in self._python.missing_modules(func, callee)}
+        return self._cpp.missing_names(func, callee)
+
+    # ------------------------------------------------------------ call graph
+    def callers_matching(self, predicate: Callable[[str], bool]) -> frozenset[str]:
+        return self._calls.callers_matching(predicate)
+
+    def callers_within(self, seeds: Iterable[Func], depth: int) -> dict[str, int]:
+        return self._calls.callers_within(seeds, depth)
+
+    def callees(self, func: Func) -> Iterator[tuple[Call, tuple[Func, ...]]]:
+        return self._calls.callees(func)
+
+    def reach(self, func: Func, depth: int) -> tuple[Reach, ...]:
+        return self._calls.reach(func, depth)
+
+    # ------------------------------------------------------------ factories
+    def class_allocates(self, cls: ClassInfo, depth: int = 3) -> Reach | None:
+        return self._factories.class_allocates(cls, depth)
+
+    def factory_allocation(self, func: Func, depth: int = 3) -> Reach | None:
+        return self._factories.factory_allocation(func, depth)
+
+    def factories(self, depth: int = 3) -> set[Factory]:
+        return self._factories.factories(depth)
+
+    def derived_sites(self, depth: int = 3) -> tuple[Site, ...]:
+        return self._factories.derived_sites(depth)
+
+
+def build_index(files: Mapping[str, FileFacts]) -> ProjectIndex:
+    return ProjectIndex(files)

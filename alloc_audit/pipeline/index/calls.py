@@ -1,0 +1,135 @@
+"""The call graph: every call grouped by callee (read from the columnar
+call tables, no objects), callers of a set of functions within N calls,
+and the allocation sites a function reaches within N calls with a
+shortest path to each."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator
+
+from ...model import Call, SiteKind
+from .symbols import Func, Hop, Reach, Symbols, split_callee
+
+
+class CallGraph:
+    def __init__(self, symbols: Symbols, resolve: Callable[[Func, Call | str], tuple[Func, ...]]) -> None:
+        self._symbols = symbols
+        self._resolve = resolve
+        self._calls_by_leaf: dict[str, list[tuple[Func, int]]] = {}
+        self._by_callee: dict[str, list[str]] = {}  # callee -> ids of the functions calling it
+        self._leaves: dict[str, str] = {}  # callee -> its last name
+        self._calls_indexed: set[str] = set()
+        self._reach: dict[tuple[str, int], tuple[Reach, ...]] = {}
+
+    def reset(self) -> None:
+        self._reach = {}
+
+    def calls_by_leaf(self) -> dict[str, list[tuple[Func, int]]]:
+        """Every call as (function, index in its file's CallTable), grouped
+        by the last name of its callee; read from the columns, no objects.
+        Kept up to date as files are added."""
+        self._index_calls()
+        return self._calls_by_leaf
+
+    def callers_matching(self, predicate: Callable[[str], bool]) -> frozenset[str]:
+        """Ids of the functions with a call whose callee satisfies
+        ``predicate``. Each distinct callee is asked once: the rules ask
+        this of every function, and callees repeat across thousands."""
+        self._index_calls()
+        return frozenset(fid for callee, fids in self._by_callee.items() if predicate(callee) for fid in fids)
+
+    def _index_calls(self) -> None:
+        """Group the calls of the files added since the last time by callee
+        leaf and by callee (a file's functions never change once added)."""
+        by_leaf, by_callee, leaves = self._calls_by_leaf, self._by_callee, self._leaves
+        for path in self._symbols.files:
+            if path in self._calls_indexed:
+                continue
+            self._calls_indexed.add(path)
+            for func in self._symbols.by_path.get(path, {}).values():
+                calls = func.table
+                if calls is None:
+                    continue
+                callees = calls.callees
+                seen: set[str] = set()
+                for i in func.call_ix:
+                    callee = callees[i]
+                    leaf = leaves.get(callee)
+                    if leaf is None:
+                        leaf = leaves[callee] = split_callee(callee)[1]
+                    by_leaf.setdefault(leaf, []).append((func, i))
+                    if callee not in seen:
+                        seen.add(callee)
+                        by_callee.setdefault(callee, []).append(func.id)
+
+    def callers_within(self, seeds: Iterable[Func], depth: int) -> dict[str, int]:
+        """Functions that reach one of ``seeds`` through at most ``depth``
+        resolved calls -> their distance (seeds are 0). Reverse breadth-first:
+        only calls whose name matches the frontier are resolved."""
+        dist: dict[str, int] = {}
+        frontier: list[Func] = []
+        for f in seeds:
+            if f.id not in dist:
+                dist[f.id] = 0
+                frontier.append(f)
+        by_leaf = self.calls_by_leaf()
+        for level in range(1, depth + 1):
+            ids = {f.id for f in frontier}
+            names = {f.name for f in frontier}
+            names |= {f.owner.name for f in frontier if f.owner is not None and f.scope is not None
+                      and f.scope.role == "constructor"}
+            next_frontier: list[Func] = []
+            for name in sorted(names):
+                for caller, i in by_leaf.get(name, ()):
+                    if caller.id in dist:
+                        continue
+                    assert caller.table is not None
+                    if any(t.id in ids for t in self._resolve(caller, caller.table.callees[i])):
+                        dist[caller.id] = level
+                        next_frontier.append(caller)
+            if not next_frontier:
+                break
+            frontier = next_frontier
+        return dist
+
+    def callees(self, func: Func) -> Iterator[tuple[Call, tuple[Func, ...]]]:
+        for call in func.calls:
+            targets = self._resolve(func, call)
+            if targets:
+                yield call, targets
+
+    def reach(self, func: Func, depth: int) -> tuple[Reach, ...]:
+        """Allocation sites executed by ``func`` directly or through at most
+        ``depth`` resolved calls, each with the shortest call path found
+        (breadth first, so the first path to a site is a shortest one)."""
+        key = (func.id, depth)
+        cached = self._reach.get(key)
+        if cached is not None:
+            return cached
+        out: list[Reach] = []
+        seen_sites: set[tuple[str, int, int]] = set()
+        seen_funcs = {func.id}
+        frontier: list[tuple[Func, tuple[Hop, ...]]] = [(func, ())]
+        for level in range(depth + 1):
+            next_frontier: list[tuple[Func, tuple[Hop, ...]]] = []
+            for current, hops in frontier:
+                for site in current.sites:
+                    if site.kind is SiteKind.RELEASE:
+                        continue
+                    skey = (site.path, site.span.line, site.span.col)
+                    if skey not in seen_sites:
+                        seen_sites.add(skey)
+                        out.append(Reach(site, hops))
+                if level == depth:
+                    continue
+                for call, targets in self.callees(current):
+                    for target in targets:
+                        if target.id in seen_funcs:
+                            continue
+                        seen_funcs.add(target.id)
+                        hop = Hop(call, current.path, current.qualname, target.qualname)
+                        next_frontier.append((target, (*hops, hop)))
+            frontier = next_frontier
+        result = tuple(out)
+        self._reach[key] = result
+        return result

@@ -1,0 +1,278 @@
+"""Factories and derived sites: functions that hand an allocation back to
+their caller (return it, fill an out-parameter), classes whose construction
+allocates, and the calls to them, which become *derived sites* in the
+caller's scope (api = the factory, via = the underlying allocation)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ...arglists import split_args
+from ...model import Call, Language, Site, SiteKind, Tier, Via
+from .calls import CallGraph
+from .symbols import ClassInfo, Func, Hop, Reach, Symbols
+
+
+class Factories:
+    def __init__(self, symbols: Symbols, calls: CallGraph, resolve: Callable[[Func, Call | str], tuple[Func, ...]],
+                 constructed_class: Callable[[Func, Call], ClassInfo | None]) -> None:
+        self._symbols = symbols
+        self._calls = calls
+        self._resolve = resolve
+        self._constructed_class = constructed_class
+        self._factory: dict[tuple[str, int], Reach | None] = {}
+        self._class_alloc: dict[tuple[str, int], Reach | None] = {}
+
+    def reset(self) -> None:
+        self._factory = {}
+        self._class_alloc = {}
+
+    def class_allocates(self, cls: ClassInfo, depth: int = 3) -> Reach | None:
+        """The first allocation a construction of ``cls`` executes (through its
+        constructors and what they call), or None."""
+        key = (cls.key, depth)
+        if key in self._class_alloc:
+            return self._class_alloc[key]
+        self._class_alloc[key] = None  # cycle guard
+        found: Reach | None = None
+        reached = [r for ctor in self._symbols.constructors(cls) for r in self._calls.reach(ctor, depth) if not _weight(r.site)]
+        if reached:
+            found = min(reached, key=_significance)
+        self._class_alloc[key] = found
+        return found
+
+    def factory_allocation(self, func: Func, depth: int = 3) -> Reach | None:
+        """When ``func`` hands an allocation back to its caller (returns it,
+        or fills an out-parameter), the first such allocation."""
+        key = (func.id, depth)
+        if key in self._factory:
+            return self._factory[key]
+        self._factory[key] = None  # cycle guard
+        found = self._find_factory_allocation(func, depth)
+        self._factory[key] = found
+        return found
+
+    def _find_factory_allocation(self, func: Func, depth: int) -> Reach | None:
+        scope = func.scope
+        if scope is None or scope.kind != "function" or scope.role == "constructor":
+            return None
+        returned_lines = {r.line for r in func.returns}
+        returned_names = {r.value for r in func.returns if r.value}
+        for site in func.sites:
+            if site.kind is SiteKind.RELEASE or _weight(site):
+                continue
+            if site.stmt_line in returned_lines or (site.target and site.target in returned_names):
+                return Reach(site, ())
+            if site.target and site.target.startswith("*") and \
+                    site.target[1:] in {p.lstrip("*&") for p in scope.params}:
+                return Reach(site, ())
+        if depth <= 0:
+            return None
+        for ret in func.returns:
+            for call in func.calls:
+                if call.span.line != ret.line and not (call.target and call.target == ret.value):
+                    continue
+                for target in self._resolve(func, call):
+                    inner = self.factory_allocation(target, depth - 1)
+                    if inner is None and target.scope is not None and target.scope.role == "constructor" \
+                            and target.owner is not None:
+                        inner = self.class_allocates(target.owner, depth - 1)
+                    if inner is not None:
+                        hop = Hop(call, func.path, func.qualname, target.qualname)
+                        return Reach(inner.site, (hop, *inner.hops))
+        return None
+
+    def derived_sites(self, depth: int = 3) -> tuple[Site, ...]:
+        """Calls to project factories and allocating classes, as sites in the
+        caller's scope (api = the factory, via = the underlying allocation).
+
+        Python factory functions count when their result is kept (stored on an
+        object, at module level, or in a class body): a temporary returned by
+        an op wrapper is already a per-call site inside the wrapper.
+        Constructions of allocating classes and native factories always count.
+        """
+        by_leaf = self._calls.calls_by_leaf()
+        out: list[Site] = []
+        for name in sorted(self._factory_names()):
+            for func, i in by_leaf.get(name, ()):
+                assert func.table is not None
+                derived = self._derive(func, func.table[i], depth)
+                if derived is not None:
+                    out.append(derived)
+        out.sort(key=lambda s: s.sort_key)
+        return tuple(out)
+
+    def _factory_names(self, depth: int = 3) -> set[str]:
+        return {f.name for f in self.factories(depth)}
+
+    def factories(self, depth: int = 3) -> set[Factory]:
+        """Functions that hand an allocation back and classes whose
+        construction allocates, found from the allocations outward:
+        level 0 are functions returning (or filling an out-parameter with) a
+        site of their own and classes whose construction allocates (within
+        ``depth`` calls); each further level adds functions that return a
+        call to a known factory. Only calls whose name matches the previous
+        level are looked at, and only what is a factory when resolved (what
+        ``_derive`` accepts) is returned."""
+        names: set[Factory] = set()
+        frontier: list[Func] = []
+        for func in self._symbols.funcs.values():
+            scope = func.scope
+            if scope is None or scope.kind != "function" or scope.role == "constructor" or not func.sites:
+                continue
+            if self.factory_allocation(func, 0) is not None:
+                frontier.append(func)
+        # classes whose construction allocates, however deep (what a derived
+        # site of a construction requires), in a stable order
+        for key in sorted(self._symbols.classes):
+            cls = self._symbols.classes[key]
+            if self.class_allocates(cls, depth) is not None:
+                frontier += self._symbols.constructors(cls)
+        by_leaf = self._calls.calls_by_leaf()
+        seen: set[str] = set()
+        for _level in range(depth + 1):
+            level_names: set[str] = set()
+            for func in frontier:
+                if func.id in seen:
+                    continue
+                seen.add(func.id)
+                if func.scope is not None and func.scope.role == "constructor" and func.owner is not None:
+                    for cls in (func.owner, *self._symbols.subclasses(func.owner.name)):
+                        level_names.add(cls.name)
+                        if self.class_allocates(cls, depth) is not None:
+                            names.add(Factory.of_class(cls))
+                else:
+                    level_names.add(func.name)
+                    if self.factory_allocation(func, depth) is not None:
+                        names.add(Factory.of_function(func))
+            next_frontier: list[Func] = []
+            for name in sorted(level_names):
+                for caller, i in by_leaf.get(name, ()):
+                    if caller.id in seen or caller.scope is None or caller.scope.kind != "function":
+                        continue
+                    if caller.scope.role == "constructor" or self._returns_call(caller, i):
+                        next_frontier.append(caller)
+            frontier = next_frontier
+        return names
+
+    def _returns_call(self, func: Func, i: int) -> bool:
+        """Whether call ``i`` of ``func`` is returned (on a return line, or
+        stored into a name that is returned)."""
+        table = func.table
+        if table is None or not func.returns:
+            return False
+        line = table.line(i)
+        target = table.targets[i]
+        return any(r.line == line or (target is not None and r.value == target) for r in func.returns)
+
+    def _factory_api(self, func: Func, call: Call, cls: ClassInfo | None) -> str:
+        """How a derived site names its factory: as called on ``self``/``cls``
+        (`self._make_buffer`), else by the definition's qualified name
+        (`KVCachePool`, `Wrapper.make`): readable, and unchanged by import style."""
+        callee = call.callee
+        if callee.startswith(("self.", "cls.", "this->", "super()")) or "->" in callee:
+            return callee
+        if cls is not None:
+            return cls.qualname
+        targets = self._resolve(func, call)
+        return targets[0].qualname if targets else callee
+
+    def _derive(self, func: Func, call: Call, depth: int) -> Site | None:
+        cls = self._constructed_class(func, call)
+        reach: Reach | None = None
+        if cls is not None:
+            reach = self.class_allocates(cls, depth)
+            if reach is not None and not cls.defined_once:
+                # one C++ name, several definitions (a device-side view and a
+                # host class, in different headers): a caller in one of those
+                # files means its own; elsewhere, which one is not known
+                # without the includes, so say nothing
+                if func.path not in cls.paths:
+                    return None
+                own = [r for ctor in self._symbols.constructors(cls) if ctor.path == func.path
+                       for r in self._calls.reach(ctor, depth) if not _weight(r.site)]
+                reach = min(own, key=_significance) if own else None
+        else:
+            targets = self._resolve(func, call)
+            if not targets:
+                return None
+            if func.language is Language.PYTHON and not _kept(func, call):
+                return None
+            for target in targets:
+                if target is func:
+                    continue
+                reach = self.factory_allocation(target, depth)
+                if reach is not None:
+                    break
+        if reach is None:
+            return None
+        under = reach.site
+        return Site(
+            path=func.path,
+            span=call.span,
+            language=func.language,
+            api=self._factory_api(func, call, cls),
+            kind=under.kind,
+            scope=func.qualname,
+            size=" ".join(call.arglist.split()) or None,
+            shape=tuple(a.text for a in split_args(call.arglist, func.language is not Language.PYTHON)
+                        if a.keyword is None),
+            device=under.device,
+            target=call.target,
+            stmt_line=call.span.line,
+            via=Via(under.api, under.path, under.span.line),
+        )
+
+
+_KIND_RANK = {SiteKind.DEVICE: 0, SiteKind.IPC: 1, SiteKind.MANAGED: 2, SiteKind.VIRTUAL: 3,
+              SiteKind.WORKSPACE: 4, SiteKind.GRAPH_POOL: 5, SiteKind.PINNED_HOST: 6, SiteKind.RELEASE: 9}
+
+
+def _significance(reach: Reach) -> tuple[int, int, str, int]:
+    """Which of a construction's allocations stands for it: device memory
+    before host memory, then the nearest, then the first in the source."""
+    return (_KIND_RANK[reach.site.kind], len(reach.hops), reach.site.path, reach.site.span.line)
+
+
+def _weight(site: Site) -> bool:
+    """Model weights (T1) are counted where they are allocated; constructing a
+    layer that owns weights is not a derived site."""
+    return site.tier is Tier.T1
+
+
+def _kept(func: Func, call: Call) -> bool:
+    """True when a call's result outlives the call's frame."""
+    scope = func.scope
+    if scope is None or scope.kind == "class":
+        return True
+    return (call.target or "").startswith(("self.", "cls."))
+
+
+@dataclass(frozen=True, order=True)
+class Factory:
+    """A buffer factory as the expansion looks for its callers: its name,
+    language, kind (class, function or method) and where a caller must
+    point to reach it: for Python the defining module, for a native method
+    its class (a caller declares a variable of that type)."""
+
+    name: str
+    python: bool
+    kind: str
+    home: str
+    everywhere: bool = True  # False: a native class defined in several files
+    owner: str = ""  # a method's class
+
+    @staticmethod
+    def of_class(cls: ClassInfo) -> Factory:
+        python = cls.language is Language.PYTHON
+        return Factory(cls.name, python, "class", cls.module, python or cls.defined_once)
+
+    @staticmethod
+    def of_function(func: Func) -> Factory:
+        python = func.language is Language.PYTHON
+        if func.owner is None:
+            return Factory(func.name, python, "function", func.module)
+        owner = func.owner
+        return Factory(func.name, python, "method", func.module if python else owner.name,
+                       python or owner.defined_once, owner.name)

@@ -1,0 +1,45 @@
+"""Allowlist keys: a site's identity without line numbers.
+
+A key is ``path scope api``: moving code, reformatting, editing arguments or
+adding lines above a site changes nothing; a second site of the same api in
+the same scope has the same key and raises the entry's count. Fields are
+separated by single spaces; a space, ``#``, ``%`` or a control character inside
+a field is percent-encoded (C++ scopes such as ``operator new`` are the only
+real case), so a key is always three tokens and round-trips exactly.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..model import Site
+
+_UNSAFE = re.compile(r"[\s#%]")
+
+
+def escape(field: str) -> str:
+    return _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group(0).encode()), field)
+
+
+def unescape(field: str) -> str:
+    """The inverse of :func:`escape` (percent sequences are UTF-8 bytes)."""
+    if "%" not in field:
+        return field
+    from urllib.parse import unquote
+
+    return unquote(field, errors="strict")
+
+
+def site_key(site: Site) -> tuple[str, str, str]:
+    return (site.path, site.scope, site.api)
+
+
+def key_text(key: tuple[str, str, str]) -> str:
+    return " ".join(escape(part) for part in key)
+
+
+def parse_key(text: str) -> tuple[str, str, str] | None:
+    parts = text.split()
+    if len(parts) != 3:
+        return None
+    return (unescape(parts[0]), unescape(parts[1]), unescape(parts[2]))

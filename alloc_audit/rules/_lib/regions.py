@@ -1,0 +1,77 @@
+"""Where CUDA-graph capture is active, lexically: the bodies of capture
+``with`` statements, the stretch between a begin-capture and an end-capture
+call in one function, and whole functions the configuration declares
+captured. Shared by alloc-in-capture and the pool rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from ...globs import matcher
+from ...pipeline.index import Func, ProjectIndex
+from ...model import Call, Span, With
+
+
+@dataclass(frozen=True)
+class CaptureRegion:
+    func: Func
+    start: Span  # where capture starts (the with statement, the begin call, the function)
+    body: Span  # the lines under capture
+    name: str  # what starts it: "torch.cuda.graph", "cudaStreamBeginCapture", "captured by configuration"
+
+    def contains(self, span: Span) -> bool:
+        return (self.body.line, self.body.col) <= (span.line, span.col) and (span.end_line, span.end_col) <= (
+            self.body.end_line,
+            self.body.end_col,
+        )
+
+
+def with_items(func: Func, is_context: Callable[[str], bool]) -> Iterator[tuple[With, str]]:
+    for w in func.withs:
+        for item in w.items:
+            if is_context(item.callee):
+                yield w, item.callee
+
+
+def capture_regions(index: ProjectIndex, contexts: tuple[str, ...], begin: tuple[str, ...], end: tuple[str, ...],
+                    captured: tuple[str, ...]) -> list[CaptureRegion]:
+    is_context = matcher(contexts)
+    is_begin = matcher(begin)
+    is_end = matcher(end)
+    is_captured = matcher(captured)
+    regions: list[CaptureRegion] = []
+    beginning = index.callers_matching(is_begin)
+    for func in index.funcs.values():
+        for w, name in with_items(func, is_context):
+            regions.append(CaptureRegion(func, w.span, w.body, name))
+        if func.id in beginning:
+            calls = sorted(func.calls, key=lambda c: (c.span.line, c.span.col))
+            for i, call in enumerate(calls):
+                if not is_begin(call.callee):
+                    continue
+                stop = next((c for c in calls[i + 1:] if is_end(c.callee)), None)
+                if stop is not None:
+                    end = (stop.span.line, stop.span.col)
+                else:  # no end call here: capture lasts to the end of the function
+                    whole = func.span or call.span
+                    end = (whole.end_line, whole.end_col)
+                body = Span(call.span.end_line, call.span.end_col, *end)
+                regions.append(CaptureRegion(func, call.span, body, call.callee))
+        scope = func.scope
+        if captured and scope is not None and scope.kind == "function" and (
+            is_captured(func.qualname.replace("::", ".")) or is_captured(_dotted_id(func))
+        ):
+            regions.append(CaptureRegion(func, scope.span, scope.span, "captured by configuration"))
+    regions.sort(key=lambda r: (r.func.path, r.start.line, r.start.col))
+    return regions
+
+
+def _dotted_id(func: Func) -> str:
+    """``pkg/ops/attn.py`` + ``fn`` -> ``pkg.ops.attn.fn`` (module-qualified)."""
+    module = func.module or func.path.rsplit(".", 1)[0].replace("/", ".")
+    return f"{module}.{func.qualname.replace('::', '.')}"
+
+
+def calls_in(func: Func, region: CaptureRegion) -> list[Call]:
+    return [c for c in func.calls if region.contains(c.span)]
