@@ -65,6 +65,11 @@ def test_nothing_staged_is_quick_and_clean(tmp_path: Path) -> None:
     root = adopted(tmp_path)
     result = run_cli("check", "--staged", cwd=root)
     assert (result.code, result.out.strip()) == (0, "alloc-audit check: nothing staged to check")
+    import json
+
+    as_json = run_cli("check", "--staged", "--format", "json", cwd=root)
+    assert json.loads(as_json.out)["check"]["passed"] is True
+    assert run_cli("check", "--staged", "--format", "github", cwd=root).out == ""
 
 
 @pytest.mark.slow

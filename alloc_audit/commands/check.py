@@ -57,7 +57,9 @@ def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.E
         deleted, renames = staged_removals(project.config.root)
         gone = sorted(deleted | {old for old, _ in renames})
         if not paths and not gone:
-            return Text("alloc-audit check: nothing staged to check\n")
+            if fmt == "json":
+                return Text('{"check": {"passed": true, "problems": [], "note": "nothing staged to check"}}\n')
+            return Text("alloc-audit check: nothing staged to check\n" if fmt == "text" else "")
     if staged and not paths:
         from ..pipeline.run import ScanResult, Stats
 
