@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from clihelp import REPO, git, make_repo, run_cli, write
 
 from alloc_audit import __version__
-from clihelp import REPO, git, make_repo, run_cli, write
 
 ACTION = yaml.safe_load((REPO / "action.yml").read_text())
 EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from clihelp import cli_command, make_repo, run_cli, write
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pty")

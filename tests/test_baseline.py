@@ -10,12 +10,20 @@ import json
 from pathlib import Path
 
 import pytest
+from clihelp import git, make_repo, run_cli, write
 
-from alloc_audit.ratchet.baseline import (BaselineEntry, baseline_growth, compare_findings, entries_from, finding_key,
-                                  parse_baseline, plan_baseline_update, render_baseline)
 from alloc_audit.errors import UsageError
 from alloc_audit.model import Finding, Severity
-from clihelp import git, make_repo, run_cli, write
+from alloc_audit.ratchet.baseline import (
+    BaselineEntry,
+    baseline_growth,
+    compare_findings,
+    entries_from,
+    finding_key,
+    parse_baseline,
+    plan_baseline_update,
+    render_baseline,
+)
 
 CAPTURE = '''
 import torch

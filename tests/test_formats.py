@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 import typer
+from clihelp import REPO, git, make_repo, run_cli, write
 
 from alloc_audit.cli import app
-from clihelp import REPO, git, make_repo, run_cli, write
 
 
 def commands_with_format() -> list[tuple[tuple[str, ...], str]]:

@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from clihelp import REPO, cli_command, pre_commit, tagged_snapshot
 
 pytestmark = pytest.mark.slow

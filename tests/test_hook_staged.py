@@ -10,9 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from clihelp import git, make_repo, run_cli
 
 from alloc_audit.gitio import staged_removals
-from clihelp import git, make_repo, run_cli
 
 RUNNER = 'import torch\n\n\nclass Runner:\n    def __init__(self, n):\n        self.a = torch.zeros(n, device="cuda")\n'
 OTHER = 'import torch\n\n\ndef k(n):\n    return torch.empty(n, device="cuda")\n'

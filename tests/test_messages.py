@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 import typer
+from clihelp import git, make_repo, run_cli, write
 
-from alloc_audit.ratchet.allowlist import parse_allowlist
 from alloc_audit.cli import app
 from alloc_audit.errors import UsageError
-from clihelp import git, make_repo, run_cli, write
+from alloc_audit.ratchet.allowlist import parse_allowlist
 
 SITE = 'import torch\n\n\ndef f(n):\n    return torch.empty(n, device="cuda")\n'
 

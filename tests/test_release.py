@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from clihelp import REPO, make_repo, pre_commit, run_cli, tagged_snapshot, write
 
 from alloc_audit import __version__
-from clihelp import REPO, make_repo, pre_commit, run_cli, tagged_snapshot, write
 
 README = (REPO / "README.md").read_text()
 TAG = f"v{__version__}"

@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from clihelp import REPO, make_repo, run_cli
 
 ONE = {"eng/step.py": 'import torch\n\n\ndef capture(g, n):\n    with torch.cuda.graph(g):\n'

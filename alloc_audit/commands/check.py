@@ -67,7 +67,9 @@ def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.E
         result = ScanResult(root=project.config.root, sites=(), findings=(), errors=(), stats=Stats(0, 0, 0, 0.0))
     else:
         result = scan_project(project, paths, options)
-    covered = (*(coverage(project.config, paths) if paths else ()), *gone) if staged else coverage(project.config, paths)
+    covered = coverage(project.config, paths)
+    if staged:
+        covered = (*(covered if paths else ()), *gone)
     # a run over part of the tree cannot see every factory a derived site calls
     partial = None if "" in covered else project.catalog.apis.api_names()
     comparison = compare(result.sites, entries, result.scanned_paths, covered, partial)

@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from ..atomic import atomic_write_bytes
 from ..errors import UsageError, display_path

@@ -19,6 +19,7 @@ from ..model import Severity, Site, SiteKind, Tier
 from .sizes import human
 from . import charts, summary
 from .context import ReportContext
+from .words import plural
 
 
 def _asset(name: str) -> str:
@@ -127,7 +128,8 @@ def _cards(ctx: ReportContext, sites: list[Any], known: dict[int, int], groups: 
         if status.clean:
             cards.append(_card(str(status.entries), "allowlist entries, clean", "good"))
         else:
-            cards.append(_card(f"{status.new} new / {status.stale} stale", f"allowlist ({status.entries} entr{'y' if status.entries == 1 else 'ies'})",
+            cards.append(_card(f"{status.new} new / {status.stale} stale",
+                               f"allowlist ({plural(status.entries, 'entry', 'entries')})",
                                "bad"))
     legend = "".join(f'<span><i class="t-{t.value}"></i>{escape(summary.tier_label(t))} '
                      f'{sum(1 for s in sites if s.tier is t)}</span>' for t in summary.TIER_ORDER)

@@ -249,7 +249,8 @@ def render_report(ctx: ReportContext, color: bool) -> str:
         out.print(totals_table(ctx, sites, known))
         sized = sum(1 for s in sites if id(s) in known)
         if sized:
-            out.print(f"[dim]est. bytes: {sized} of {plural(len(sites), 'site')} have a size from literals or bindings; "
+            out.print(f"[dim]est. bytes: {sized} of {plural(len(sites), 'site')} have a size from literals or "
+                      "bindings; "
                       "≥ marks a partial sum.[/]")
         out.print()
         by = ctx.pivot if ctx.pivot in summary.PIVOTS else "dir"
