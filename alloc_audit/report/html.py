@@ -183,11 +183,12 @@ def _findings(groups: list[summary.RuleGroup]) -> str:
 
 # Column widths follow the content. The short columns (kind, tier, bytes,
 # allowlisted) get the pixels their longest value needs; the rest is shared
-# by location, scope, api and reason in proportion to their longest cell in
-# characters, within bounds (a path or scope is worth showing whole, a long
-# reason may wrap onto a few lines). Cells wrap rather than clip.
+# by location, scope, api and reason in proportion to their typical (90th
+# percentile) cell in characters, within bounds (a path or scope is worth
+# showing whole, a long reason may wrap onto a few lines). Cells wrap rather
+# than clip.
 _FIXED_PX = {"kind": 96, "tier": 76, "bytes": 88, "allowlisted": 104}
-_SHARED_BOUNDS = {"location": (12, 48), "scope": (8, 40), "api": (6, 40), "reason": (10, 90)}
+_SHARED_BOUNDS = {"location": (12, 72), "scope": (8, 48), "api": (6, 40), "reason": (10, 90)}
 
 
 def column_widths(sites: Sequence[Site]) -> list[tuple[str, str]]:
@@ -196,20 +197,28 @@ def column_widths(sites: Sequence[Site]) -> list[tuple[str, str]]:
     into pixels for the table's width: Chromium treats ``calc()`` with a
     percentage on a table column as auto), with a percentage as the width
     until then."""
+    def typical(lengths: list[int]) -> int:
+        """The 90th-percentile cell: a few outliers wrap, the rest fit."""
+        ordered = sorted(lengths)
+        return ordered[int(0.9 * (len(ordered) - 1))] if ordered else 0
+
     longest = {
-        "location": max((len(s.path) + 1 + len(str(s.span.line)) for s in sites), default=0),
-        "scope": max((len(s.scope) for s in sites), default=0),
+        "location": typical([len(s.path) + 1 + len(str(s.span.line)) for s in sites]),
+        "scope": typical([len(s.scope) for s in sites]),
         # a derived site shows "api via factory (path:line)"; its path may wrap
-        "api": max((len(s.api) + (len(s.via.api) + 5 if s.via else 0) for s in sites), default=0),
-        "reason": max((len(s.tier_reason) for s in sites), default=0),
+        "api": typical([len(s.api) + (len(s.via.api) + 5 if s.via else 0) for s in sites]),
+        "reason": typical([len(s.tier_reason) for s in sites]),
     }
-    # monospace columns take a little more room per character than the reason's proportional font
-    weight = {k: min(max(longest[k], lo), hi) * (1.0 if k == "reason" else 1.3)
-              for k, (lo, hi) in _SHARED_BOUNDS.items()}
+    # monospace columns take a little more room per character than the reason's proportional font;
+    # (the api column's minimum below already holds a typical name: its share is for the derived sites' "via")
+    scale = {"location": 1.3, "scope": 1.3, "api": 0.4, "reason": 1.0}
+    weight = {k: min(max(longest[k], lo), hi) * scale[k] for k, (lo, hi) in _SHARED_BOUNDS.items()}
     total = sum(weight.values())
     reference = 1232 - sum(_FIXED_PX.values())  # the table at a 1,280 px window, for the first paint
-    attrs = {k: f'data-share="{w / total:.4f}" style="width:{100 * w / total * reference / 1232:.1f}%"'
-             for k, w in weight.items()}
+    # an api name is not broken inside: its column is at least as wide as the typical name
+    minimum = {"api": round(7.6 * min(typical([len(s.api) for s in sites]) + 1, 28)) + 16}
+    attrs = {k: f'data-share="{w / total:.4f}" data-min="{minimum.get(k, 0)}" '
+                f'style="width:{100 * w / total * reference / 1232:.1f}%"' for k, w in weight.items()}
     attrs.update({k: f'data-px="{px}" style="width:{px}px"' for k, px in _FIXED_PX.items()})
     order = ("location", "scope", "api", "kind", "tier", "bytes", "reason", "allowlisted")
     return [(k, attrs[k]) for k in order]

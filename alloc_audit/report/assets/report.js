@@ -103,11 +103,16 @@
   function heightOf(i) { return measured[view[i]] || ROW_H; }
   // column widths: the short columns their pixels, the rest shared by content (html.py column_widths)
   function sizeColumns() {
-    var width = document.getElementById("site-table").clientWidth, fixed = 0;
-    Array.prototype.forEach.call(headers, function (th) { fixed += +(th.getAttribute("data-px") || 0); });
+    var width = document.getElementById("site-table").clientWidth, fixed = 0, floor = 0, shared = [];
     Array.prototype.forEach.call(headers, function (th) {
-      var share = th.getAttribute("data-share");
-      if (share !== null) th.style.width = Math.floor((width - fixed) * +share) + "px";
+      fixed += +(th.getAttribute("data-px") || 0);
+      if (th.getAttribute("data-share") !== null) shared.push(th);
+    });
+    // each shared column gets its minimum, then the rest by share
+    shared.forEach(function (th) { floor += +(th.getAttribute("data-min") || 0); });
+    var rest = Math.max(0, width - fixed - floor);
+    shared.forEach(function (th) {
+      th.style.width = Math.floor(+(th.getAttribute("data-min") || 0) + rest * +th.getAttribute("data-share")) + "px";
     });
   }
   var drawn = [-1, -1];
