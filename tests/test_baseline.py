@@ -130,6 +130,17 @@ def test_compare_new_grown_fixed_and_the_partial_run() -> None:
     assert {e.key: e.count for e in accepted.entries}[("r", "a.py", "g", "x")] == 2
 
 
+def test_a_file_that_could_not_be_read_keeps_its_debt() -> None:
+    """Findings of a file with a syntax error or over the size limit may be
+    missing from the run: its entries are neither fixed nor pruned."""
+    entries = [BaselineEntry("r", "broken.py", "f", "x", 2), BaselineEntry("r", "gone.py", "g", "x")]
+    found = [finding("r", "broken.py", "f", "x")]
+    comparison = compare_findings(found, entries, unread=frozenset({"broken.py"}))
+    assert [(e.path, left) for e, left in comparison.fixed] == [("gone.py", 0)]
+    plan = plan_baseline_update(comparison, add_new=False)
+    assert [(e.path, e.count) for e in plan.entries] == [("broken.py", 2)]
+
+
 def test_gate_growth_and_moves() -> None:
     base = [BaselineEntry("r", "old.py", "f", "x"), BaselineEntry("r", "a.py", "g", "x")]
     now = [BaselineEntry("r", "new.py", "f", "x"), BaselineEntry("r", "a.py", "g", "x", 2),

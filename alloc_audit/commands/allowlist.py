@@ -121,7 +121,8 @@ def update(options: Options, add_new: bool = False, dry_run: bool = False, reaso
     baseline = load_baseline(config.allowlist_dir, config.root)
     bplan = None
     if baseline is not None:
-        bplan = plan_baseline_update(compare_findings(result.findings, baseline), add_new, reason)
+        unread = frozenset(e.path for e in result.errors)  # their findings may be missing: never pruned
+        bplan = plan_baseline_update(compare_findings(result.findings, baseline, unread=unread), add_new, reason)
         lines += _baseline_update_summary(bplan)
     if dry_run:
         return Text("".join(lines) + "alloc-audit: dry run, nothing written\n")

@@ -118,7 +118,8 @@ def judge_findings(project: Project, result: ScanResult, covered: tuple[str, ...
     if baseline is None:
         return None
     partial = changed or "" not in covered
-    return compare_findings(result.findings, baseline, partial=partial, covers=coverage_test(covered))
+    unread = frozenset(e.path for e in result.errors)
+    return compare_findings(result.findings, baseline, partial=partial, covers=coverage_test(covered), unread=unread)
 
 
 def rename_notes(renames: tuple[tuple[str, str], ...], entries: list[AllowlistEntry]) -> list[Problem]:

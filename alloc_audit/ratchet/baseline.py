@@ -192,10 +192,13 @@ class FindingsComparison:
 
 
 def compare_findings(findings: Iterable[Finding], entries: Sequence[BaselineEntry],
-                     partial: bool = False, covers: Any = None) -> FindingsComparison:
+                     partial: bool = False, covers: Any = None,
+                     unread: frozenset[str] = frozenset()) -> FindingsComparison:
     """``partial``: the run saw only some files, so fixed debt is not judged
     (a cross-file finding may be invisible). ``covers(path)``: which entries
-    the run could see at all (default: every one)."""
+    the run could see at all (default: every one). ``unread``: files the run
+    could not fully read (too large, syntax errors): their findings may be
+    missing, so their entries are never called fixed (nor pruned)."""
     by_key: dict[FindingKey, list[Finding]] = {}
     unkeyed: list[Finding] = []
     for f in findings:
@@ -218,11 +221,11 @@ def compare_findings(findings: Iterable[Finding], entries: Sequence[BaselineEntr
             grown.append((entry, found))
         else:
             ok.append((entry, found))
-            if len(found) < entry.count and not partial:
+            if len(found) < entry.count and not partial and entry.path not in unread:
                 fixed.append((entry, len(found)))
     if not partial:
         for entry in sorted(entries, key=lambda e: e.key):
-            if entry.key not in by_key and (covers is None or covers(entry.path)):
+            if entry.key not in by_key and entry.path not in unread and (covers is None or covers(entry.path)):
                 fixed.append((entry, 0))
     fixed.sort(key=lambda pair: pair[0].key)
     return FindingsComparison(tuple(new), tuple(grown), tuple(fixed), tuple(ok), tuple(unkeyed), tuple(entries))
@@ -257,7 +260,7 @@ def plan_baseline_update(comparison: FindingsComparison, add_new: bool, reason: 
     removed, lowered, added, not_added = [], [], [], []
     fixed = dict((e.key, left) for e, left in comparison.fixed)
     for entry, found in comparison.ok:
-        left = fixed.get(entry.key, len(found))
+        left = fixed.get(entry.key, entry.count)  # not judged fixed (partial or unread): the count stands
         if left < entry.count:
             lowered.append((entry, left))
         kept[entry.key] = dataclasses.replace(entry, count=left)
