@@ -258,8 +258,8 @@ def plan_baseline_update(comparison: FindingsComparison, add_new: bool, reason: 
     findings only with ``add_new``."""
     kept: dict[FindingKey, BaselineEntry] = {}
     removed, lowered, added, not_added = [], [], [], []
-    fixed = dict((e.key, left) for e, left in comparison.fixed)
-    for entry, found in comparison.ok:
+    fixed = {e.key: left for e, left in comparison.fixed}
+    for entry, _found in comparison.ok:
         left = fixed.get(entry.key, entry.count)  # not judged fixed (partial or unread): the count stands
         if left < entry.count:
             lowered.append((entry, left))
