@@ -81,3 +81,12 @@ def tagged_snapshot(tmp_path: Path) -> tuple[str, str]:
         git(snapshot, "commit", "-qm", f"release {__version__}")
         git(snapshot, "tag", f"v{__version__}")
     return f"file://{snapshot}", f"v{__version__}"
+
+
+@dataclass
+class Release:
+    """A tagged local clone (``url`` at ``tag``) and the PRE_COMMIT_HOME its hook environment lives in."""
+
+    url: str
+    tag: str
+    pre_commit_home: Path

@@ -11,13 +11,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clihelp import REPO, cli_command, pre_commit, tagged_snapshot
+from clihelp import REPO, Release, cli_command, pre_commit
 
 pytestmark = pytest.mark.slow
 
 
-def test_fresh_team_scenario(tmp_path: Path) -> None:
-    url, tag = tagged_snapshot(tmp_path)
+def test_fresh_team_scenario(tmp_path: Path, release: Release) -> None:
+    url, tag = release.url, release.tag
     shims = tmp_path / "bin"
     shims.mkdir()
     # the scenario calls `alloc-audit` and `pre-commit` by name, as a team would
@@ -26,7 +26,7 @@ def test_fresh_team_scenario(tmp_path: Path) -> None:
         shim.write_text("#!/bin/sh\nexec " + " ".join(f'"{part}"' for part in command) + ' "$@"\n')
         shim.chmod(0o755)
     env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}", "NO_COLOR": "1",
-           "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home")}
+           "PRE_COMMIT_HOME": str(release.pre_commit_home)}
     proc = subprocess.run(["bash", str(REPO / "examples" / "fresh-team.sh"), str(tmp_path / "work"), url, tag],
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = proc.stdout

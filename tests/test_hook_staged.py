@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from clihelp import git, make_repo, run_cli
+from clihelp import Release, git, make_repo, run_cli
 
 from alloc_audit.gitio import staged_removals
 
@@ -73,16 +73,14 @@ def test_nothing_staged_is_quick_and_clean(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_real_hook_blocks_a_commit_that_only_deletes(tmp_path: Path) -> None:
-    from clihelp import tagged_snapshot
-
-    url, tag = tagged_snapshot(tmp_path)
+def test_the_real_hook_blocks_a_commit_that_only_deletes(tmp_path: Path, release: Release) -> None:
+    url, tag = release.url, release.tag
     root = adopted(tmp_path)
     (root / ".pre-commit-config.yaml").write_text(
         f"repos:\n  - repo: {url}\n    rev: {tag}\n    hooks:\n      - id: alloc-audit\n")
     git(root, "add", "-A")
     git(root, "commit", "-qm", "hook config")
-    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home"), "GIT_AUTHOR_NAME": "t",
+    env = {**os.environ, "PRE_COMMIT_HOME": str(release.pre_commit_home), "GIT_AUTHOR_NAME": "t",
            "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
     from clihelp import pre_commit
 

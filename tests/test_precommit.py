@@ -7,22 +7,21 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from clihelp import git, make_repo, pre_commit, run_cli, tagged_snapshot, write
+from clihelp import Release, git, make_repo, pre_commit, run_cli, write
 
 pytestmark = pytest.mark.slow
 
 RUNNER = 'import torch\n\n\nclass Runner:\n    def __init__(self, n):\n        self.a = torch.zeros(n, device="cuda")\n'
 
 
-def test_hook_blocks_a_new_allocation_and_allows_removing_one(tmp_path: Path) -> None:
-    url, rev = tagged_snapshot(tmp_path)
+def test_hook_blocks_a_new_allocation_and_allows_removing_one(tmp_path: Path, release: Release) -> None:
+    url, rev = release.url, release.tag
     root = make_repo(tmp_path / "proj", {"eng/runner.py": RUNNER})
     assert run_cli("allowlist", "init", cwd=root).code == 0
     write(root, ".pre-commit-config.yaml", f"repos:\n  - repo: {url}\n    rev: {rev}\n    hooks:\n      - id: alloc-audit\n")
     git(root, "add", "-A")
     git(root, "commit", "-qm", "allowlist and hook config")
-    env = {"PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home")}
+    env = {"PRE_COMMIT_HOME": str(release.pre_commit_home)}
     install = subprocess.run([*pre_commit(), "install"], cwd=root, capture_output=True, text=True,
                              env={**__import__("os").environ, **env})
     assert install.returncode == 0, install.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from clihelp import REPO, make_repo, pre_commit, run_cli, tagged_snapshot, write
+from clihelp import REPO, Release, make_repo, pre_commit, run_cli, write
 
 from alloc_audit import __version__
 
@@ -66,14 +66,14 @@ def test_the_hook_definitions_agree_with_the_readme() -> None:
 
 
 @pytest.mark.slow
-def test_the_readme_snippet_works_against_a_tag(tmp_path: Path) -> None:
-    url, tag = tagged_snapshot(tmp_path)
+def test_the_readme_snippet_works_against_a_tag(tmp_path: Path, release: Release) -> None:
+    url, tag = release.url, release.tag
     snippet = readme_block("pre-commit", "yaml")
     root = make_repo(tmp_path / "proj", {"eng/runner.py": 'import torch\n\n\nclass Runner:\n    def __init__(self, n):\n'
                                          '        self.a = torch.zeros(n, device="cuda")\n'})
     assert run_cli("allowlist", "init", cwd=root).code == 0
     write(root, ".pre-commit-config.yaml", snippet.replace("https://github.com/alloc-audit/alloc-audit", url))
-    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home")}
+    env = {**os.environ, "PRE_COMMIT_HOME": str(release.pre_commit_home)}
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*pre_commit(), *args], cwd=root, env=env, capture_output=True, text=True)
