@@ -14,15 +14,20 @@ import hashlib
 import json
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .config import API_ENTRY_KEYS, TIER_CRITERIA, TIERS, Config, toml_error_line
 from .errors import UsageError
 from .model import SiteKind
+from .pack import PACK_FIELDS, RulePack
+
+if TYPE_CHECKING:
+    from .pipeline.prefilter import Prefilter
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -86,73 +91,12 @@ class ApiCatalog:
 
 
 @dataclass(frozen=True)
-class RulePack:
-    """The names the hazard rules look for (rules/packs/default.toml)."""
-
-    capture_contexts: tuple[str, ...] = ()
-    capture_begin: tuple[str, ...] = ()
-    capture_end: tuple[str, ...] = ()
-    capture_depth: int = 3
-    captured: tuple[str, ...] = ()
-    capture_checks: tuple[str, ...] = ()
-    scratch_accessors: tuple[str, ...] = ()
-    measurements: tuple[str, ...] = ()
-    free_memory_readings: tuple[str, ...] = ()
-    free_memory_attributes: tuple[str, ...] = ()
-    flow_depth: int = 3
-    fresh_pools: tuple[str, ...] = ()
-    graph_destroyers: tuple[str, ...] = ()
-    throwaway_names: tuple[str, ...] = ()
-    pool_attributes: tuple[str, ...] = ()
-    minting_contexts: tuple[str, ...] = ()
-    rollback_names: tuple[str, ...] = ()
-    checkpoint_names: tuple[str, ...] = ()
-    per_entry_hooks: tuple[str, ...] = ()
-    container_add: tuple[str, ...] = ()
-    container_remove: tuple[str, ...] = ()
-    contextmanagers: tuple[str, ...] = ()
-    initialisers: tuple[str, ...] = ()
-    hot_paths: tuple[str, ...] = ()
-
-
-# pack (section, key) -> RulePack field
-_PACK_FIELDS: dict[tuple[str, str], str] = {
-    ("capture", "contexts"): "capture_contexts",
-    ("capture", "begin"): "capture_begin",
-    ("capture", "end"): "capture_end",
-    ("capture", "depth"): "capture_depth",
-    ("capture", "captured"): "captured",
-    ("capture", "checks"): "capture_checks",
-    ("plan", "accessors"): "scratch_accessors",
-    ("measure", "calls"): "measurements",
-    ("free-memory", "calls"): "free_memory_readings",
-    ("free-memory", "attributes"): "free_memory_attributes",
-    ("free-memory", "depth"): "flow_depth",
-    ("graph-pool", "fresh"): "fresh_pools",
-    ("graph-pool", "destroy"): "graph_destroyers",
-    ("graph-pool", "throwaway"): "throwaway_names",
-    ("graph-pool", "attributes"): "pool_attributes",
-    ("rollback", "contexts"): "minting_contexts",
-    ("rollback", "restore"): "rollback_names",
-    ("rollback", "checkpoint"): "checkpoint_names",
-    ("retain", "hooks"): "per_entry_hooks",
-    ("retain", "add"): "container_add",
-    ("retain", "remove"): "container_remove",
-    ("retain", "contextmanagers"): "contextmanagers",
-    ("grow", "initialisers"): "initialisers",
-    ("hot", "paths"): "hot_paths",
-}
-
-
-@dataclass(frozen=True)
 class TierPattern:
     tier: str
     reason: str
     criteria: tuple[tuple[str, tuple[str, ...]], ...]
     origin: str = ""
 
-
-Needle = tuple[bytes, tuple[bytes, ...]]  # (gate, alternatives): see _needles
 
 # TIER_CRITERIA: the keys of a tier pattern (config.py, which checks configured ones)
 
@@ -163,15 +107,15 @@ class Catalog:
     pack: RulePack
     tiers: tuple[TierPattern, ...]
     digest: str
-    py_needles: tuple[Needle, ...]
-    py_aliasable: frozenset[bytes]
-    cpp_needles: tuple[Needle, ...]
+    prefilter: Prefilter  # compiled from the APIs and the pack
 
 
 # ---------------------------------------------------------------- loading
 
 
 def load_catalog(config: Config) -> Catalog:
+    from .pipeline.prefilter import compile_prefilter
+
     base = data_dir()
     sources: list[tuple[str, Mapping[str, Any], str]] = [
         ("rules/apis/python.toml", _read_toml(base / "apis" / "python.toml"), "python"),
@@ -206,9 +150,7 @@ def load_catalog(config: Config) -> Catalog:
         pack=pack,
         tiers=tiers,
         digest=digest,
-        py_needles=_needles(_py_needles(apis, pack)),
-        py_aliasable=_py_aliasable(apis),
-        cpp_needles=_needles(_cpp_needles(apis, pack)),
+        prefilter=compile_prefilter(apis, pack),
     )
 
 
@@ -367,7 +309,7 @@ def _build_pack(packs: list[tuple[str, Mapping[str, Any]]], config: Config) -> R
             if not isinstance(table, dict):
                 raise UsageError(f"[{section}] must be a table", where)
             for key, value in table.items():
-                name = _PACK_FIELDS.get((section, key))
+                name = PACK_FIELDS.get((section, key))
                 if name is None:
                     raise UsageError(f"unknown rule-pack key [{section}] {key}", where)
                 if isinstance(value, bool) or not isinstance(value, (int, list)):
@@ -377,10 +319,10 @@ def _build_pack(packs: list[tuple[str, Mapping[str, Any]]], config: Config) -> R
                 else:
                     values[name] = tuple(dict.fromkeys((*values.get(name, ()), *_str_tuple(where, table, key))))
     for section, key, extra in config.pack_extensions:
-        name = _PACK_FIELDS[(section, key)]
+        name = PACK_FIELDS[(section, key)]
         values[name] = tuple(dict.fromkeys((*values.get(name, ()), *extra)))
     for section, key, depth in config.pack_depths:
-        values[_PACK_FIELDS[(section, key)]] = depth
+        values[PACK_FIELDS[(section, key)]] = depth
     return RulePack(**values)
 
 
@@ -415,142 +357,3 @@ def _tier_pattern(where: str, entry: Mapping[str, Any]) -> TierPattern:
         raise UsageError("tier pattern: reason must be a string", where)
     criteria = tuple((key, _str_tuple(where, entry, key)) for key in TIER_CRITERIA if key in entry)
     return TierPattern(tier=tier, reason=reason, criteria=criteria, origin=where)
-
-
-# ---------------------------------------------------------------- pre-filter needles
-#
-# A file is parsed only when it contains one of these byte strings. Every
-# catalogue API contributes its last name component followed by "(" (Python
-# formatters never put a space there) and, for Python, followed by " as " (an
-# aliased import such as `from torch import empty as E`); rule-pack names
-# contribute the longest literal run of their glob. So a file without any of
-# them cannot hold a site or a rule trigger, and adding an API to a catalogue
-# can never make the filter skip the files that use it.
-
-
-def _literal(glob: str) -> str:
-    """The longest identifier-like literal run of a glob."""
-    runs = re.findall(r"[A-Za-z0-9_]+", glob.replace("*", " ").replace("?", " "))
-    return max(runs, key=len) if runs else ""
-
-
-def _trigger_needles(pack: RulePack) -> set[tuple[str, ...]]:
-    needles: set[tuple[str, ...]] = {("__enter__",)}
-    calls = (
-        pack.capture_contexts,
-        pack.capture_begin,
-        pack.capture_end,
-        pack.measurements,
-        pack.free_memory_readings,
-        pack.fresh_pools,
-        pack.minting_contexts,
-        pack.per_entry_hooks,
-    )
-    # Scratch accessors are not needles: alloc-bypasses-plan needs a direct
-    # allocation in the same function, whose own needle passes the file.
-    for names in calls:
-        for name in names:
-            leaf = re.split(r"\.|::", name)[-1]
-            if "*" not in leaf and "?" not in leaf:
-                needles.add((f"{leaf}(",))
-            elif len(_literal(name)) >= 4:
-                needles.add((_literal(name),))
-    # decorators and attributes are not called
-    for names in (pack.contextmanagers, pack.free_memory_attributes):
-        needles |= {(re.split(r"\.|::", n)[-1],) for n in names}
-    return needles
-
-
-def _py_needles(apis: ApiCatalog, pack: RulePack) -> set[tuple[str, ...]]:
-    needles: set[tuple[str, ...]] = set()
-    for name in apis.py_names:
-        # the module must be imported too (`import cupy as cp` still says cupy)
-        needles.add((name.partition(".")[0], f"{name.rsplit('.', 1)[-1]}("))
-    needles |= {(f"{leaf}(",) for leaf in (*apis.py_leaf, *apis.py_exports)}
-    needles |= {(f".{m}(",) for m in apis.py_methods if m != "to"}
-    # `Tensor.to(...)` and `device=...` name a CUDA device literally, and
-    # `pin_memory=` is a keyword.
-    needles |= {('"cuda',), ("'cuda",), ("current_device(",), ("pin_memory",)}
-    return needles | _trigger_needles(pack)
-
-
-def _py_aliasable(apis: ApiCatalog) -> frozenset[bytes]:
-    """Names that an aliased import (`from torch import empty as E`) can hide."""
-    leaves = {n.rsplit(".", 1)[-1] for n in apis.py_names} | set(apis.py_leaf) | set(apis.py_exports)
-    return frozenset(leaf.encode() for leaf in leaves)
-
-
-def _cpp_needles(apis: ApiCatalog, pack: RulePack) -> set[tuple[str, ...]]:
-    needles: set[tuple[str, ...]] = set()
-    for name in apis.cpp_names:
-        leaf = name.rsplit("::", 1)[-1]
-        needles.add((f"::{leaf}",) if "::" in name else (leaf,))
-    # a type is matched by its last two components at least (`cuda::vector`
-    # for `thrust::cuda::vector`, never a bare `vector`): so is the needle
-    needles |= {("::".join(n.split("::")[-2:]),) for n in apis.cpp_types}
-    needles |= {(f"{m}(",) for m in apis.cpp_methods} | {(n,) for n in apis.cpp_exports}
-    return needles | _trigger_needles(pack)
-
-
-def _needles(groups: Iterable[tuple[str, ...]]) -> tuple[Needle, ...]:
-    """Needles as (gate, alternatives): a file passes when it contains the
-    gate (if any) and one of the alternatives. Single-string needles share
-    one gate-less group; pairs (module, name) are grouped by module, so a
-    module the file never mentions costs one search, not one per name.
-    Strings that contain a shorter alternative of the same group are dropped
-    (the shorter one finds them too)."""
-    by_gate: dict[str, set[str]] = {}
-    for group in groups:
-        gate, word = (group[0], group[1]) if len(group) == 2 else ("", group[0])
-        by_gate.setdefault(gate, set()).add(word)
-    # Gate-less words that share a prefix (`cuMemAlloc(`, `cuMemFree(`, ...)
-    # are gated by it: a file without `cuMem` costs one search, not twelve.
-    # The prefix is part of every word, so nothing the words find is lost.
-    loose = by_gate.get("", set())
-    by_prefix: dict[str, set[str]] = {}
-    for word in loose:
-        if len(word) > _PREFIX:
-            by_prefix.setdefault(word[:_PREFIX], set()).add(word)
-    for words in by_prefix.values():
-        if len(words) >= 3:
-            loose -= words
-            by_gate.setdefault(_common_prefix(words), set()).update(words)
-    out: list[Needle] = []
-    for gate in sorted(by_gate, key=lambda g: (g != "", g)):
-        kept: list[str] = []
-        for word in sorted(by_gate[gate], key=lambda w: (len(w), w)):
-            if not any(k in word for k in kept):
-                kept.append(word)
-        out.append((gate.encode(), tuple(w.encode() for w in kept)))
-    return tuple(out)
-
-
-_PREFIX = 4
-
-
-def _common_prefix(words: Iterable[str]) -> str:
-    first, *rest = sorted(words)
-    last = rest[-1] if rest else first
-    n = 0
-    while n < min(len(first), len(last)) and first[n] == last[n]:
-        n += 1
-    return first[:n]
-
-
-_ALIAS_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+)?import[ \t][^\n]*\bas\b[^\n]*", re.M)
-_WORD = re.compile(rb"\w+")
-
-
-def passes_prefilter(data: bytes, needles: tuple[Needle, ...], aliasable: frozenset[bytes] = frozenset()) -> bool:
-    """True when ``data`` may hold a site or a rule trigger (see above)."""
-    for gate, alternatives in needles:
-        if gate and gate not in data:
-            continue
-        for word in alternatives:
-            if word in data:
-                return True
-    if aliasable and b" as " in data:
-        for line in _ALIAS_IMPORT.findall(data):
-            if not aliasable.isdisjoint(_WORD.findall(line)):
-                return True
-    return False

@@ -21,11 +21,11 @@ import typer
 from . import __version__, report
 from .commands import allowlist, annotate, audit, check, gate, rules, scan
 from .commands import report as report_cmd
+from .commands.check import CheckFormat
 from .commands.outcome import Report, Text
 from .commands.project import Options
 from .errors import UsageError
 from .model import FailOn
-from .ratchet.checks import CheckFormat
 from .report import Format, Pivot, tty
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -62,7 +62,7 @@ def main(
 PATHS = typer.Argument(None, help="Files or directories to scan (default: the current directory).", show_default=False)
 CONFIG = typer.Option(None, "--config", help="Configuration file (alloc-audit.toml or pyproject.toml).",
                       show_default=False)
-JOBS = typer.Option(None, "--jobs", "-j", min=1, help="Worker processes, 1 or more (default: the number of CPUs).",
+JOBS = typer.Option(None, "--jobs", "-j", min=1, help="Worker processes (1 or more; default: the CPUs).",
                     show_default=False)
 NO_CACHE = typer.Option(False, "--no-cache", help="Neither read nor write the facts cache.")
 CACHE_DIR = typer.Option(None, "--cache-dir", help="Cache directory (default: .alloc-audit-cache/ in the root).",
@@ -74,12 +74,13 @@ DEBUG = typer.Option(False, "--debug", help="Show internal tracebacks for files 
 OUTPUT = typer.Option(None, "--output", "-o", help="Write the report to a file (atomically).", show_default=False)
 VERBOSE = typer.Option(False, "--verbose", "-v", help="List every site and finding.")
 PROGRESS = typer.Option(True, "--progress/--no-progress", help="Progress bar on a terminal for long scans.")
+FORMAT = typer.Option(None, "--format", "-f", show_default=False, help="table (the default), json, sarif, markdown, "
+                      "html or github; with -o FILE, taken from its extension.")
 
 
 def exit_code(outcome: Union[Report, Text]) -> int:
-    """The one exit policy: 1 when the command failed (findings, gate, check), else 0;
-    usage errors exit 2 in ``_guard``, before anything is written."""
-    return 1 if outcome.failed else 0
+    """The one exit policy: 130 when interrupted, 1 when the command failed, else 0 (usage errors: 2, ``_guard``)."""
+    return 130 if isinstance(outcome, Text) and outcome.interrupted else 1 if outcome.failed else 0
 
 
 def _guard(fn: F) -> F:
@@ -134,16 +135,12 @@ def _emit(outcome: Report, fmt: Format, output: Path | None, command: str) -> No
 @_guard
 def scan_command(
     paths: Optional[List[Path]] = PATHS,
-    fmt: Optional[Format] = typer.Option(None, "--format", "-f", show_default=False,
-                                         help="table (the default), json, sarif, markdown, html or github; "
-                                              "with -o FILE, taken from its extension."),
+    fmt: Optional[Format] = FORMAT,
     output: Optional[Path] = OUTPUT,
     verbose: bool = VERBOSE,
     fail_on: FailOn = typer.Option(FailOn.NEVER, "--fail-on", help="Exit 1 when findings of this severity remain."),
     config_path: Optional[Path] = CONFIG,
-    jobs: Optional[int] = JOBS,
-    no_cache: bool = NO_CACHE,
-    cache_dir: Optional[Path] = CACHE_DIR,
+    jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
     changed_since: Optional[str] = CHANGED,
     progress: bool = PROGRESS,
     debug: bool = DEBUG,
@@ -161,9 +158,7 @@ def scan_command(
 def report_command(
     paths: Optional[List[Path]] = PATHS,
     by: Pivot = typer.Option(Pivot.dir, "--by", help="Pivot the main table by directory, file, tier, rule or API."),
-    fmt: Optional[Format] = typer.Option(None, "--format", "-f", show_default=False,
-                                         help="table (terminal, the default), markdown, html, sarif, github or "
-                                              "json; with -o FILE, taken from its extension."),
+    fmt: Optional[Format] = FORMAT,
     output: Optional[Path] = OUTPUT,
     base: Optional[str] = typer.Option(None, "--base", metavar="REF",
                                        help="Also scan REF (through git, no checkout) and show the delta: sites "
@@ -174,9 +169,7 @@ def report_command(
                                              show_default=False),
     verbose: bool = VERBOSE,
     config_path: Optional[Path] = CONFIG,
-    jobs: Optional[int] = JOBS,
-    no_cache: bool = NO_CACHE,
-    cache_dir: Optional[Path] = CACHE_DIR,
+    jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
     changed_since: Optional[str] = CHANGED,
     progress: bool = PROGRESS,
     debug: bool = DEBUG,
@@ -206,18 +199,13 @@ def rules_explain_command(name: str = typer.Argument(..., help="Rule name, e.g. 
 @_guard
 def check_command(
     paths: Optional[List[Path]] = PATHS,
-    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f", help="text, github (workflow commands) or json."),
+    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f", help="text, github or json."),
     fail_on: FailOn = typer.Option(FailOn.ERROR, "--fail-on", help="Rule findings of this severity fail the check."),
     config_path: Optional[Path] = CONFIG,
-    jobs: Optional[int] = JOBS,
-    no_cache: bool = NO_CACHE,
-    cache_dir: Optional[Path] = CACHE_DIR,
+    jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
     changed_since: Optional[str] = CHANGED,
     debug: bool = DEBUG,
-    staged: bool = typer.Option(False, "--staged",
-                                help="Also judge the entries of files the staged change deletes or renames "
-                                     "(the pre-commit hook; git is asked, as pre-commit passes only files that "
-                                     "still exist)."),
+    staged: bool = typer.Option(False, "--staged", help="Also judge files the staged change deletes or renames."),
 ) -> None:
     _print(check.check(paths, _options(config_path, jobs, no_cache, cache_dir, changed_since, False, debug), fail_on,
                        fmt.value, staged))
@@ -230,12 +218,9 @@ def gate_command(
     allow_growth: bool = typer.Option(False, "--allow-growth", help="Pass even if the allowlist grew (prints it)."),
     allow_new_allowlist: bool = typer.Option(False, "--allow-new-allowlist",
                                              help="Pass when the base has no allowlist yet (first introduction)."),
-    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f",
-                                    help="text, github (workflow commands) or json."),
+    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f", help="text, github or json."),
     config_path: Optional[Path] = CONFIG,
-    jobs: Optional[int] = JOBS,
-    no_cache: bool = NO_CACHE,
-    cache_dir: Optional[Path] = CACHE_DIR,
+    jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
     debug: bool = DEBUG,
 ) -> None:
     options = _options(config_path, jobs, no_cache, cache_dir, None, False, debug)
@@ -245,20 +230,15 @@ def gate_command(
 @allowlist_app.command("init", help=allowlist.init.__doc__)
 @_guard
 def allowlist_init_command(
-    paths: Optional[List[Path]] = typer.Argument(None, help="Record only the sites and findings under these paths "
-                                                            "(default: the whole project).", show_default=False),
+    paths: Optional[List[Path]] = typer.Argument(None, help="Record only what is under these.", show_default=False),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing allowlist."),
-    split: bool = typer.Option(False, "--split-by-directory",
-                               help="One file per top-level directory, to keep merges apart."),
-    findings: bool = typer.Option(True, "--findings/--no-findings",
-                                  help="Also record today's rule findings in the findings baseline."),
+    split: bool = typer.Option(False, "--split-by-directory", help="One file per top-level directory."),
+    findings: bool = typer.Option(True, "--findings/--no-findings", help="Also write the findings baseline."),
     config_path: Optional[Path] = CONFIG,
-    jobs: Optional[int] = JOBS,
-    no_cache: bool = NO_CACHE,
-    cache_dir: Optional[Path] = CACHE_DIR,
+    jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
 ) -> None:
-    _print(allowlist.init(_options(config_path, jobs, no_cache, cache_dir, progress=True), force, split, paths,
-                          findings))
+    options = _options(config_path, jobs, no_cache, cache_dir, progress=True)
+    _print(allowlist.init(options, force, split, paths, findings))
 
 
 @allowlist_app.command("update", help=allowlist.update.__doc__)
@@ -268,12 +248,9 @@ def allowlist_update_command(
     reason: str = typer.Option("", "--reason", help="The reason written on the entries --add-new adds."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would change; write nothing."),
     config_path: Optional[Path] = CONFIG,
-    jobs: Optional[int] = JOBS,
-    no_cache: bool = NO_CACHE,
-    cache_dir: Optional[Path] = CACHE_DIR,
+    jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
 ) -> None:
-    _print(allowlist.update(_options(config_path, jobs, no_cache, cache_dir, progress=True), add_new, dry_run,
-                            reason))
+    _print(allowlist.update(_options(config_path, jobs, no_cache, cache_dir, progress=True), add_new, dry_run, reason))
 
 
 @allowlist_app.command("explain", help=allowlist.explain.__doc__)
@@ -282,9 +259,7 @@ def allowlist_explain_command(
     what: str = typer.Argument(..., metavar="KEY|PATH:LINE",
                                help="An entry key ('path scope api') or a source location."),
     config_path: Optional[Path] = CONFIG,
-    jobs: Optional[int] = JOBS,
-    no_cache: bool = NO_CACHE,
-    cache_dir: Optional[Path] = CACHE_DIR,
+    jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
 ) -> None:
     _print(allowlist.explain(what, _options(config_path, jobs, no_cache, cache_dir)))
 
@@ -306,32 +281,17 @@ def annotate_command(
     reason: str = typer.Option("", "--reason", help="Why (required)."),
     decisions: Optional[Path] = typer.Option(None, "--decisions", help="Apply decisions from a JSON or TOML file."),
     config_path: Optional[Path] = CONFIG,
-    jobs: Optional[int] = JOBS,
-    no_cache: bool = NO_CACHE,  # the files to rewrite are read afresh anyway: accepted like every scanning command
-    cache_dir: Optional[Path] = CACHE_DIR,
+    # --no-cache is accepted like on every scanning command (the files to rewrite are read afresh anyway)
+    jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
 ) -> None:
     _print(annotate.annotate(_options(config_path, jobs, no_cache, cache_dir), site, tier, ignore, reason, decisions))
 
 
 @app.command("audit", help=audit.audit.__doc__)
 @_guard
-def audit_command(
-    paths: Optional[List[Path]] = PATHS,
-    config_path: Optional[Path] = CONFIG,
-    jobs: Optional[int] = JOBS,
-    no_cache: bool = NO_CACHE,
-    cache_dir: Optional[Path] = CACHE_DIR,
-) -> None:
-    from .report.words import plural
-
-    outcome = audit.audit(paths, _options(config_path, jobs, no_cache, cache_dir, progress=True))
-    saved = plural(len(outcome.written), "decision")
-    if outcome.interrupted:
-        typer.echo(f"\nalloc-audit audit: interrupted after {outcome.reviewed} of {plural(outcome.total, 'site')}; "
-                   f"{saved} already saved and kept", err=True)
-        raise typer.Exit(130)
-    if outcome.total:
-        typer.echo(f"alloc-audit audit: reviewed {outcome.reviewed} of {plural(outcome.total, 'site')}; {saved} saved")
+def audit_command(paths: Optional[List[Path]] = PATHS, config_path: Optional[Path] = CONFIG, jobs: Optional[int] = JOBS,
+                  no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR) -> None:
+    _print(audit.audit(paths, _options(config_path, jobs, no_cache, cache_dir, progress=True)))
 
 
 def entry() -> None:

@@ -13,11 +13,14 @@ import difflib
 import os
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import UsageError, display_path
+from .model import TIER_VALUES
+from .pack import PACK_DEPTHS, PACK_KNOBS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,34 +29,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 CONFIG_NAME = "alloc-audit.toml"
 DEFAULT_MAX_FILE_SIZE = 2 * 1024 * 1024
-TIERS = ("T1", "T2", "T3", "T4", "T5a", "T5b", "unknown")
-
-# Rule-pack knobs a project may extend: config key -> (pack section, pack key).
-PACK_KNOBS: dict[str, tuple[str, str]] = {
-    "capture-contexts": ("capture", "contexts"),
-    "capture-begin": ("capture", "begin"),
-    "capture-end": ("capture", "end"),
-    "captured": ("capture", "captured"),
-    "capture-checks": ("capture", "checks"),
-    "scratch-accessors": ("plan", "accessors"),
-    "measurements": ("measure", "calls"),
-    "free-memory-readings": ("free-memory", "calls"),
-    "free-memory-attributes": ("free-memory", "attributes"),
-    "fresh-pools": ("graph-pool", "fresh"),
-    "graph-destroyers": ("graph-pool", "destroy"),
-    "throwaway-names": ("graph-pool", "throwaway"),
-    "pool-attributes": ("graph-pool", "attributes"),
-    "minting-contexts": ("rollback", "contexts"),
-    "rollback-names": ("rollback", "restore"),
-    "checkpoint-names": ("rollback", "checkpoint"),
-    "per-entry-hooks": ("retain", "hooks"),
-    "initialisers": ("grow", "initialisers"),
-    "hot-paths": ("hot", "paths"),
-}
-PACK_DEPTHS: dict[str, tuple[str, str]] = {
-    "capture-depth": ("capture", "depth"),
-    "flow-depth": ("free-memory", "depth"),
-}
+TIERS = TIER_VALUES
 
 _STR_LISTS = (
     "include",
@@ -273,15 +249,17 @@ def _validate(
 
     class_tiers_raw = table.get("class-tiers", {})
     if not isinstance(class_tiers_raw, dict):
-        raise fail("class-tiers", f"'class-tiers' must be a table of class glob = tier, got {_type_name(class_tiers_raw)}")
+        raise fail("class-tiers",
+                   f"'class-tiers' must be a table of class glob = tier, got {_type_name(class_tiers_raw)}")
     for glob, tier in class_tiers_raw.items():
         if tier not in TIERS:
-            raise fail("class-tiers", f"'class-tiers': '{glob}' has unknown tier {tier!r}; use one of {', '.join(TIERS)}",
-                       glob)
+            raise fail("class-tiers",
+                       f"'class-tiers': '{glob}' has unknown tier {tier!r}; use one of {', '.join(TIERS)}", glob)
 
     severity_raw = table.get("severity", {})
     if not isinstance(severity_raw, dict):
-        raise fail("severity", f"'severity' must be a table of rule = \"error\"|\"warning\", got {_type_name(severity_raw)}")
+        raise fail("severity",
+                   f"'severity' must be a table of rule = \"error\"|\"warning\", got {_type_name(severity_raw)}")
     for rule, sev in severity_raw.items():
         if sev not in ("error", "warning"):
             raise fail("severity", f"'severity': rule '{rule}' has {sev!r}; use \"error\" or \"warning\"", rule)
@@ -384,6 +362,5 @@ def _resolve(base: Path, path: str) -> Path:
 
 
 def _type_name(value: Any) -> str:
-    return {str: "a string", int: "an integer", bool: "a boolean", float: "a number", list: "a list", dict: "a table"}.get(
-        type(value), type(value).__name__
-    )
+    names = {str: "a string", int: "an integer", bool: "a boolean", float: "a number", list: "a list", dict: "a table"}
+    return names.get(type(value), type(value).__name__)

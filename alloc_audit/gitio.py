@@ -118,7 +118,7 @@ def export_tree(root: Path, ref: str, dest: Path) -> Path:
         if hasattr(tarfile, "data_filter"):
             archive.extractall(dest, filter="data")
         else:  # pragma: no cover - Python < 3.10.12
-            archive.extractall(dest)  # noqa: S202 - our own repository's tree
+            archive.extractall(dest)
     return dest if rel in ("", ".") else dest / rel
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Callable, Iterable
 from functools import lru_cache
-from typing import Callable, Iterable
 
 _LAST = re.compile(r"(?:\.|::|->|/)")
 

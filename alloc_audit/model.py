@@ -7,9 +7,11 @@ stores them in the positional form of ``pipeline/serial.py``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 
 
 class Language(str, Enum):
@@ -38,6 +40,10 @@ class Tier(str, Enum):
     T5B = "T5b"
     UNKNOWN = "unknown"
 
+
+TIER_ORDER = tuple(Tier)  # T1 .. T5b, unknown: the order of every table
+TIER_VALUES = tuple(t.value for t in Tier)  # as written in configs, annotations and the allowlist
+ASSIGNABLE_TIERS = tuple(t.value for t in Tier if t is not Tier.UNKNOWN)  # what an override may set
 
 TIER_NAMES = {
     Tier.T1: "model-resident",
@@ -384,8 +390,52 @@ class Finding:
         return (self.path, self.line, self.col, self.rule)
 
 
+# ---------------------------------------------------------------- the result of a scan
+
+
+@dataclass(frozen=True)
+class Stats:
+    files: int
+    parsed: int
+    parse_errors: int
+    seconds: float  # wall clock: the one value that differs between two runs
+    lines: int = 0
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """What a scan found: sites (direct and derived, sorted), findings,
+    file problems, and which files it covered. ``files`` holds the parsed
+    files' facts (empty when the result came from the cache)."""
+
+    root: Path
+    sites: tuple[Site, ...]
+    findings: tuple[Finding, ...]
+    errors: tuple[FileError, ...]
+    stats: Stats
+    files: dict[str, FileFacts] = field(default_factory=dict)
+    scanned_paths: frozenset[str] = frozenset()
+
+
+_UNSAFE_IN_KEY = re.compile(r"[\s#%]")
+
+
+def escape_key_field(text: str) -> str:
+    """A key field with spaces, ``#``, ``%`` and control characters
+    percent-encoded, so a key is always three tokens (ratchet/keys.py)."""
+    return _UNSAFE_IN_KEY.sub(lambda m: "".join(f"%{b:02X}" for b in m.group(0).encode()), text)
+
+
+def key_text(key: tuple[str, str, str]) -> str:
+    """A ``(path, scope, api)`` key as the allowlist and findings write it."""
+    return " ".join(escape_key_field(part) for part in key)
+
+
 __all__ = [
+    "ASSIGNABLE_TIERS",
     "TIER_NAMES",
+    "TIER_ORDER",
+    "TIER_VALUES",
     "Annotation",
     "Arg",
     "Assign",
@@ -401,13 +451,17 @@ __all__ = [
     "Language",
     "Related",
     "Return",
+    "ScanResult",
     "Scope",
     "Severity",
     "Site",
     "SiteKind",
+    "Stats",
     "Span",
     "Tier",
     "Via",
     "With",
     "WithItem",
+    "escape_key_field",
+    "key_text",
 ]

@@ -69,9 +69,9 @@ def main() -> None:
     args = ap.parse_args()
     root = args.tree.resolve()
 
-    from alloc_audit import pipeline
     from alloc_audit.catalog import load_catalog
     from alloc_audit.config import find_project, load_config
+    from alloc_audit.pipeline import run as pipeline
 
     config = load_config(*find_project(root))
     catalog = load_catalog(config)

@@ -1,5 +1,10 @@
-"""Running the installed CLI in a subprocess, and building small projects in
-real git repositories, for the tests of the real surfaces."""
+"""Running the CLI, and building small projects in real git repositories.
+
+``run_cli`` runs the command line in this process (typer's test runner, in
+``cwd``, with the environment given): the same code from argv to exit code,
+without a Python start-up per call. ``run_cli_subprocess`` runs the installed
+entry point, for the few tests whose subject is the real surface (the console
+script, ``python -m``, pre-commit, git hooks, terminals)."""
 
 from __future__ import annotations
 
@@ -25,6 +30,32 @@ class Run:
 
 
 def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Run:
+    """The CLI in this process; ALLOC_AUDIT_TEST_SUBPROCESS=1 runs every call
+    through the installed entry point instead."""
+    if os.environ.get("ALLOC_AUDIT_TEST_SUBPROCESS"):
+        return run_cli_subprocess(*args, cwd=cwd, env=env)
+    from typer.testing import CliRunner
+
+    from alloc_audit.cli import app
+
+    try:
+        runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]  # click < 8.2
+    except TypeError:
+        runner = CliRunner()
+    before = os.getcwd()
+    os.chdir(cwd)
+    try:
+        result = runner.invoke(app, list(args), env={"NO_COLOR": "1", "COLUMNS": "120", **(env or {})},
+                               prog_name="alloc-audit")
+    finally:
+        os.chdir(before)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception  # a bug: show its traceback, as the subprocess would
+    return Run(result.exit_code, result.stdout, result.stderr)
+
+
+def run_cli_subprocess(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Run:
+    """The installed entry point, in a subprocess."""
     full_env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120", **(env or {})}
     proc = subprocess.run([*cli_command(), *args], cwd=cwd, capture_output=True, text=True, env=full_env)
     return Run(proc.returncode, proc.stdout, proc.stderr)

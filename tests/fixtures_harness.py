@@ -13,6 +13,10 @@ the next line that is not an annotation:
     todo-ok: RULE              is reported, should not be (known false positive)
     todo-site: API TIER [KIND] a site that should be found and is not yet
 
+Expectations are counted, not collected: two identical sites (or findings)
+on one line need two annotations. ``todo-*`` lines are strict, like xfail:
+one that starts passing fails until it is promoted.
+
 A fixture is a file (scanned alone) or a directory (scanned as one project).
 A ``<fixture>.toml`` next to a file, or ``alloc-audit.toml`` in a directory,
 is its configuration.
@@ -21,26 +25,32 @@ is its configuration.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from alloc_audit.catalog import load_catalog
 from alloc_audit.config import load_config
+from alloc_audit.model import ScanResult
 from alloc_audit.pipeline.discover import SUFFIXES
-from alloc_audit.pipeline.run import ScanOptions, ScanResult, run_scan
+from alloc_audit.pipeline.run import ScanOptions, run_scan
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ANNOTATION = re.compile(r"^\s*(?:#|//)\s*(expect|ok|expect-site|todo-expect|todo-ok|todo-site):\s*(.*?)\s*$")
 
 
+Finding = tuple[str, int, str]  # (path, line, rule)
+SiteKey = tuple[str, int, str, str, "str | None"]  # (path, line, api, tier, kind or None)
+
+
 @dataclass
 class Expectations:
-    findings: set[tuple[str, int, str]] = field(default_factory=set)  # (path, line, rule)
-    near_misses: set[tuple[str, int, str]] = field(default_factory=set)
-    sites: set[tuple[str, int, str, str, str | None]] = field(default_factory=set)
-    todo_findings: set[tuple[str, int, str]] = field(default_factory=set)
-    todo_ok: set[tuple[str, int, str]] = field(default_factory=set)
-    todo_sites: set[tuple[str, int, str, str, str | None]] = field(default_factory=set)
+    findings: Counter[Finding] = field(default_factory=Counter)
+    near_misses: set[Finding] = field(default_factory=set)
+    sites: list[SiteKey] = field(default_factory=list)  # one entry per expected site
+    todo_findings: set[Finding] = field(default_factory=set)
+    todo_ok: set[Finding] = field(default_factory=set)
+    todo_sites: list[SiteKey] = field(default_factory=list)
     lines: dict[tuple[str, int], str] = field(default_factory=dict)
 
 
@@ -57,11 +67,12 @@ def read_expectations(path: Path, rel: str, into: Expectations) -> None:
             if kind in ("expect-site", "todo-site"):
                 parts = arg.split()
                 site = (rel, number, parts[0], parts[1], parts[2] if len(parts) > 2 else None)
-                (into.sites if kind == "expect-site" else into.todo_sites).add(site)
+                (into.sites if kind == "expect-site" else into.todo_sites).append(site)
+            elif kind == "expect":
+                into.findings[(rel, number, arg.split()[0])] += 1
             else:
                 entry = (rel, number, arg.split()[0])
-                {"expect": into.findings, "ok": into.near_misses, "todo-expect": into.todo_findings,
-                 "todo-ok": into.todo_ok}[kind].add(entry)
+                {"ok": into.near_misses, "todo-expect": into.todo_findings, "todo-ok": into.todo_ok}[kind].add(entry)
         pending = []
 
 
@@ -91,25 +102,32 @@ def run_fixture(case: Path) -> tuple[Expectations, ScanResult]:
     return expectations, result
 
 
-def reported_findings(result: ScanResult) -> set[tuple[str, int, str]]:
-    return {(f.path, f.line, f.rule) for f in result.findings if not f.suppressed}
+def reported_findings(result: ScanResult) -> Counter[Finding]:
+    return Counter((f.path, f.line, f.rule) for f in result.findings if not f.suppressed)
 
 
-def reported_sites(result: ScanResult) -> set[tuple[str, int, str, str, str]]:
-    return {(s.path, s.span.line, s.api, s.tier.value, s.kind.value) for s in result.sites}
+def reported_sites(result: ScanResult) -> list[tuple[str, int, str, str, str]]:
+    """One entry per site: two identical sites on a line are two entries."""
+    return [(s.path, s.span.line, s.api, s.tier.value, s.kind.value) for s in result.sites]
 
 
-def compare_sites(expected: set[tuple[str, int, str, str, str | None]],
-                  reported: set[tuple[str, int, str, str, str]]) -> tuple[list[str], list[str]]:
-    """Expected sites may omit the kind; each expectation consumes one report."""
-    remaining = set(reported)
+def _matches(site: SiteKey, reported: tuple[str, int, str, str, str]) -> bool:
+    return reported[:4] == site[:4] and (site[4] is None or reported[4] == site[4])
+
+
+def compare_sites(expected: list[SiteKey], reported: list[tuple[str, int, str, str, str]],
+                  ) -> tuple[list[str], list[str], list[tuple[str, int, str, str, str]]]:
+    """Each expectation consumes one reported site (expectations may omit the
+    kind; those that name it are matched first). Returns the missing
+    expectations, the unexpected reports, and the unexpected reports as keys."""
+    remaining = sorted(reported)
     missing = []
-    for path, line, api, tier, kind in sorted(expected, key=str):
-        match = next((r for r in sorted(remaining) if r[:4] == (path, line, api, tier)
-                      and (kind is None or r[4] == kind)), None)
+    for site in sorted(expected, key=lambda e: (e[4] is None, str(e))):
+        match = next((r for r in remaining if _matches(site, r)), None)
         if match is None:
+            path, line, api, tier, kind = site
             missing.append(f"{path}:{line}: {api} {tier} {kind or ''}")
         else:
-            remaining.discard(match)
-    unexpected = [f"{p}:{l}: {a} {t} {k}" for p, l, a, t, k in sorted(remaining)]
-    return missing, unexpected
+            remaining.remove(match)
+    unexpected = [f"{p}:{n}: {a} {t} {k}" for p, n, a, t, k in remaining]
+    return missing, unexpected, remaining

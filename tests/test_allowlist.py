@@ -7,17 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from alloc_audit.ratchet.allowlist import (
-    AllowlistEntry,
-    compare,
-    compare_allowlists,
-    merge_entries,
-    parse_allowlist,
-    plan_update,
-    render_file,
-)
 from alloc_audit.errors import UsageError
 from alloc_audit.model import Language, Site, SiteKind, Span, Tier
+from alloc_audit.ratchet.allowlist import AllowlistEntry, merge_entries, parse_allowlist, render_file
+from alloc_audit.ratchet.compare import compare, plan_update
+from alloc_audit.ratchet.gate import compare_allowlists
 
 segment = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"),
                   min_size=1, max_size=12).filter(lambda s: s.strip() == s and s)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from clihelp import git, make_repo, run_cli, write
 
 RUNNER = '''

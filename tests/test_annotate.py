@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from clihelp import cli_command, make_repo, run_cli, write
 
 from alloc_audit.commands.annotate import Edit, annotate_native, annotate_python
-from clihelp import cli_command, make_repo, run_cli, write
 
 PY = b'''# -*- coding: latin-1 -*-
 """caf\xe9"""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from alloc_audit.pipeline.extract.annotations import annotation_applies, next_code_line, parse_annotation
 from alloc_audit.model import Annotation
+from alloc_audit.pipeline.extract.annotations import annotation_applies, next_code_line, parse_annotation
 
 
 @pytest.mark.parametrize(

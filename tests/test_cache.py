@@ -100,9 +100,9 @@ def test_catalogue_change_invalidates(tmp_path: Path) -> None:
 
 def test_tool_version_change_invalidates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """In process: the salt of every key includes the version."""
-    from alloc_audit.pipeline import run as pipeline
     from alloc_audit.catalog import load_catalog
     from alloc_audit.config import find_project, load_config
+    from alloc_audit.pipeline import run as pipeline
 
     root = make_repo(tmp_path / "p", SMALL)
     cache = tmp_path / "cache"
@@ -213,8 +213,8 @@ def test_facts_do_not_depend_on_the_process(tmp_path: Path) -> None:
     assert len(outputs) == 1
     from alloc_audit.catalog import load_catalog
     from alloc_audit.config import find_project, load_config
-    from alloc_audit.pipeline.extract import extract_facts
     from alloc_audit.model import Language
+    from alloc_audit.pipeline.extract import extract_facts
     from alloc_audit.pipeline.parse import parse_source
 
     apis = load_catalog(load_config(*find_project(root))).apis

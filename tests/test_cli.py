@@ -10,7 +10,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-
 from clihelp import make_repo, run_cli, write
 
 REPO = Path(__file__).resolve().parent.parent

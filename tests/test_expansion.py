@@ -7,8 +7,7 @@ demand for the derived sites it holds)."""
 
 from __future__ import annotations
 
-from alloc_audit.pipeline.expand import Wants
-from alloc_audit.pipeline.expand import SkippedFile, identifiers, native_definitions, python_keeps_call
+from alloc_audit.pipeline.expand import SkippedFile, WantedFiles, identifiers, native_definitions, python_keeps_call
 
 ENGINE = (frozenset({"engine", "buffers"}), frozenset({"engine"}))  # module parts, packages
 
@@ -22,12 +21,12 @@ def reads(text: str):
 
 
 def test_a_native_file_never_calls_a_python_factory():
-    wants = Wants(definitions=frozenset(), classes={"Arena": ENGINE}, functions={"make_workspace": ENGINE})
+    wants = WantedFiles(definitions=frozenset(), classes={"Arena": ENGINE}, functions={"make_workspace": ENGINE})
     assert not wants.wants_file("csrc/kernel.cuh", ("Arena", "make_workspace", "engine", "buffers"), never_read)
 
 
 def test_a_python_file_reaches_a_factory_through_its_module_or_package():
-    wants = Wants(definitions=frozenset(), classes={"Arena": ENGINE})
+    wants = WantedFiles(definitions=frozenset(), classes={"Arena": ENGINE})
     # `from engine.buffers import Arena`, or a re-export from `engine`
     assert wants.wants_file("app/serve.py", ("buffers", "Arena"), never_read)
     assert wants.wants_file("app/serve.py", ("engine", "Arena"), never_read)
@@ -38,7 +37,7 @@ def test_a_python_file_reaches_a_factory_through_its_module_or_package():
 
 
 def test_a_factory_function_counts_where_its_result_is_kept():
-    wants = Wants(definitions=frozenset(), functions={"make_workspace": ENGINE})
+    wants = WantedFiles(definitions=frozenset(), functions={"make_workspace": ENGINE})
     local = "from engine import make_workspace\n\ndef test_it():\n    ws = make_workspace(4)\n    check(ws)\n"
     kept = "from engine import make_workspace\n\nclass Runner:\n    def __init__(self):\n" \
            "        self.ws = make_workspace(4)\n"
@@ -88,7 +87,7 @@ def test_a_function_too_long_to_look_through_is_parsed():
 
 
 def test_native_mentions_and_definitions():
-    wants = Wants(definitions=frozenset({"launch_plan"}), native_mentions=frozenset({"DeviceArena"}))
+    wants = WantedFiles(definitions=frozenset({"launch_plan"}), native_mentions=frozenset({"DeviceArena"}))
     assert wants.wants_file("csrc/arena_user.cc", ("DeviceArena", "int"), never_read)
     assert not wants.wants_file("csrc/other.cc", ("int", "size_t"), never_read)
     assert wants.wants_file("csrc/plan.cc", ("launch_plan", "int"), reads("void launch_plan(int n) {\n}\n"))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from clihelp import make_repo, git, run_cli, write
+from clihelp import git, make_repo, run_cli, write
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden"
@@ -55,6 +55,16 @@ def test_golden_demo_report(fmt: str, name: str) -> None:
     second = run_cli("report", "examples", "--format", fmt, "--jobs", "2", "--no-cache", cwd=REPO)
     assert first.out == second.out, "output depends on the number of jobs or on the cache"
     check_golden(name, first.out)
+
+
+def test_golden_demo_scan_json() -> None:
+    """The JSON of `scan` on the demo, wall-clock seconds left out (the only
+    value that differs between runs)."""
+    result = run_cli("scan", "examples", "--format", "json", "--no-cache", "--jobs", "1", cwd=REPO)
+    assert result.code == 0, result.err
+    doc = json.loads(result.out)
+    assert isinstance(doc["stats"].pop("seconds"), float)
+    check_golden("examples.scan.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
 def test_demo_sarif_is_valid_and_complete() -> None:

@@ -5,19 +5,20 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+from pathlib import Path
 
 import pytest
+from fixtures_harness import ANNOTATION, FIXTURES
 
 import alloc_audit.rules as rules_pkg
 from alloc_audit.model import Language
 from alloc_audit.rules import ALL_RULES, known_rule_names
-from alloc_audit.pipeline.suppress import META_RULES
-from fixtures_harness import ANNOTATION, FIXTURES
 
 HEADINGS = ("What it flags", "Why it matters", "Example", "How to fix", "How to suppress",
             "Known false positives", "Known false negatives")
 BANNED_PREFIXES = ("no-", "avoid-", "use-", "prefer-", "do-not-", "disallow-")
-ALL = [*ALL_RULES, *META_RULES]
+ALL = list(ALL_RULES)
+HAZARDS = [r for r in ALL_RULES if not r.meta]  # the meta rules have no check and no fixtures of their own
 
 
 def _annotations() -> list[tuple[str, str, str]]:
@@ -66,7 +67,7 @@ def test_rule_names_are_unique() -> None:
     assert len(names) == len(set(names))
 
 
-@pytest.mark.parametrize("rule", ALL_RULES, ids=[r.name for r in ALL_RULES])
+@pytest.mark.parametrize("rule", HAZARDS, ids=[r.name for r in HAZARDS])
 def test_fixtures_cover_each_language(rule: object) -> None:
     name = rule.name  # type: ignore[attr-defined]
     families = {"python"} if Language.PYTHON in rule.languages else set()  # type: ignore[attr-defined]
@@ -79,7 +80,7 @@ def test_fixtures_cover_each_language(rule: object) -> None:
         assert oks >= 3, f"{name}: {oks} ok lines in {family} fixtures (need 3)"
 
 
-@pytest.mark.parametrize("rule", ALL_RULES, ids=[r.name for r in ALL_RULES])
+@pytest.mark.parametrize("rule", HAZARDS, ids=[r.name for r in HAZARDS])
 def test_known_limits_are_pinned(rule: object) -> None:
     name = rule.name  # type: ignore[attr-defined]
     todo = {k for _f, k, r in ANNOTATIONS if r == name and k.startswith("todo")}
@@ -90,3 +91,24 @@ def test_every_annotation_names_a_known_rule() -> None:
     known = known_rule_names()
     unknown = sorted({r for _f, _k, r in ANNOTATIONS if r not in known})
     assert not unknown, f"fixtures name unknown rules: {unknown}"
+
+
+# Where production code names a rule outside its module, on purpose.
+NAMED_ELSEWHERE = {("per-call-alloc", "commands/audit.py")}  # audit's default when a site has no finding
+
+
+def test_a_rule_lives_in_its_module_and_one_registry_line() -> None:
+    """The recipe in docs/ARCHITECTURE.md: adding a rule is one module, one
+    line in ALL_RULES, fixtures and docs. So no other production module names
+    a rule (no table of rules to keep in sync), and the registry names each
+    rule module exactly once."""
+    package = Path(rules_pkg.__file__).parent.parent
+    registry = (package / "rules" / "__init__.py").read_text(encoding="utf-8")
+    for rule in HAZARDS:
+        module = rule.name.replace("-", "_")
+        assert registry.count(f"{module}.RULE") == 1, f"{rule.name}: one line in ALL_RULES"
+        for path in sorted(package.rglob("*.py")):
+            rel = path.relative_to(package).as_posix()
+            if rel == f"rules/{module}.py" or (rule.name, rel) in NAMED_ELSEWHERE:
+                continue
+            assert f'"{rule.name}"' not in path.read_text(encoding="utf-8"), f"{rel} names {rule.name}"

@@ -12,8 +12,9 @@ from .outcome import Text
 from .project import Options, coverage, load_project, require_allowlist, scan_project
 
 if TYPE_CHECKING:
-    from ..ratchet.allowlist import AllowlistEntry, UpdatePlan
+    from ..ratchet.allowlist import AllowlistEntry
     from ..ratchet.baseline import BaselineUpdate
+    from ..ratchet.compare import UpdatePlan
 
 
 def init(options: Options, force: bool = False, split: bool = False, paths: list[Path] | None = None,
@@ -31,8 +32,9 @@ def init(options: Options, force: bool = False, split: bool = False, paths: list
 
       alloc-audit allowlist init src          # leave tests/ and benchmarks/ out
     """
-    from ..ratchet.allowlist import allowlist_files, coverage_test, entries_for, write_allowlist
+    from ..ratchet.allowlist import allowlist_files, write_allowlist
     from ..ratchet.baseline import baseline_path, entries_from, write_baseline
+    from ..ratchet.compare import coverage_test, entries_for
     from ..report.words import plural
 
     project = load_project(paths, options.config_path)
@@ -101,8 +103,9 @@ def update(options: Options, add_new: bool = False, dry_run: bool = False, reaso
     """
     import dataclasses
 
-    from ..ratchet.allowlist import compare, plan_update, write_allowlist
+    from ..ratchet.allowlist import write_allowlist
     from ..ratchet.baseline import compare_findings, load_baseline, plan_baseline_update, write_baseline
+    from ..ratchet.compare import compare, plan_update
 
     project = load_project(None, options.config_path)
     config = project.config

@@ -14,17 +14,17 @@ the statement is replaced, not duplicated. Files are written atomically.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from ..atomic import atomic_write_bytes
 from ..errors import UsageError
-from ..model import Language
+from ..model import ASSIGNABLE_TIERS, Language
 from .outcome import Text
 from .project import Options, Project, load_project, scan_project
 
-_TIERS = ("T1", "T2", "T3", "T4", "T5a", "T5b")
+_TIERS = ASSIGNABLE_TIERS
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def annotate_python(source: bytes, edits: Sequence[Edit]) -> bytes:
             if not todo or line in done or not hasattr(updated, "leading_lines"):
                 return updated
             done.add(line)
-            lines = list(updated.leading_lines)  # type: ignore[attr-defined]
+            lines = list(updated.leading_lines)
             for edit in todo:
                 comment = cst.EmptyLine(indent=True, comment=cst.Comment("# " + edit.body))
                 if lines and lines[-1].comment is not None and _same(lines[-1].comment.value, edit):

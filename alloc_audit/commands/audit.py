@@ -5,18 +5,21 @@ walk the sites that need a decision, ask, and write the answers through
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ..ratchet.allowlist import AllowlistEntry, compare, load_allowlist, write_allowlist
-from .annotate import Decision
-from .project import Options, load_project, scan_project
 from ..config import Config
+from ..model import ASSIGNABLE_TIERS, Site, Tier
+from ..ratchet.allowlist import AllowlistEntry, load_allowlist, write_allowlist
+from ..ratchet.compare import compare
 from ..ratchet.keys import site_key
-from ..model import Site, Tier
+from .annotate import Decision
+from .outcome import Text
+from .project import Options, load_project, scan_project
 
-TIERS = ("T1", "T2", "T3", "T4", "T5a", "T5b")
+TIERS = ASSIGNABLE_TIERS
 
 
 def candidates(result: Any, entries: list[AllowlistEntry] | None) -> list[Site]:
@@ -156,7 +159,7 @@ def _accept(config: Config, result: Any, site: Site, reason: str, tier: str) -> 
     write_allowlist(Path(config.allowlist_dir), config.root, list(by_key.values()))
 
 
-def audit(paths: list[Path] | None, options: Options) -> AuditOutcome:
+def audit(paths: list[Path] | None, options: Options) -> Text:
     """Walk the sites that are not on the allowlist or have an unknown tier, one by one.
 
     For each: the code, the proposed tier and its reason, and any findings.
@@ -172,6 +175,7 @@ def audit(paths: list[Path] | None, options: Options) -> AuditOutcome:
     import sys
 
     from ..errors import UsageError
+    from ..report.words import plural
     from .annotate import apply_decisions
 
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
@@ -180,4 +184,12 @@ def audit(paths: list[Path] | None, options: Options) -> AuditOutcome:
                          "with `alloc-audit allowlist update --add-new --reason \"...\"`")
     project = load_project(paths, options.config_path)
     result = scan_project(project, paths, options)
-    return run_audit(project.config, result, lambda decisions: apply_decisions(project, decisions, options))
+    outcome = run_audit(project.config, result, lambda decisions: apply_decisions(project, decisions, options))
+    saved = plural(len(outcome.written), "decision")
+    of = f"{outcome.reviewed} of {plural(outcome.total, 'site')}"
+    if outcome.interrupted:
+        return Text(err=f"\nalloc-audit audit: interrupted after {of}; {saved} already saved and kept\n",
+                    interrupted=True)
+    if not outcome.total:
+        return Text()
+    return Text(f"alloc-audit audit: reviewed {outcome.reviewed} of {plural(outcome.total, 'site')}; {saved} saved\n")

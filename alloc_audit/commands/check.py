@@ -6,6 +6,7 @@ the baseline does not accept, and on fixed findings still in the baseline."""
 from __future__ import annotations
 
 import dataclasses
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,10 +15,19 @@ from .outcome import Text
 from .project import Options, Project, coverage, load_project, report_context, require_allowlist, scan_project
 
 if TYPE_CHECKING:
-    from ..pipeline.run import ScanResult
+    from ..model import ScanResult
     from ..ratchet.allowlist import AllowlistEntry
     from ..ratchet.baseline import FindingsComparison
     from ..ratchet.checks import Problem
+
+
+class CheckFormat(str, Enum):
+    """How `check` and `gate` show their problems (json: check prints the scan with its verdict and problems,
+    gate its own document)."""
+
+    text = "text"
+    github = "github"
+    json = "json"
 
 
 def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.ERROR, fmt: str = "text",
@@ -43,8 +53,8 @@ def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.E
 
       alloc-audit check --staged $(git diff --cached --name-only --diff-filter=d)
     """
-    from ..ratchet.allowlist import apply_pins, compare
     from ..ratchet.checks import allowlist_problems, finding_problems, fixed_debt_problems, problems_json, render
+    from ..ratchet.compare import apply_pins, compare
     from ..report.words import plural
 
     project = load_project(paths, options.config_path)
@@ -61,7 +71,7 @@ def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.E
                 return Text('{"check": {"passed": true, "problems": [], "note": "nothing staged to check"}}\n')
             return Text("alloc-audit check: nothing staged to check\n" if fmt == "text" else "")
     if staged and not paths:
-        from ..pipeline.run import ScanResult, Stats
+        from ..model import ScanResult, Stats
 
         # only deletions are staged: nothing to scan, the gone files' entries are judged
         result = ScanResult(root=project.config.root, sites=(), findings=(), errors=(), stats=Stats(0, 0, 0, 0.0))
@@ -111,8 +121,8 @@ def judge_findings(project: Project, result: ScanResult, covered: tuple[str, ...
                    changed: bool) -> FindingsComparison | None:
     """Open findings against the findings baseline; None without one. A run
     over part of the tree (paths, --changed-since) judges new and grown only."""
-    from ..ratchet.allowlist import coverage_test
     from ..ratchet.baseline import compare_findings, load_baseline
+    from ..ratchet.compare import coverage_test
 
     baseline = load_baseline(project.config.allowlist_dir, project.config.root)
     if baseline is None:

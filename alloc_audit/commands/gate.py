@@ -35,10 +35,19 @@ def gate(base: str, options: Options, allow_growth: bool = False, allow_new_allo
       alloc-audit gate --base origin/main --format json
     """
     from ..gitio import list_tree, require_ref, show
-    from ..ratchet.allowlist import compare, compare_allowlists, load_texts
+    from ..ratchet.allowlist import load_texts
     from ..ratchet.baseline import FILE_NAME, baseline_growth, load_baseline, parse_baseline
-    from ..ratchet.checks import (allowlist_problems, baseline_growth_problems, finding_problems, fixed_debt_problems,
-                                  gate_problems, problems_json, render)
+    from ..ratchet.checks import (
+        allowlist_problems,
+        baseline_growth_problems,
+        finding_problems,
+        fixed_debt_problems,
+        gate_problems,
+        problems_json,
+        render,
+    )
+    from ..ratchet.compare import compare
+    from ..ratchet.gate import compare_allowlists
     from ..ratchet.keys import site_key
     from ..report.words import plural
     from .check import judge_findings

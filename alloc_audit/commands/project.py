@@ -5,17 +5,19 @@ and the allowlist when there is one."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
     from ..config import Config
-    from ..pipeline.run import ScanResult
-    from ..ratchet.allowlist import AllowlistEntry, Comparison
+    from ..model import ScanResult
+    from ..ratchet.allowlist import AllowlistEntry
+    from ..ratchet.compare import Comparison
     from ..report.context import ReportContext
 
 
@@ -42,6 +44,7 @@ def load_project(paths: list[Path] | None, config_path: Path | None) -> Project:
     from ..catalog import load_catalog
     from ..config import find_project, load_config
 
+    found: Path | None
     if config_path is not None:
         if not config_path.is_file():
             raise UsageError("no such configuration file", str(config_path))
@@ -119,14 +122,16 @@ def require_allowlist(config: Config) -> list[AllowlistEntry]:
     entries = load_allowlist(config.allowlist_dir, config.root)
     if entries is None:
         raise UsageError(
-            f"no allowlist in {config.allowlist}/ (files named *.allowlist); create it with `alloc-audit allowlist init`",
+            f"no allowlist in {config.allowlist}/ (files named *.allowlist); "
+            "create it with `alloc-audit allowlist init`",
             str(config.allowlist_dir),
         )
     return entries
 
 
 def comparison_if_present(config: Config, result: ScanResult) -> Comparison | None:
-    from ..ratchet.allowlist import compare, load_allowlist
+    from ..ratchet.allowlist import load_allowlist
+    from ..ratchet.compare import compare
 
     if not config.allowlist_dir.is_dir():
         return None

@@ -14,7 +14,7 @@ from .project import Options, Project, comparison_if_present, load_project, repo
 from .scan import one_line_summary
 
 if TYPE_CHECKING:
-    from ..pipeline.run import ScanResult
+    from ..model import ScanResult
     from ..ratchet.delta import Delta
 
 

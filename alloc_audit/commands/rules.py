@@ -4,14 +4,13 @@ configuration turns on and the severities it sets."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from .outcome import Text
 from .project import load_project
 
 if TYPE_CHECKING:
-    from ..pipeline.suppress import MetaRule
     from ..rules.base import Rule
 
 
@@ -22,7 +21,6 @@ def list_rules(config_path: Path | None) -> Text:
 
       alloc-audit rules list
     """
-    from ..pipeline.suppress import META_RULES
     from ..rules import ALL_RULES, enabled_rules
 
     try:
@@ -31,32 +29,29 @@ def list_rules(config_path: Path | None) -> Text:
         severities = dict(config.severity)
     except UsageError:
         on, severities = {r.name for r in ALL_RULES if r.default_on}, {}
-    width = max([len(r.name) for r in (*ALL_RULES, *META_RULES)] or [10])
+    width = max([len(r.name) for r in ALL_RULES] or [10])
     lines = []
-    for rule in ALL_RULES:
-        state = "on " if rule.name in on else "off"
-        severity = severities.get(rule.name, rule.severity.value)
+    for rule in ALL_RULES:  # the meta rules are always on, at their own severity
+        state = "on " if rule.meta or rule.name in on else "off"
+        severity = rule.severity.value if rule.meta else severities.get(rule.name, rule.severity.value)
         lines.append(f"{rule.name:<{width}}  {severity:<7}  {state}  {rule.summary}\n")
-    for meta in META_RULES:
-        lines.append(f"{meta.name:<{width}}  {meta.severity.value:<7}  on   {meta.summary}\n")
     return Text("".join(lines))
 
 
-def explain(name: str) -> Union[Rule, MetaRule]:
+def explain(name: str) -> Rule:
     """Print a rule's documentation: what it flags, why, an example, how to fix and suppress it.
 
     Example:
 
       alloc-audit rules explain snapshot-before-construction
     """
-    from ..pipeline.suppress import META_RULES
     from ..rules import ALL_RULES, rule_by_name
 
-    rule = rule_by_name(name) or next((m for m in META_RULES if m.name == name), None)
+    rule = rule_by_name(name)
     if rule is None:
         import difflib
 
-        names = [r.name for r in (*ALL_RULES, *META_RULES)]
+        names = [r.name for r in ALL_RULES]
         hint = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
         if hint:
             raise UsageError(f"unknown rule '{name}'; did you mean '{hint[0]}'? (`alloc-audit rules list` lists them)")

@@ -10,7 +10,7 @@ from .outcome import Report
 from .project import Options, comparison_if_present, load_project, report_context, scan_project
 
 if TYPE_CHECKING:
-    from ..pipeline.run import ScanResult
+    from ..model import ScanResult
 
 
 def scan(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.NEVER, verbose: bool = False,

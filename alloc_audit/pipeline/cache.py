@@ -27,10 +27,15 @@ import hashlib
 import marshal
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..atomic import atomic_write_bytes
+from ..model import FileError, Finding, ScanResult, Site, Stats
+
+if TYPE_CHECKING:
+    from .discover import SourceFile
 
 _FORMAT = "v1"
 _MAGIC = "alloc-audit-cache"
@@ -203,3 +208,110 @@ class Cache:
             os.utime(self._fact_path(key))
         except OSError:
             pass
+
+
+# ---------------------------------------------------------------- a run's cache
+
+
+class RunCache:
+    """What a run keeps for the next one besides each file's facts: the
+    root's stat table (size, mtime, inode -> content digest), the files the
+    pre-filter skipped, and whole results keyed by every input. On the warm
+    path (every file's digest known), a stored result is the answer."""
+
+    def __init__(self, cache: Cache, root: Path) -> None:
+        self.cache = cache
+        self.root_key = hashlib.blake2b(str(root.resolve()).encode(), digest_size=8).hexdigest()
+        self.stat_table = cache.load_stat(self.root_key)
+
+    def known_digests(self, files: Sequence[SourceFile]) -> tuple[dict[str, str], list[SourceFile]]:
+        """Digests known without reading (stat unchanged), and the files whose
+        stat changed. When few changed (or were only touched), they are hashed
+        here: a whole run's result may still be stored for exactly this content."""
+        digests: dict[str, str] = {}
+        for f in files:
+            known = self.stat_table.get(f.path)
+            if known is not None and known[:3] == (f.size, f.mtime_ns, f.inode):
+                digests[f.path] = known[3]
+        misses = [f for f in files if f.path not in digests]
+        if self.cache.enabled and len(misses) <= max(8, len(files) // 20):
+            for f in misses:
+                try:
+                    with open(f.abspath, "rb") as fh:
+                        digests[f.path] = content_digest(fh.read())
+                except OSError:
+                    break
+        return digests, misses
+
+    def stored_result(self, key: str, files: Sequence[SourceFile], digests: dict[str, str],
+                      misses: Sequence[SourceFile], root: Path, seconds: float) -> ScanResult | None:
+        stored = self.cache.load_result(key)
+        if stored is None:
+            return None
+        if misses:
+            table = dict(self.stat_table)
+            table.update({f.path: (f.size, f.mtime_ns, f.inode, digests[f.path]) for f in misses})
+            self.cache.store_stat(self.root_key, table)
+        return _decode_result(stored, root, seconds)
+
+    def skip_table(self) -> dict[str, tuple[str, tuple[str, ...], str | None]]:
+        return self.cache.load_skips(self.root_key) if self.cache.enabled else {}
+
+    def store(self, files: Sequence[SourceFile], digests: dict[str, str],
+              skips: dict[str, tuple[str, tuple[str, ...], str | None]],
+              old_skips: dict[str, tuple[str, tuple[str, ...], str | None]], result_key: str | None,
+              result: ScanResult) -> None:
+        """After a run: the stat and skip tables (keeping entries of files
+        outside this run's paths) and, when every file was read, the result."""
+        cache = self.cache
+        if not cache.enabled:
+            return
+        table = {f.path: (f.size, f.mtime_ns, f.inode, digests[f.path]) for f in files if f.path in digests}
+        for path, entry in self.stat_table.items():
+            table.setdefault(path, entry)
+        cache.store_stat(self.root_key, table)
+        ours = {f.path for f in files}
+        for fact_key, skip in old_skips.items():
+            if skip[0] not in ours:
+                skips.setdefault(fact_key, skip)
+        cache.store_skips(self.root_key, skips)
+        if result_key is not None:
+            cache.store_result(result_key, _encode_result(result))
+        cache.prune()
+
+
+def result_key(cache: Cache, inputs: object, files: Sequence[SourceFile], digests: dict[str, str]) -> str:
+    """The key of a whole result: the salt, ``inputs`` (what else decides the
+    result: tiers, enabled rules, severities...) and every file's digest."""
+    h = hashlib.blake2b(digest_size=20)
+    h.update(cache.salt.encode())
+    h.update(repr(inputs).encode())
+    for f in files:
+        h.update(f"{f.path}\0{digests[f.path]}\n".encode())
+    return h.hexdigest()
+
+
+def _encode_result(result: ScanResult) -> Any:
+    from . import serial
+
+    return (
+        tuple(serial.encode(s) for s in result.sites),
+        tuple(serial.encode(f) for f in result.findings),
+        tuple(serial.encode(e) for e in result.errors),
+        (result.stats.files, result.stats.parsed, result.stats.parse_errors, result.stats.lines),
+        tuple(sorted(result.scanned_paths)),
+    )
+
+
+def _decode_result(stored: Any, root: Path, seconds: float) -> ScanResult:
+    from . import serial
+
+    sites, findings, errors, stats, scanned = stored
+    return ScanResult(
+        root=root,
+        sites=tuple(serial.decode(Site, s) for s in sites),
+        findings=tuple(serial.decode(Finding, f) for f in findings),
+        errors=tuple(serial.decode(FileError, e) for e in errors),
+        stats=Stats(files=stats[0], parsed=stats[1], parse_errors=stats[2], seconds=seconds, lines=stats[3]),
+        scanned_paths=frozenset(scanned),
+    )

@@ -10,14 +10,15 @@ that says so: tiers are never guessed silently.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable, Mapping, Sequence
 
 from ..catalog import TierPattern
-from .extract.annotations import annotation_applies
 from ..globs import matcher
 from ..model import Annotation, FileFacts, Scope, Site, Tier
+from .extract.annotations import annotation_applies
+
 
 @dataclass(frozen=True)
 class SiteContext:

@@ -15,9 +15,10 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any
 
 import pathspec
 
@@ -78,9 +79,7 @@ def discover_files(config: Config, paths: Iterable[Path] = ()) -> Discovery:
         candidates.add(target.relative_to(root).as_posix())
     if directories:
         listed = _git_files(root, directories)
-        if listed is None:
-            listed = _walk(root, directories)
-        candidates.update(listed)
+        candidates.update(listed if listed is not None else _walk(root, directories))
     files: list[SourceFile] = []
     errors: list[FileError] = []
     named = {target.relative_to(root).as_posix() for target in explicit}
@@ -158,7 +157,7 @@ def _git_files(root: Path, directories: list[Path]) -> list[str] | None:
 def _walk(root: Path, directories: list[Path]) -> Iterator[str]:
     """Walk without git, honouring .gitignore files met on the way."""
     for top in directories:
-        specs: dict[str, pathspec.PathSpec] = {}
+        specs: dict[str, pathspec.PathSpec[Any]] = {}
         for base in [top, *[p for p in top.parents if _inside(p, root)]]:
             spec = _gitignore(base)
             if spec is not None:
@@ -177,7 +176,7 @@ def _walk(root: Path, directories: list[Path]) -> Iterator[str]:
                     yield Path(full).relative_to(root).as_posix()
 
 
-def _gitignore(directory: Path) -> pathspec.PathSpec | None:
+def _gitignore(directory: Path) -> pathspec.PathSpec[Any] | None:
     path = directory / ".gitignore"
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -186,7 +185,7 @@ def _gitignore(directory: Path) -> pathspec.PathSpec | None:
     return pathspec.GitIgnoreSpec.from_lines(lines)
 
 
-def _ignored(specs: dict[str, pathspec.PathSpec], full: str, is_dir: bool) -> bool:
+def _ignored(specs: dict[str, pathspec.PathSpec[Any]], full: str, is_dir: bool) -> bool:
     for base, spec in specs.items():
         if full.startswith(base + os.sep):
             rel = full[len(base) + 1:].replace(os.sep, "/")

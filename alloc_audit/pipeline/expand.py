@@ -10,12 +10,20 @@ of parsing the file: a wrong "yes" costs a parse, a wrong "no" a site.
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
+import time
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Collection, Mapping
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..pack import RulePack
     from .index import Func, ProjectIndex
+    from .workers import Outcomes
+
+LOG = logging.getLogger("alloc_audit")
 
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{2,}")
 # Names a native file defines, roughly: `type name(` starting a line (function
@@ -173,7 +181,7 @@ def _inside_function(lines: list[bytes], number: int) -> bool:
 
 
 @dataclass(frozen=True)
-class Wants:
+class WantedFiles:
     """What the on-demand expansion should parse next: native files that
     define one of ``definitions`` (callees the rules follow but could not
     resolve), Python files of ``modules`` (the same, by import), and files
@@ -241,7 +249,7 @@ class Wants:
         return any(".".join(parts[i:]) in self.modules for i in range(1, len(parts)))
 
 
-def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Func]], depth: int) -> Wants:
+def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Func]], depth: int) -> WantedFiles:
     """Downward from the functions the rules start at (captures, readings,
     context managers...), the names of callees that could not be resolved;
     upward, the names of buffer factories. Names a file must define or
@@ -271,21 +279,59 @@ def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Fu
         if not factory.python:
             # a class name defined in several places is not resolved from
             # elsewhere (see ``_derive``): its callers cannot be derived sites
-            if factory.everywhere:
-                native.add(factory.home if factory.kind == "method" else factory.name)
+            if factory.callable_anywhere:
+                native.add(factory.defined_in if factory.kind == "method" else factory.name)
         else:
             # a Python method is called on self/cls (from its class or a
             # subclass) or on an object of its class: the caller names one
-            named = [factory.name] if factory.kind != "method" else [factory.owner, *index.subclass_names(factory.owner)]
+            named = [factory.name] if factory.kind != "method" else \
+                [factory.owner, *index.subclass_names(factory.owner)]
             table = python["function" if factory.kind == "function" else "class"]
             for name in named:
-                table.setdefault(name, set()).update(factory.home.split("."))
-                packages.setdefault(name, set()).add(factory.home.rpartition(".")[0])
+                table.setdefault(name, set()).update(factory.defined_in.split("."))
+                packages.setdefault(name, set()).add(factory.defined_in.rpartition(".")[0])
     definitions |= index.unattached_owners()
     modules = frozenset(d[len("module:"):] for d in definitions if d.startswith("module:"))
     names = {d for d in definitions if not d.startswith("module:")}
-    keep = lambda n: len(n) >= 3 and not n.startswith("__") and n not in ("<module>", "<lambda>")  # noqa: E731
+
+    def keep(n: str) -> bool:
+        return len(n) >= 3 and not n.startswith("__") and n not in ("<module>", "<lambda>")
+
     reach = {kind: {n: (frozenset(parts), frozenset(packages[n])) for n, parts in table.items() if keep(n)}
              for kind, table in python.items()}
-    return Wants(frozenset(filter(keep, names)), reach["class"], reach["function"], modules,
+    return WantedFiles(frozenset(filter(keep, names)), reach["class"], reach["function"], modules,
                  frozenset(filter(keep, native)))
+
+
+# ---------------------------------------------------------------- the rounds
+
+
+def expand_skipped(index: ProjectIndex, files: Outcomes, pack: RulePack) -> None:
+    """Parse the skipped files the rules or the derived sites need, round by
+    round up to the configured depth, adding each round to the index."""
+    from ..rules import root_finder
+
+    roots = root_finder(pack)
+    depth = max(pack.capture_depth, pack.flow_depth, 1)
+    looks: dict[str, SkippedFile] = {}  # skipped files read again, once
+
+    def look(path: str) -> SkippedFile:
+        found = looks.get(path)
+        if found is None:
+            found = looks[path] = SkippedFile(functools.partial(files.read, path))
+        return found
+
+    for _round in range(depth):
+        asked = time.perf_counter()
+        wants = expansion_wants(index, roots, depth)
+        chosen = sorted(p for p, idents in files.skipped.items()
+                        if wants.wants_file(p, idents, functools.partial(look, p)))
+        LOG.debug("expansion round %d: %d of %d skipped files wanted (%d bytes; chosen in %.3f s)", _round + 1,
+                  len(chosen), len(files.skipped), sum(files.size(p) for p in chosen), time.perf_counter() - asked)
+        if not chosen:
+            break
+        before = set(files.facts)
+        files.parse(chosen)
+        for p in chosen:
+            files.skipped.pop(p, None)
+        index.add({p: files.facts[p] for p in sorted(files.facts) if p not in before})

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import tree_sitter as ts
@@ -24,8 +24,7 @@ import tree_sitter as ts
 from ..model import Language
 
 
-
-@lru_cache(maxsize=None)
+@cache
 def language(grammar: Language) -> ts.Language:
     if grammar is Language.PYTHON:
         import tree_sitter_python as mod
@@ -36,7 +35,7 @@ def language(grammar: Language) -> ts.Language:
     return ts.Language(mod.language())
 
 
-@lru_cache(maxsize=None)
+@cache
 def _parser(grammar: Language) -> ts.Parser:
     return ts.Parser(language(grammar))
 

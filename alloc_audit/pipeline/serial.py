@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from enum import Enum
-from typing import Any, Callable, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 T = TypeVar("T")
 
@@ -103,7 +104,7 @@ def _generate_encoder(cls: type) -> Callable[[Any], Any]:
             env[f"e{i}"] = enc
             parts.append(f"e{i}(o.{name})")
     src = f"def enc(o):\n    return ({', '.join(parts)},)\n"
-    exec(src, env)  # noqa: S102 - generated from our own dataclass fields
+    exec(src, env)
     return typing.cast(Callable[[Any], Any], env["enc"])
 
 
@@ -120,7 +121,7 @@ def _generate_decoder(cls: type) -> Callable[[Any], Any]:
             env[f"d{i}"] = dec
             parts.append(f"d{i}(d[{i}])")
     src = f"def dec(d):\n    return cls({', '.join(parts)})\n"
-    exec(src, env)  # noqa: S102 - generated from our own dataclass fields
+    exec(src, env)
     return typing.cast(Callable[[Any], Any], env["dec"])
 
 
@@ -146,7 +147,8 @@ def schema_digest(cls: type) -> str:
         if isinstance(tp, type) and dataclasses.is_dataclass(tp) and tp not in seen:
             seen.add(tp)
             hints = get_type_hints(tp)
-            parts.append(tp.__name__ + "(" + ",".join(f"{f.name}:{hints[f.name]}" for f in dataclasses.fields(tp)) + ")")
+            fields = ",".join(f"{f.name}:{hints[f.name]}" for f in dataclasses.fields(tp))
+            parts.append(tp.__name__ + "(" + fields + ")")
             for f in dataclasses.fields(tp):
                 visit(hints[f.name])
 

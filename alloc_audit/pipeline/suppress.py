@@ -12,114 +12,12 @@ like ruff's RUF100: a suppression or tier override must say why
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
+from ..model import Annotation, FileFacts, Finding, Site
+from ..rules.base import Rule
+from ..rules.meta import INVALID, NO_REASON, UNUSED
 from .extract.annotations import annotation_applies as applies
-from ..model import Annotation, FileFacts, Finding, Severity, Site
-
-_DOC_UNUSED = """\
-## What it flags
-An `alloc-audit: ignore[rule]` comment that suppresses no finding, or an
-`alloc-audit: tier=...` comment that applies to no allocation site.
-
-## Why it matters
-A suppression that outlives its finding hides the next real finding on that
-line. Like ruff's RUF100 (unused `noqa`).
-
-## Example
-```python
-# alloc-audit: ignore[alloc-in-capture] warm-up buffer, freed before capture
-x = compute(y)          # nothing here allocates any more
-```
-
-## How to fix
-Delete the comment, or move it to the line it was meant for.
-
-## How to suppress
-It cannot be suppressed; it is only reported when the whole project was
-analysed (not in the per-file pre-commit run).
-
-## Known false positives
-None known.
-
-## Known false negatives
-Suppressions of rules that are disabled in the configuration are not reported.
-"""
-
-_DOC_REASON = """\
-## What it flags
-An `alloc-audit: ignore[rule]` or `alloc-audit: tier=T<n>` comment without a reason.
-
-## Why it matters
-The allowlist and the suppressions are the project's record of memory
-decisions; a decision without its reason cannot be reviewed or revisited.
-
-## Example
-```python
-buf = torch.empty(n, device="cuda")  # alloc-audit: ignore[per-call-alloc]
-```
-
-## How to fix
-Say why after the bracket or the tier:
-`# alloc-audit: ignore[per-call-alloc] output buffer, handed to the caller`.
-
-## How to suppress
-It cannot be suppressed.
-
-## Known false positives
-None known.
-
-## Known false negatives
-A reason of one word passes.
-"""
-
-_DOC_INVALID = """\
-## What it flags
-An `alloc-audit:` comment that cannot be read: an unknown rule name in
-`ignore[...]`, an unknown tier in `tier=`, or neither form.
-
-## Why it matters
-A misspelt suppression suppresses nothing and a misspelt tier changes
-nothing, silently.
-
-## Example
-```cpp
-// alloc-audit: ignore[alloc-in-captur] typo: suppresses nothing
-```
-
-## How to fix
-Use `ignore[rule-name] reason` with a name from `alloc-audit rules list`, or
-`tier=T1|T2|T3|T4|T5a|T5b reason`.
-
-## How to suppress
-It cannot be suppressed.
-
-## Known false positives
-None known.
-
-## Known false negatives
-None known.
-"""
-
-
-@dataclass(frozen=True)
-class MetaRule:
-    name: str
-    severity: Severity
-    summary: str
-    doc: str
-    default_on: bool = True
-
-
-UNUSED = MetaRule("unused-suppression", Severity.WARNING,
-                  "an alloc-audit suppression or tier comment that no longer applies to anything", _DOC_UNUSED)
-NO_REASON = MetaRule("annotation-without-reason", Severity.ERROR,
-                     "an alloc-audit suppression or tier comment without a reason", _DOC_REASON)
-INVALID = MetaRule("invalid-annotation", Severity.ERROR,
-                   "an alloc-audit comment with an unknown rule or tier, or an unreadable form", _DOC_INVALID)
-META_RULES = (UNUSED, NO_REASON, INVALID)
-META_NAMES = frozenset(m.name for m in META_RULES)
 
 
 def apply_suppressions(
@@ -164,7 +62,7 @@ def apply_suppressions(
     return tuple(sorted(out, key=lambda f: f.sort_key))
 
 
-def _meta(rule: MetaRule, path: str, ann: Annotation, message: str) -> Finding:
+def _meta(rule: Rule, path: str, ann: Annotation, message: str) -> Finding:
     return Finding(rule=rule.name, severity=rule.severity, path=path, line=ann.line, col=1, scope="",
                    message=message, stmt_line=ann.line)
 

@@ -4,24 +4,17 @@ pre-commit shows) or GitHub workflow commands."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import Enum
-from typing import Iterable
 
-from .allowlist import AllowlistEntry, Comparison, GateResult
-from .baseline import BaselineEntry, BaselineGrowth, FindingsComparison, key_display
-from .keys import key_text
 from ..model import Finding, Severity, Site
+from .allowlist import AllowlistEntry
+from .baseline import BaselineEntry, BaselineGrowth, FindingsComparison, key_display
+from .compare import Comparison
+from .gate import GateResult
+from .keys import key_text
 
 UPDATE = "alloc-audit allowlist update"
-
-
-class CheckFormat(str, Enum):
-    """How `check` and `gate` show their problems (json: the scan itself)."""
-
-    text = "text"
-    github = "github"
-    json = "json"
 
 
 @dataclass(frozen=True)
@@ -37,8 +30,8 @@ class Problem:
 
     def github(self) -> str:
         command = {"error": "error", "warning": "warning"}.get(self.level, "notice")
-        return f"::{command} file={_escape_property(self.path)},line={self.line},title={_escape_property(self.title)}::" \
-               f"{_escape_data(self.message)}"
+        where = f"file={_escape_property(self.path)},line={self.line},title={_escape_property(self.title)}"
+        return f"::{command} {where}::{_escape_data(self.message)}"
 
 
 def _escape_data(text: str) -> str:

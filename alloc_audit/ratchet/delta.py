@@ -7,11 +7,11 @@ stable key; line moves are not changes."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
+from ..model import TIER_ORDER, Finding, Site, Tier
 from .keys import site_key
-from ..model import Finding, Site, SiteKind, Tier
 
 SiteId = tuple[str, str, str, str]
 
@@ -28,7 +28,6 @@ class Delta:
 
     def by_tier(self) -> list[tuple[Tier, int, int]]:
         """(tier, added, removed) for the tiers that changed, in tier order."""
-        from ..report.summary import TIER_ORDER
 
         plus, minus = Counter(s.tier for s in self.added), Counter(s.tier for s in self.removed)
         return [(t, plus[t], minus[t]) for t in TIER_ORDER if plus[t] or minus[t]]
@@ -44,7 +43,7 @@ def _site_id(site: Site) -> SiteId:
 
 
 def _counted(sites: Iterable[Site]) -> list[Site]:
-    return [s for s in sites if s.via is None and s.kind is not SiteKind.RELEASE]
+    return [s for s in sites if s.counted]
 
 
 def _surplus(ours: list[Site], theirs: list[Site]) -> list[Site]:

@@ -10,15 +10,10 @@ real case), so a key is always three tokens and round-trips exactly.
 
 from __future__ import annotations
 
-import re
+from ..model import Site, key_text
+from ..model import escape_key_field as escape
 
-from ..model import Site
-
-_UNSAFE = re.compile(r"[\s#%]")
-
-
-def escape(field: str) -> str:
-    return _UNSAFE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group(0).encode()), field)
+__all__ = ["escape", "key_text", "parse_key", "site_key", "unescape"]
 
 
 def unescape(field: str) -> str:
@@ -32,10 +27,6 @@ def unescape(field: str) -> str:
 
 def site_key(site: Site) -> tuple[str, str, str]:
     return (site.path, site.scope, site.api)
-
-
-def key_text(key: tuple[str, str, str]) -> str:
-    return " ".join(escape(part) for part in key)
 
 
 def parse_key(text: str) -> tuple[str, str, str] | None:

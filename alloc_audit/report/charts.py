@@ -5,9 +5,10 @@ mode restyle them; every bar has a ``<title>`` tooltip."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
-from typing import Sequence
 
+from ..model import TIER_ORDER
 from . import summary
 
 BAR_H = 18
@@ -53,7 +54,7 @@ def stacked_tiers(rows: Sequence[summary.Row], what: str, limit: int = 15) -> st
     shown = list(rows[:limit])
     if len(rows) > limit:
         rest = rows[limit:]
-        tiers = tuple(sum(r.tiers[i] for r in rest) for i in range(len(summary.TIER_ORDER)))
+        tiers = tuple(sum(r.tiers[i] for r in rest) for i in range(len(TIER_ORDER)))
         shown.append(summary.Row(f"{len(rest)} other {what}", sum(r.sites for r in rest), tiers,
                                  sum(r.bytes for r in rest), sum(r.sized for r in rest), 0))
     maximum = max((r.sites for r in shown), default=0)
@@ -65,7 +66,7 @@ def stacked_tiers(rows: Sequence[summary.Row], what: str, limit: int = 15) -> st
         body.append(f'<text x="{LABEL_W - 8}" y="{y + BAR_H - 5}" text-anchor="end">'
                     f'<title>{escape(row.name)}</title>{escape(_text_fit(row.name, 36))}</text>')
         x = float(LABEL_W)
-        for tier, count in zip(summary.TIER_ORDER, row.tiers):
+        for tier, count in zip(TIER_ORDER, row.tiers):
             if not count:
                 continue
             w = plot_w * count / maximum

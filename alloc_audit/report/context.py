@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..ratchet.keys import site_key
 from ..model import Site
+from ..ratchet.keys import site_key
 
 if TYPE_CHECKING:
-    from ..ratchet.allowlist import Comparison
-    from ..pipeline.run import ScanResult
+    from ..model import ScanResult
+    from ..ratchet.compare import Comparison
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ builds them)."""
 
 from __future__ import annotations
 
-from ..ratchet.checks import Problem, allowlist_problems, finding_problems, render as render_problems
+from ..ratchet.checks import Problem, allowlist_problems, finding_problems
+from ..ratchet.checks import render as render_problems
 from .context import ReportContext
 
 

@@ -9,16 +9,17 @@ so a 50k-site tree stays a few MB. Deterministic: no timestamps."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from html import escape
 from importlib import resources
-from typing import Any, Sequence
+from typing import Any
 
 from .. import __version__
+from ..model import TIER_ORDER, Severity, Site, SiteKind, Tier
 from ..ratchet.keys import site_key
-from ..model import Severity, Site, SiteKind, Tier
-from .sizes import human
 from . import charts, summary
 from .context import ReportContext
+from .sizes import human
 from .words import plural
 
 
@@ -53,7 +54,7 @@ def site_data(ctx: ReportContext, known: dict[int, int]) -> dict[str, Any]:
     return {
         "strings": strings.values,
         "sites": rows,
-        "tierOrder": {t.value: i for i, t in enumerate(summary.TIER_ORDER)},
+        "tierOrder": {t.value: i for i, t in enumerate(TIER_ORDER)},
     }
 
 
@@ -132,7 +133,7 @@ def _cards(ctx: ReportContext, sites: list[Any], known: dict[int, int], groups: 
                                f"allowlist ({plural(status.entries, 'entry', 'entries')})",
                                "bad"))
     legend = "".join(f'<span><i class="t-{t.value}"></i>{escape(summary.tier_label(t))} '
-                     f'{sum(1 for s in sites if s.tier is t)}</span>' for t in summary.TIER_ORDER)
+                     f'{sum(1 for s in sites if s.tier is t)}</span>' for t in TIER_ORDER)
     return f'<section class="cards">{"".join(cards)}</section><div class="legend">{legend}</div>'
 
 
@@ -167,7 +168,8 @@ def _findings(groups: list[summary.RuleGroup]) -> str:
     for g in groups:
         total = len(g.findings)
         sup = f", {g.suppressed} suppressed" if g.suppressed else ""
-        out.append(f'<details class="rule" data-rule="{escape(g.rule)}"{" open" if g.severity is Severity.ERROR else ""}>'
+        opened = " open" if g.severity is Severity.ERROR else ""
+        out.append(f'<details class="rule" data-rule="{escape(g.rule)}"{opened}>'
                    f'<summary><span class="sev-{g.severity.value}">{escape(g.rule)}</span> — {total} open{sup} · '
                    f"{escape(g.summary)}</summary>")
         for f in g.findings:
@@ -225,7 +227,7 @@ def column_widths(sites: Sequence[Site]) -> list[tuple[str, str]]:
 
 
 def _table(ctx: ReportContext) -> str:
-    tiers = "".join(f'<option value="{t.value}">{escape(summary.tier_label(t))}</option>' for t in summary.TIER_ORDER)
+    tiers = "".join(f'<option value="{t.value}">{escape(summary.tier_label(t))}</option>' for t in TIER_ORDER)
     kinds = "".join(f'<option value="{k.value}">{k.value}</option>' for k in SiteKind if k is not SiteKind.RELEASE)
     allow = ('<select id="f-allow" aria-label="allowlisted"><option value="">allowlisted: any</option>'
              '<option value="yes">allowlisted</option><option value="no">not allowlisted</option></select>'

@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from .. import __version__
-from ..ratchet.keys import key_text, site_key
 from ..model import Finding, Site
+from ..ratchet.keys import key_text, site_key
 from .context import ReportContext
 from .summary import sizes
 

@@ -5,13 +5,13 @@ into ``<details>``. Deterministic (no timings), so it can be diffed."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from .. import __version__
-from ..model import Finding, Severity, Site, SiteKind
+from ..model import TIER_ORDER, Finding, Severity, Site, SiteKind
+from ..ratchet.delta import Delta
 from . import summary
 from .context import ReportContext
-from ..ratchet.delta import Delta
 
 FOLD = 10  # rows shown before the rest is folded into <details>
 
@@ -84,7 +84,8 @@ def _headline(ctx: ReportContext, sites: list[Site]) -> list[str]:
     files = len({s.path for s in sites})
     parts = [f"**{_plural(len(sites), 'allocation site')}**" + (f" (+{derived} derived)" if derived else "")
              + f" in {_plural(files, 'file')}",
-             f"**{_plural(len(open_), 'finding')}** ({_plural(errors, 'error')}, {_plural(len(open_) - errors, 'warning')})"]
+             f"**{_plural(len(open_), 'finding')}** ({_plural(errors, 'error')}, "
+             f"{_plural(len(open_) - errors, 'warning')})"]
     status = summary.allowlist_status(ctx)
     if status is not None:
         parts.append("allowlist **clean**" if status.clean else
@@ -129,7 +130,7 @@ def _totals(ctx: ReportContext, sites: list[Site], known: dict[int, int]) -> lis
     per_tier = Counter(s.tier for s in sites)
     header = ["tier", *[k.value for k in kinds], "sites", "derived"] + (["est. bytes"] if sized else [])
     rows = []
-    for tier in summary.TIER_ORDER:
+    for tier in TIER_ORDER:
         if not per_tier[tier] and not derived[tier]:
             continue
         row = [summary.tier_label(tier), *[str(counts.get((tier, k), "")) for k in kinds],
@@ -179,10 +180,10 @@ def _finding_items(findings: Iterable[Finding], with_rule: bool = True) -> list[
 
 def _pivot(ctx: ReportContext, by: str, known: dict[int, int]) -> list[str]:
     rows = summary.pivot(ctx, by, known)
-    tiers = [i for i, t in enumerate(summary.TIER_ORDER) if any(r.tiers[i] for r in rows)]
+    tiers = [i for i, t in enumerate(TIER_ORDER) if any(r.tiers[i] for r in rows)]
     any_bytes = any(r.sized for r in rows)
     name = {"dir": "directory", "file": "file", "api": "api"}[by]
-    header = [name, "sites", *[summary.TIER_ORDER[i].value for i in tiers]] + (["est. bytes"] if any_bytes else [])
+    header = [name, "sites", *[TIER_ORDER[i].value for i in tiers]] + (["est. bytes"] if any_bytes else [])
     if by != "api":
         header.append("findings")
 

@@ -23,12 +23,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .. import __version__
-from ..ratchet.keys import key_text, site_key
 from ..model import Finding, Severity, Site
+from ..ratchet.keys import key_text, site_key
 from .context import ReportContext
 from .summary import counted
 
@@ -81,10 +82,9 @@ def _level(severity: Severity) -> str:
 
 def rule_descriptors() -> list[dict[str, Any]]:
     from ..rules import ALL_RULES
-    from ..pipeline.suppress import META_RULES
 
     out = []
-    for rule in (*ALL_RULES, *META_RULES):
+    for rule in ALL_RULES:
         out.append(_descriptor(rule.name, rule.severity, rule.summary, rule.doc, rule.default_on))
     for name, severity, summary, doc in _ALLOWLIST_RULES:
         out.append(_descriptor(name, severity, summary, doc, True))

@@ -61,7 +61,7 @@ def estimate_bytes(site: Site, bindings: tuple[tuple[str, int], ...]) -> int | N
         default = DIMENSION_FACTORIES.get(site.api)
         if default is None or not site.shape:
             return None
-        element = default
+        element: int | None = default
         if site.dtype:
             # a known dtype, or a dtype expression the user bound to its element size
             element = dtype_bytes(site.dtype) or evaluate(site.dtype, bindings)
@@ -136,7 +136,7 @@ def evaluate(text: str, bindings: tuple[tuple[str, int], ...]) -> int | None:
     return result if result is None or result < 1 << 62 else None
 
 
-def _eval(node: ast.expr, values: dict[str, int]) -> int | None:  # noqa: C901 - a small interpreter
+def _eval(node: ast.expr, values: dict[str, int]) -> int | None:
     if isinstance(node, ast.Constant):
         return node.value if isinstance(node.value, int) and not isinstance(node.value, bool) else None
     if isinstance(node, (ast.Name, ast.Attribute)):

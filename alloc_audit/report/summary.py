@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import posixpath
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
-from ..model import TIER_NAMES, Finding, Severity, Site, SiteKind, Tier
-from .sizes import estimate_bytes, human
+from ..model import TIER_NAMES, TIER_ORDER, Finding, Severity, Site, SiteKind, Tier
 from .context import ReportContext
+from .sizes import estimate_bytes, human
 
-TIER_ORDER = (Tier.T1, Tier.T2, Tier.T3, Tier.T4, Tier.T5A, Tier.T5B, Tier.UNKNOWN)
 PIVOTS = ("dir", "file", "tier", "rule", "api")
 
 
@@ -60,7 +59,7 @@ class AllowlistStatus:
 
 def counted(sites: Iterable[Site]) -> list[Site]:
     """The acquisitions a census counts: direct sites, releases left out."""
-    return [s for s in sites if s.via is None and s.kind is not SiteKind.RELEASE]
+    return [s for s in sites if s.counted]
 
 
 def derived(sites: Iterable[Site]) -> list[Site]:
@@ -78,7 +77,7 @@ def sizes(ctx: ReportContext) -> dict[int, int]:
 
 
 def tier_kind_counts(sites: Sequence[Site]) -> tuple[list[SiteKind], dict[tuple[Tier, SiteKind], int]]:
-    kinds = [k for k in SiteKind if k is not SiteKind.RELEASE and any(s.kind is k for s in sites)]
+    kinds: list[SiteKind] = [k for k in SiteKind if k is not SiteKind.RELEASE and any(s.kind is k for s in sites)]
     return kinds, dict(Counter((s.tier, s.kind) for s in sites))
 
 
@@ -130,9 +129,8 @@ def pivot(ctx: ReportContext, by: str, known: dict[int, int]) -> list[Row]:
 def rule_groups(ctx: ReportContext) -> list[RuleGroup]:
     """Findings by rule, errors first, then by count."""
     from ..rules import ALL_RULES
-    from ..pipeline.suppress import META_RULES
 
-    summaries = {r.name: r.summary for r in (*ALL_RULES, *META_RULES)}
+    summaries = {r.name: r.summary for r in ALL_RULES}
     open_: dict[str, list[Finding]] = {}
     suppressed: Counter[str] = Counter()
     severity: dict[str, Severity] = {}

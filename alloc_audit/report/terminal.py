@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import io
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
-from ..model import TIER_NAMES, Finding, Severity, Site, SiteKind, Tier
+from ..model import TIER_NAMES, TIER_ORDER, Finding, Severity, Site, SiteKind, Tier
 from . import summary
-from .words import plural
 from .context import ReportContext
+from .words import plural
 
-TIER_ORDER = [Tier.T1, Tier.T2, Tier.T3, Tier.T4, Tier.T5A, Tier.T5B, Tier.UNKNOWN]
 KIND_ORDER = [k for k in SiteKind]
 TIER_STYLE = {
     Tier.T1: "magenta",
@@ -55,12 +54,13 @@ def header_line(ctx: ReportContext) -> str:
 
     s = ctx.result.stats
     errors = f", {s.parse_errors} with parse errors" if s.parse_errors else ""
-    return (f"alloc-audit {__version__} · root {ctx.root_display} · {plural(s.files, 'file')}, {s.parsed} analysed{errors}"
+    return (f"alloc-audit {__version__} · root {ctx.root_display} · {plural(s.files, 'file')}, "
+            f"{s.parsed} analysed{errors}"
             f" · {s.seconds:.2f} s")
 
 
 def acquisitions(sites: Iterable[Site]) -> list[Site]:
-    return [s for s in sites if s.kind is not SiteKind.RELEASE]
+    return [s for s in sites if s.acquires]
 
 
 def tier_kind_table(sites: list[Site], width: int = 100):  # type: ignore[no-untyped-def]
@@ -315,7 +315,7 @@ bytes_cell = summary.bytes_text
 
 def tier_mix(tiers: tuple[int, ...]) -> str:
     """'T2 5 · T4 3': the tier counts of a row, in tier order."""
-    return " · ".join(f"[{TIER_STYLE[t]}]{t.value}[/] {n}" for t, n in zip(summary.TIER_ORDER, tiers) if n)
+    return " · ".join(f"[{TIER_STYLE[t]}]{t.value}[/] {n}" for t, n in zip(TIER_ORDER, tiers) if n)
 
 
 def totals_table(ctx: ReportContext, sites: list[Site], known: dict[int, int]):  # type: ignore[no-untyped-def]
@@ -333,7 +333,7 @@ def totals_table(ctx: ReportContext, sites: list[Site], known: dict[int, int]): 
         table.add_column("est. bytes", justify="right", no_wrap=True)
     table.add_column("kinds", overflow="fold", ratio=1)
     per_tier = Counter(s.tier for s in sites)
-    for tier in summary.TIER_ORDER:
+    for tier in TIER_ORDER:
         if not per_tier[tier] and not dcounts[tier]:
             continue
         label = f"[{TIER_STYLE[tier]}]{tier.value}[/]" + ("" if tier is Tier.UNKNOWN else f" {TIER_NAMES[tier]}")
@@ -361,19 +361,20 @@ def pivot_table(ctx: ReportContext, by: str, known: dict[int, int]):  # type: ig
     rows = summary.pivot(ctx, by, known)
     limit = len(rows) if ctx.verbose or by == "tier" else ctx.limit
     wide = (ctx.width or 100) >= WIDE
-    tiers = [i for i, t in enumerate(summary.TIER_ORDER) if any(r.tiers[i] for r in rows)]
+    tiers = [i for i, t in enumerate(TIER_ORDER) if any(r.tiers[i] for r in rows)]
     any_bytes = any(r.sized for r in rows)
     one, many = PIVOT_TITLES[by]
     shown = rows[:limit]
     more = f", top {len(shown)}" if len(shown) < len(rows) else ""
-    table = Table(title=f"Sites by {one} ({len(rows)} {one if len(rows) == 1 else many}{more})", title_justify="left", show_edge=False,
+    counted_rows = f"{len(rows)} {one if len(rows) == 1 else many}"
+    table = Table(title=f"Sites by {one} ({counted_rows}{more})", title_justify="left", show_edge=False,
                   pad_edge=False)
     # explicit widths (rich would truncate the last column instead): the
     # narrow columns are fixed, the name and the tier mix share the rest
     longest = max((len(r.name) for r in shown), default=8)
     widths = [5] + ([10] if any_bytes else []) + ([8] if by in ("dir", "file") else [])
     if by != "tier" and wide:
-        widths += [max(len(summary.TIER_ORDER[i].value), 3) for i in tiers]
+        widths += [max(len(TIER_ORDER[i].value), 3) for i in tiers]
     mix = by != "tier" and not wide
     free = (ctx.width or 100) - sum(widths) - 3 * (len(widths) + (1 if mix else 0))
     name_w = max(8, min(longest, free - (14 if mix else 0)))
@@ -383,7 +384,7 @@ def pivot_table(ctx: ReportContext, by: str, known: dict[int, int]):  # type: ig
     if by != "tier":
         if wide:
             for i in tiers:
-                tier = summary.TIER_ORDER[i]
+                tier = TIER_ORDER[i]
                 table.add_column(f"[{TIER_STYLE[tier]}]{tier.value}[/]", justify="right", no_wrap=True)
         else:
             table.add_column("tiers", overflow="fold", width=mix_w)

@@ -4,19 +4,20 @@ lists them (the registry is this tuple, greppable, nothing registers itself).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
-from ..catalog import RulePack
 from ..config import Config
 from ..globs import matcher
-from ..pipeline.index import Func, ProjectIndex
 from ..model import Finding, Severity, Site
+from ..pack import RulePack
+from ..pipeline.index import Func, ProjectIndex
 from . import (
     alloc_bypasses_plan,
     alloc_in_capture,
     capture_without_rollback,
     grow_on_demand,
     live_free_memory_sizing,
+    meta,
     per_call_alloc,
     retained_per_entry_alloc,
     snapshot_before_construction,
@@ -34,6 +35,9 @@ ALL_RULES: tuple[Rule, ...] = (
     live_free_memory_sizing.RULE,
     grow_on_demand.RULE,
     per_call_alloc.RULE,
+    meta.UNUSED,
+    meta.NO_REASON,
+    meta.INVALID,
 )
 
 
@@ -46,20 +50,21 @@ def rule_by_name(name: str) -> Rule | None:
 
 def enabled_rules(config: Config) -> tuple[Rule, ...]:
     enable, disable = set(config.enable), set(config.disable)
-    return tuple(r for r in ALL_RULES if (r.default_on or r.name in enable) and r.name not in disable)
+    return tuple(r for r in ALL_RULES if r.meta or ((r.default_on or r.name in enable) and r.name not in disable))
 
 
 def root_finder(pack: RulePack) -> Callable[[ProjectIndex], list[Func]]:
     """Functions where some rule starts looking (the on-demand expansion
-    parses what they call): captures, memory readings, fresh pools, planned
-    scratch, context managers and other per-entry hooks, declared captured
-    functions and hot paths. Returns a function of the index, in its order."""
-    calls = matcher((*pack.capture_begin, *pack.measurements, *pack.free_memory_readings, *pack.fresh_pools,
-                     *pack.scratch_accessors))
-    contexts = matcher((*pack.capture_contexts, *pack.minting_contexts))
-    decorators = matcher(pack.contextmanagers)
-    hooks = matcher(("__enter__", *pack.per_entry_hooks))
-    declared = matcher((*pack.captured, *pack.hot_paths))
+    parses what they call): the union of every rule's ``starts`` (captures,
+    memory readings, fresh pools, planned scratch, context managers and other
+    per-entry hooks, declared captured functions and hot paths). Returns a
+    function of the index, in its order."""
+    points = [rule.starts(pack) for rule in ALL_RULES]
+    calls = matcher(tuple(g for p in points for g in p.calls))
+    contexts = matcher(tuple(g for p in points for g in p.contexts))
+    decorators = matcher(tuple(g for p in points for g in p.decorators))
+    hooks = matcher(tuple(g for p in points for g in p.hooks))
+    declared = matcher(tuple(g for p in points for g in p.declared))
 
     memo: dict[str, bool] = {}  # a function's facts never change once indexed
 
@@ -83,9 +88,7 @@ def root_finder(pack: RulePack) -> Callable[[ProjectIndex], list[Func]]:
 
 def known_rule_names() -> dict[str, str]:
     """Every accepted rule name (aliases included) -> the current name."""
-    from ..pipeline.suppress import META_RULES
-
-    names = {m.name: m.name for m in META_RULES}
+    names = {r.name: r.name for r in ALL_RULES if r.meta}
     for rule in ALL_RULES:
         names[rule.name] = rule.name
         for alias in rule.aliases:
@@ -94,9 +97,7 @@ def known_rule_names() -> dict[str, str]:
 
 
 def enabled_names(config: Config) -> frozenset[str]:
-    from ..pipeline.suppress import META_RULES
-
-    return frozenset({r.name for r in enabled_rules(config)} | {m.name for m in META_RULES})
+    return frozenset(r.name for r in enabled_rules(config))
 
 
 def run_rules(index: ProjectIndex, pack: RulePack, config: Config, sites: Sequence[Site]) -> tuple[Finding, ...]:

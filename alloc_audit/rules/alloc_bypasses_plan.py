@@ -43,12 +43,13 @@ allocations made in a helper the wrapper calls, are not seen.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..globs import matcher
 from ..model import Finding, Related, Severity
-from .base import Rule, RuleContext
+from ..pack import RulePack
 from ._lib.findings import is_buffer_allocation, is_returned, returned_names, site_finding
+from .base import Rule, RuleContext, StartPoints
 
 NAME = "alloc-bypasses-plan"
 
@@ -79,10 +80,16 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
             )
 
 
+
+def starts(pack: RulePack) -> StartPoints:
+    """Where this rule starts looking (the expansion parses what these call)."""
+    return StartPoints(calls=pack.scratch_accessors)
+
 RULE = Rule(
     name=NAME,
     severity=Severity.WARNING,
     summary="a function that uses a scratch plan also allocates device memory directly",
     doc=__doc__ or "",
     check=check,
+    starts=starts,
 )

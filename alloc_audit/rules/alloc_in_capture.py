@@ -62,13 +62,12 @@ begun in one function and ended in another is not seen, except through
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
-from ..model import Finding, Related, Severity
-from .base import Rule, RuleContext
 from ..globs import matcher
+from ..model import Finding, Related, Severity, Site
+from ..pack import RulePack
 from ..pipeline.index import Func, ProjectIndex
-from ..model import Site
 from ._lib.findings import (
     hop_notes,
     is_device_allocation,
@@ -79,6 +78,7 @@ from ._lib.findings import (
     site_finding,
 )
 from ._lib.regions import calls_in, capture_regions
+from .base import Rule, RuleContext, StartPoints, Triggers
 
 NAME = "alloc-in-capture"
 
@@ -152,10 +152,22 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
                     )
 
 
+
+def starts(pack: RulePack) -> StartPoints:
+    """Where this rule starts looking (the expansion parses what these call)."""
+    return StartPoints(calls=pack.capture_begin, contexts=pack.capture_contexts, declared=pack.captured)
+
+
+def triggers(pack: RulePack) -> Triggers:
+    """What a file must say for this rule to need it parsed."""
+    return Triggers(called=(*pack.capture_contexts, *pack.capture_begin, *pack.capture_end))
+
 RULE = Rule(
     name=NAME,
     severity=Severity.ERROR,
     summary="a device allocation executed under CUDA-graph capture",
     doc=__doc__ or "",
     check=check,
+    starts=starts,
+    triggers=triggers,
 )

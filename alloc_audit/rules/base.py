@@ -3,12 +3,12 @@ rule's ``check`` receives. No base class: a rule is a function plus data."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
-from ..catalog import RulePack
-from ..pipeline.index import ProjectIndex
 from ..model import Finding, Language, Severity, Site
+from ..pack import RulePack
+from ..pipeline.index import ProjectIndex
 
 
 @dataclass(frozen=True)
@@ -16,6 +16,39 @@ class RuleContext:
     index: ProjectIndex
     pack: RulePack
     sites: tuple[Site, ...]  # classified, direct and derived
+
+
+@dataclass(frozen=True)
+class StartPoints:
+    """Where a rule starts looking, as name globs: functions that call one of
+    ``calls``, enter a ``with`` item matching ``contexts``, carry a decorator
+    matching ``decorators``, are named like ``hooks``, or whose qualified name
+    matches ``declared``. The on-demand expansion parses what these call."""
+
+    calls: tuple[str, ...] = ()
+    contexts: tuple[str, ...] = ()
+    decorators: tuple[str, ...] = ()
+    hooks: tuple[str, ...] = ()
+    declared: tuple[str, ...] = ()
+
+
+def no_start_points(pack: RulePack) -> StartPoints:
+    return StartPoints()
+
+
+@dataclass(frozen=True)
+class Triggers:
+    """What must be in a file's bytes for the rule to need it parsed (the
+    pre-filter, ``pipeline/prefilter.py``): names that are called (their last
+    component followed by ``(``) and names that are only written (decorators,
+    attributes)."""
+
+    called: tuple[str, ...] = ()
+    named: tuple[str, ...] = ()
+
+
+def no_triggers(pack: RulePack) -> Triggers:
+    return Triggers()
 
 
 @dataclass(frozen=True)
@@ -28,3 +61,6 @@ class Rule:
     languages: frozenset[Language] = frozenset(Language)
     default_on: bool = True
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    meta: bool = False  # about annotations: reported by pipeline/suppress.py, always on
+    starts: Callable[[RulePack], StartPoints] = no_start_points  # where check() starts, from the pack
+    triggers: Callable[[RulePack], Triggers] = no_triggers  # what a file must say to be parsed for it

@@ -51,14 +51,15 @@ connected.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..globs import matcher
-from ..model import Language, Finding, Related, Severity
-from .base import Rule, RuleContext
+from ..model import Finding, Language, Related, Severity
+from ..pack import RulePack
 from ._lib.findings import finding_at
 from ._lib.regions import with_items
 from ._lib.throwaway import inside_finally, throwaway_evidence
+from .base import Rule, RuleContext, StartPoints, Triggers
 
 NAME = "capture-without-rollback"
 
@@ -90,6 +91,16 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
         )
 
 
+
+def starts(pack: RulePack) -> StartPoints:
+    """Where this rule starts looking (the expansion parses what these call)."""
+    return StartPoints(contexts=pack.minting_contexts)
+
+
+def triggers(pack: RulePack) -> Triggers:
+    """What a file must say for this rule to need it parsed."""
+    return Triggers(called=pack.minting_contexts)
+
 RULE = Rule(
     name=NAME,
     severity=Severity.WARNING,
@@ -97,4 +108,6 @@ RULE = Rule(
     doc=__doc__ or "",
     check=check,
     languages=frozenset({Language.PYTHON}),
+    starts=starts,
+    triggers=triggers,
 )

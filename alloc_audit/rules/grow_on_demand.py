@@ -54,14 +54,14 @@ conditional; buffers held in containers (`self.bufs[k]`) are not followed.
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..globs import matcher
-from ..pipeline.index import Func
 from ..model import Block, Finding, Language, Related, Severity, Site, SiteKind
-from .base import Rule, RuleContext
+from ..pipeline.index import Func
 from ._lib.findings import is_device_allocation, site_finding
 from ._lib.taint import chains
+from .base import Rule, RuleContext
 
 NAME = "grow-on-demand"
 # a test that compares sizes: `if self._ws is None` alone is lazy

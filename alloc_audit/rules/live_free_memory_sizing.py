@@ -43,14 +43,15 @@ Values carried in object attributes from one method to another
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..globs import matcher
-from ..pipeline.index import Func
 from ..model import Finding, Severity
-from .base import Rule, RuleContext
+from ..pack import RulePack
+from ..pipeline.index import Func
 from ._lib.findings import site_finding
 from ._lib.taint import TaintAnalysis, reading_roots
+from .base import Rule, RuleContext, StartPoints, Triggers
 
 NAME = "live-free-memory-sizing"
 
@@ -89,10 +90,22 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
         frontier = next_frontier
 
 
+
+def starts(pack: RulePack) -> StartPoints:
+    """Where this rule starts looking (the expansion parses what these call)."""
+    return StartPoints(calls=pack.free_memory_readings)
+
+
+def triggers(pack: RulePack) -> Triggers:
+    """What a file must say for this rule to need it parsed."""
+    return Triggers(called=pack.free_memory_readings, named=pack.free_memory_attributes)
+
 RULE = Rule(
     name=NAME,
     severity=Severity.WARNING,
     summary="an allocation sized from a live free-memory reading",
     doc=__doc__ or "",
     check=check,
+    starts=starts,
+    triggers=triggers,
 )

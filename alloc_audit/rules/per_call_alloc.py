@@ -38,13 +38,14 @@ helper matches `hot-paths` itself.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..globs import matcher
 from ..model import Finding, Severity
-from .base import Rule, RuleContext
+from ..pack import RulePack
 from ._lib.findings import is_device_allocation, site_finding
-from ._lib.regions import _dotted_id
+from ._lib.regions import dotted_id
+from .base import Rule, RuleContext, StartPoints
 
 NAME = "per-call-alloc"
 
@@ -57,7 +58,7 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
         if func.scope is None or not func.sites:
             continue
         name = func.qualname.replace("::", ".")
-        if not (is_hot(name) or is_hot(_dotted_id(func))):
+        if not (is_hot(name) or is_hot(dotted_id(func))):
             continue
         for site in func.sites:
             if is_device_allocation(site):
@@ -68,6 +69,11 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
                 )
 
 
+
+def starts(pack: RulePack) -> StartPoints:
+    """Where this rule starts looking (the expansion parses what these call)."""
+    return StartPoints(declared=pack.hot_paths)
+
 RULE = Rule(
     name=NAME,
     severity=Severity.WARNING,
@@ -75,4 +81,5 @@ RULE = Rule(
     doc=__doc__ or "",
     check=check,
     default_on=False,
+    starts=starts,
 )

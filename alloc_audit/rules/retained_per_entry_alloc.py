@@ -46,15 +46,16 @@ Stores into containers more than one attribute away
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from ..globs import matcher
+from ..model import Call, Finding, Language, Related, Severity
+from ..pack import RulePack
 from ..pipeline.index import Func, ProjectIndex
-from ..model import Language, Call, Finding, Related, Severity
-from .base import Rule, RuleContext
+from ._lib.construction import constructed_allocation
 from ._lib.findings import finding_at
-from .snapshot_before_construction import constructed_allocation
+from .base import Rule, RuleContext, StartPoints, Triggers
 
 NAME = "retained-per-entry-alloc"
 _SUBSCRIPT_STORE = re.compile(r"^((?:self|cls)\.[A-Za-z_]\w*)\s*\[")
@@ -96,7 +97,7 @@ def _allocating_value(index: ProjectIndex, store: Store, depth: int) -> tuple[Ca
         same = call.span.line == store.line or (call.target is not None and call.target == store.value)
         if not same:
             continue
-        if any(s.span.line == call.span.line and s.kind.value != "release" for s in func.sites):
+        if any(s.span.line == call.span.line and s.acquires for s in func.sites):
             return call, call.callee
         reach = constructed_allocation(index, func, call, depth)
         if reach is not None:
@@ -194,6 +195,16 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
         )
 
 
+
+def starts(pack: RulePack) -> StartPoints:
+    """Where this rule starts looking (the expansion parses what these call)."""
+    return StartPoints(decorators=pack.contextmanagers, hooks=("__enter__", *pack.per_entry_hooks))
+
+
+def triggers(pack: RulePack) -> Triggers:
+    """What a file must say for this rule to need it parsed."""
+    return Triggers(called=pack.per_entry_hooks, named=("__enter__", *pack.contextmanagers))
+
 RULE = Rule(
     name=NAME,
     severity=Severity.WARNING,
@@ -201,4 +212,6 @@ RULE = Rule(
     doc=__doc__ or "",
     check=check,
     languages=frozenset({Language.PYTHON}),
+    starts=starts,
+    triggers=triggers,
 )

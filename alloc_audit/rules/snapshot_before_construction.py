@@ -49,13 +49,15 @@ type are not followed.
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..globs import matcher
-from ..pipeline.index import Func, ProjectIndex, Reach, last_name
 from ..model import Call, Finding, Related, Severity
-from .base import Rule, RuleContext
+from ..pack import RulePack
+from ..pipeline.index import Func, Reach, last_name
+from ._lib.construction import constructed_allocation
 from ._lib.findings import finding_at, path_text
+from .base import Rule, RuleContext, StartPoints, Triggers
 
 NAME = "snapshot-before-construction"
 _RESETS = ("reset_peak_memory_stats", "reset_max_memory_allocated", "reset_accumulated_memory_stats")
@@ -89,33 +91,6 @@ def _kept_after(func: Func, snap: Call, line: int) -> bool:
     return any(w.search(t) for w in words for t in texts)
 
 
-def constructed_allocation(index: ProjectIndex, func: Func, call: Call, depth: int,
-                           objects_only: bool = False) -> Reach | None:
-    """The first device allocation a call's construction (or factory) makes.
-    With ``objects_only``, factories count only when what they return is an
-    object they construct (`build_runner()` returning `Runner(...)`)."""
-    cls = index.constructed_class(func, call)
-    if cls is not None:
-        return index.class_allocates(cls, depth)
-    for target in index.resolve(func, call):
-        if target is func:
-            continue
-        found = index.factory_allocation(target, depth)
-        if found is None:
-            continue
-        if objects_only and not any(_is_constructor(index, hop) for hop in found.hops):
-            continue
-        return found
-    return None
-
-
-def _is_constructor(index: ProjectIndex, hop: object) -> bool:
-    callee: str = hop.callee  # type: ignore[attr-defined]
-    leaf = last_name(callee)
-    return leaf in ("__init__", "__post_init__") or (
-        "::" in callee and callee.rsplit("::", 1)[0].rsplit("::", 1)[-1] == leaf)
-
-
 def check(ctx: RuleContext) -> Iterator[Finding]:
     is_measurement = matcher(ctx.pack.measurements)
     index = ctx.index
@@ -142,7 +117,8 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
             names = ", ".join(dict.fromkeys(c.callee for c, _ in hidden))
             related: list[Related] = []
             for construction, reach in hidden:
-                related.append(Related(func.path, construction.span.line, f"constructs {construction.callee} afterwards"))
+                related.append(Related(func.path, construction.span.line,
+                                       f"constructs {construction.callee} afterwards"))
                 site = reach.site
                 related.append(Related(site.path, site.span.line,
                                        f"{path_text(reach.hops, site.api)} allocates {site.kind.value} memory "
@@ -157,10 +133,22 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
             )
 
 
+
+def starts(pack: RulePack) -> StartPoints:
+    """Where this rule starts looking (the expansion parses what these call)."""
+    return StartPoints(calls=pack.measurements)
+
+
+def triggers(pack: RulePack) -> Triggers:
+    """What a file must say for this rule to need it parsed."""
+    return Triggers(called=pack.measurements)
+
 RULE = Rule(
     name=NAME,
     severity=Severity.ERROR,
     summary="a memory measurement taken before constructing an object whose constructor allocates",
     doc=__doc__ or "",
     check=check,
+    starts=starts,
+    triggers=triggers,
 )

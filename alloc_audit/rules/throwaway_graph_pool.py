@@ -46,14 +46,15 @@ not connected.
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..globs import matcher
+from ..model import Call, Finding, Language, Related, Severity
+from ..pack import RulePack
 from ..pipeline.index import Func
-from ..model import Language, Call, Finding, Related, Severity
-from .base import Rule, RuleContext
 from ._lib.findings import finding_at
 from ._lib.throwaway import throwaway_evidence
+from .base import Rule, RuleContext, StartPoints, Triggers
 
 NAME = "throwaway-graph-pool"
 
@@ -113,6 +114,16 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
             )
 
 
+
+def starts(pack: RulePack) -> StartPoints:
+    """Where this rule starts looking (the expansion parses what these call)."""
+    return StartPoints(calls=pack.fresh_pools)
+
+
+def triggers(pack: RulePack) -> Triggers:
+    """What a file must say for this rule to need it parsed."""
+    return Triggers(called=pack.fresh_pools)
+
 RULE = Rule(
     name=NAME,
     severity=Severity.WARNING,
@@ -120,4 +131,6 @@ RULE = Rule(
     doc=__doc__ or "",
     check=check,
     languages=frozenset({Language.PYTHON}),
+    starts=starts,
+    triggers=triggers,
 )

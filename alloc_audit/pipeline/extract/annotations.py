@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import re
 
-from ...model import Annotation
+from ...model import ASSIGNABLE_TIERS, Annotation
 
 MARKER = "alloc-audit:"
-_TIERS = {"T1", "T2", "T3", "T4", "T5a", "T5b"}
+_TIERS = frozenset(ASSIGNABLE_TIERS)
 _IGNORE = re.compile(r"ignore\[(?P<rules>[^\]]*)\]\s*(?P<reason>.*)", re.S)
 _TIER = re.compile(r"tier\s*=\s*(?P<tier>\S+)\s*(?P<reason>.*)", re.S)
 
@@ -60,7 +60,7 @@ def annotation_applies(ann: Annotation, line: int, stmt_line: int) -> bool:
     return ann.own_line and ann.line < start and start <= ann.applies_to <= line
 
 
-def next_code_line(lines: list[bytes], line: int, comment: bytes) -> int:
+def next_code_line(lines: list[bytes], line: int, comment: bytes | tuple[bytes, ...]) -> int:
     """The first line after ``line`` (1-based) that is neither blank nor a
     comment, or 0."""
     for number in range(line, len(lines)):

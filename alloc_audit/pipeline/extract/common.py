@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from operator import attrgetter
-from typing import Any, Sequence
+from typing import Any
 
 from ...model import Annotation, Block, Language, Site, SiteKind, Span
 from .annotations import MARKER, next_code_line, parse_annotation
@@ -173,7 +173,8 @@ def inside_error(node: Any) -> bool:
     return False
 
 
-def annotations(src: Source, comments: list[Any], comment_starts: bytes | tuple[bytes, ...]) -> list[Annotation]:
+def annotation_comments(src: Source, comments: list[Any], comment_starts: bytes | tuple[bytes, ...],
+                        ) -> list[Annotation]:
     """The ``alloc-audit:`` comments among ``comments``; one on its own line
     applies to the next code line (lines starting with ``comment_starts``
     are comments, not code)."""

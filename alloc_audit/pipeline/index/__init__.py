@@ -16,7 +16,7 @@ which costs recall, never precision.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from ...model import Call, FileFacts, Language, Site
 from .calls import CallGraph

@@ -5,9 +5,9 @@ shortest path to each."""
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
-from ...model import Call, SiteKind
+from ...model import Call
 from .symbols import Func, Hop, Reach, Symbols, split_callee
 
 
@@ -114,7 +114,7 @@ class CallGraph:
             next_frontier: list[tuple[Func, tuple[Hop, ...]]] = []
             for current, hops in frontier:
                 for site in current.sites:
-                    if site.kind is SiteKind.RELEASE:
+                    if not site.acquires:
                         continue
                     skey = (site.path, site.span.line, site.span.col)
                     if skey not in seen_sites:

@@ -93,6 +93,6 @@ class CppResolution:
 
 
 def unwrap(type_name: str) -> str:
-    from ..extract.cpp import unwrap_type
+    from ..extract.cpp_names import unwrap_type
 
     return unwrap_type(type_name)

@@ -5,8 +5,8 @@ caller's scope (api = the factory, via = the underlying allocation)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ...arglists import split_args
 from ...model import Call, Language, Site, SiteKind, Tier, Via
@@ -36,7 +36,8 @@ class Factories:
             return self._class_alloc[key]
         self._class_alloc[key] = None  # cycle guard
         found: Reach | None = None
-        reached = [r for ctor in self._symbols.constructors(cls) for r in self._calls.reach(ctor, depth) if not _weight(r.site)]
+        reached = [r for ctor in self._symbols.constructors(cls) for r in self._calls.reach(ctor, depth)
+                   if not _weight(r.site)]
         if reached:
             found = min(reached, key=_significance)
         self._class_alloc[key] = found
@@ -60,7 +61,7 @@ class Factories:
         returned_lines = {r.line for r in func.returns}
         returned_names = {r.value for r in func.returns if r.value}
         for site in func.sites:
-            if site.kind is SiteKind.RELEASE or _weight(site):
+            if not site.acquires or _weight(site):
                 continue
             if site.stmt_line in returned_lines or (site.target and site.target in returned_names):
                 return Reach(site, ())
@@ -259,8 +260,8 @@ class Factory:
     name: str
     python: bool
     kind: str
-    home: str
-    everywhere: bool = True  # False: a native class defined in several files
+    defined_in: str  # Python: the defining module; a native method: its class
+    callable_anywhere: bool = True  # False: a native class defined in several files (callers elsewhere are unknown)
     owner: str = ""  # a method's class
 
     @staticmethod

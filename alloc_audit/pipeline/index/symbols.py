@@ -6,8 +6,8 @@ the bases, the constructors of a class, a Python dotted name)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Iterator, Mapping
 
 from ...model import Assign, Block, Call, CallTable, FileFacts, Language, Return, Scope, Site, Span, With
 
@@ -203,8 +203,9 @@ class Symbols:
         # C++ method whose class is not known yet waits for a later round
         waiting: list[Func] = []
         for func in self._unattached:
-            scope = func.scope
-            assert scope is not None
+            owned = func.scope
+            assert owned is not None
+            scope = owned
             if not scope.owner:
                 if func.language is not Language.PYTHON:
                     self.cpp_functions.setdefault(func.name, []).append(func)

@@ -5,12 +5,11 @@ and which site kinds count as device allocations."""
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from ...arglists import split_top_level
+from ...model import Finding, Related, Severity, Site, SiteKind, key_text
 from ...pipeline.index import Func, Hop
-from ...ratchet.keys import key_text
-from ...model import Finding, Related, Severity, Site, SiteKind
 
 # Kinds that acquire device memory (pinned host memory, pools, plan
 # reservations and releases do not).

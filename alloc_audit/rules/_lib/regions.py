@@ -5,12 +5,12 @@ captured. Shared by alloc-in-capture and the pool rules."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 from ...globs import matcher
-from ...pipeline.index import Func, ProjectIndex
 from ...model import Call, Span, With
+from ...pipeline.index import Func, ProjectIndex
 
 
 @dataclass(frozen=True)
@@ -52,22 +52,22 @@ def capture_regions(index: ProjectIndex, contexts: tuple[str, ...], begin: tuple
                     continue
                 stop = next((c for c in calls[i + 1:] if is_end(c.callee)), None)
                 if stop is not None:
-                    end = (stop.span.line, stop.span.col)
+                    last = (stop.span.line, stop.span.col)
                 else:  # no end call here: capture lasts to the end of the function
                     whole = func.span or call.span
-                    end = (whole.end_line, whole.end_col)
-                body = Span(call.span.end_line, call.span.end_col, *end)
+                    last = (whole.end_line, whole.end_col)
+                body = Span(call.span.end_line, call.span.end_col, *last)
                 regions.append(CaptureRegion(func, call.span, body, call.callee))
         scope = func.scope
         if captured and scope is not None and scope.kind == "function" and (
-            is_captured(func.qualname.replace("::", ".")) or is_captured(_dotted_id(func))
+            is_captured(func.qualname.replace("::", ".")) or is_captured(dotted_id(func))
         ):
             regions.append(CaptureRegion(func, scope.span, scope.span, "captured by configuration"))
     regions.sort(key=lambda r: (r.func.path, r.start.line, r.start.col))
     return regions
 
 
-def _dotted_id(func: Func) -> str:
+def dotted_id(func: Func) -> str:
     """``pkg/ops/attn.py`` + ``fn`` -> ``pkg.ops.attn.fn`` (module-qualified)."""
     module = func.module or func.path.rsplit(".", 1)[0].replace("/", ".")
     return f"{module}.{func.qualname.replace('::', '.')}"

@@ -15,12 +15,12 @@ which becomes the finding's related locations.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ...arglists import split_args
-from ...pipeline.index import Func, ProjectIndex, last_name
 from ...model import Arg, Assign, Call, Language, Related, Site, SiteKind
+from ...pipeline.index import Func, ProjectIndex, last_name
 from .findings import DEVICE_KINDS
 
 _CHAIN = re.compile(r"[A-Za-z_]\w*(?:(?:\.|->)[A-Za-z_]\w*)*")
@@ -83,7 +83,7 @@ class TaintAnalysis:
         events += [(a.line, 1, a) for a in func.assigns]
         events.sort(key=lambda e: (e[0], e[1]))
         for _round in range(2):  # a second pass lets loops carry taint backwards
-            for line, _order, item in events:
+            for _line, _order, item in events:
                 if isinstance(item, Assign):
                     self._assign(flow, func, item)
                 else:
@@ -139,8 +139,8 @@ class TaintAnalysis:
         if result is None and tainted_args and not targets:
             result = (*tainted_args[0][1], Related(func.path, line, f"{call.callee}(...)"))
         if result is not None and call.target:
-            for t in call.target.split(","):
-                flow.tainted.setdefault(t.strip().lstrip("*&"), result)
+            for name in call.target.split(","):
+                flow.tainted.setdefault(name.strip().lstrip("*&"), result)
 
     def _reading_outputs(self, func: Func, call: Call) -> list[str]:
         leaf = last_name(call.callee)

@@ -4,10 +4,14 @@ throwaway-graph-pool and capture-without-rollback."""
 
 from __future__ import annotations
 
-from ...catalog import RulePack
+from typing import TYPE_CHECKING
+
 from ...globs import matcher
-from ...pipeline.index import Func
 from ...model import Span
+from ...pipeline.index import Func
+
+if TYPE_CHECKING:
+    from ...pack import RulePack
 
 
 def throwaway_evidence(func: Func, pack: RulePack) -> tuple[str, int] | None:

@@ -1,0 +1,286 @@
+"""C++/CUDA calls and census sites: calls (free, member, ``new``,
+constructions in declarations) with their callee and argument text, the
+sites among them with kind, device, size and target, then exported (IPC)
+sites. Part of the C++ extractor (``cpp.py``)."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from ...catalog import ApiSpec
+from ...model import Arg, Assign, Call, Site, SiteKind
+from . import common
+from .common import Source
+from .cpp_names import MAKERS, PRIMITIVE_LIKE, declared_name, strip_templates, unwrap_type
+
+if TYPE_CHECKING:
+    from .cpp import CppExtractor
+
+ARGLIST_CAP = 400
+
+def _strip_address(arg: str) -> str:
+    """`(void**)&p`, `reinterpret_cast<void**>(&this->p)`, `&p` -> `p`; a
+    plain pointer-to-pointer parameter `pp` -> `*pp`."""
+    a = arg.strip()
+    for _ in range(4):
+        m = re.fullmatch(r"\(\s*[\w:<>\s\*&]+\)\s*(.*)", a, re.S) or re.fullmatch(
+            r"(?:reinterpret_cast|static_cast|const_cast)\s*<[^>]*>\s*\((.*)\)", a, re.S
+        )
+        if m is None:
+            break
+        a = m.group(1).strip()
+    if a.startswith("(") and a.endswith(")"):
+        a = a[1:-1].strip()
+    if a.startswith("&"):
+        a = a[1:].strip()
+        if a.startswith("(") and a.endswith(")"):
+            a = a[1:-1].strip()
+        return strip_this(a)
+    return "*" + strip_this(a)
+
+
+def strip_this(a: str) -> str:
+    a = a.replace(" ", "")
+    return a[6:] if a.startswith("this->") else a
+
+
+def classify_options(options: str | None, inherit: bool) -> str | None:
+    """Device of an ATen factory from its TensorOptions argument text:
+    ``cuda``, ``pinned``, ``unknown``, or None for a host (CPU) tensor."""
+    if options is None:
+        return "unknown" if inherit else None
+    o = options.replace(" ", "")
+    if "pinned_memory(true)" in o:
+        return "pinned"
+    if re.search(r"kCUDA|DeviceType::CUDA|\"cuda|\.cuda\(\)|device\(at::kCUDA|Device\(c10::kCUDA", o):
+        return "cuda"
+    if re.search(r"kCPU|DeviceType::CPU|\"cpu", o):
+        return None
+    if re.fullmatch(r"(?:at|torch|c10)::(?:k[A-Z]\w*|ScalarType::\w+)", o) or (
+        re.fullmatch(r"(?:at|torch)::dtype\(.*\)", o) and ".device(" not in o
+    ):
+        return None  # only a dtype: a CPU tensor
+    return "unknown"
+
+
+def _declarator_parts(src: Source, node: Any) -> tuple[str, str, tuple[Arg, ...] | None]:
+    """(declared name, initialiser text, constructor args or None)."""
+    if node.type == "init_declarator":
+        name = declared_name(src, node.child_by_field_name("declarator"))
+        value = node.child_by_field_name("value")
+        if value is None:
+            return name, "", None
+        if value.type in ("argument_list", "initializer_list"):
+            return name, src.text(value), _args(src, value)
+        return name, src.text(value), None
+    if node.type == "function_declarator":  # `T v(n);` read as a declaration of a function
+        inner = node.child_by_field_name("declarator")
+        params = node.child_by_field_name("parameters")
+        if inner is not None and inner.type == "identifier" and params is not None:
+            args = tuple(Arg(None, src.text(p)) for p in params.named_children)
+            return src.raw(inner), src.text(params), args
+        return "", "", None
+    return declared_name(src, node), "", None
+
+
+def _args(src: Source, node: Any) -> tuple[Arg, ...]:
+    return tuple(Arg(None, src.text(c)) for c in node.named_children if c.type != "comment")
+
+
+def _template_argument(src: Source, fn: Any) -> str:
+    args = fn.child_by_field_name("arguments")
+    if args is None:
+        name = fn.child_by_field_name("name")
+        args = name.child_by_field_name("arguments") if name is not None else None
+    if args is None or not args.named_child_count:
+        return ""
+    return strip_templates(src.raw(args.named_children[0]))
+
+
+def _target_of(src: Source, node: Any) -> str | None:
+    parent = node.parent
+    child = node
+    while parent is not None and parent.type in ("parenthesized_expression", "cast_expression", "pointer_expression"):
+        child, parent = parent, parent.parent
+    if parent is None:
+        return None
+    if parent.type == "init_declarator" and parent.child_by_field_name("value") == child:
+        return declared_name(src, parent.child_by_field_name("declarator")) or None
+    if parent.type == "assignment_expression" and parent.child_by_field_name("right") == child:
+        left = parent.child_by_field_name("left")
+        return strip_this(src.text(left)) if left is not None else None
+    return None
+
+
+def unwrapped(node: Any) -> Any:
+    """The expression inside casts and parentheses (`(void*)x`, `(x)`)."""
+    for _ in range(4):
+        if node.type == "parenthesized_expression" and node.named_child_count:
+            node = node.named_children[0]
+        elif node.type == "cast_expression":
+            value = node.child_by_field_name("value")
+            if value is None:
+                break
+            node = value
+        else:
+            break
+    return node
+
+
+def callee_of(ext: CppExtractor, fn: Any) -> tuple[str, str]:
+    """(qualified callee text, method/last name)."""
+    t = fn.type
+    if t == "field_expression":
+        field = fn.child_by_field_name("field")
+        arg = fn.child_by_field_name("argument")
+        op = "->" if b"->" in fn.text[: (field.start_byte - fn.start_byte) if field is not None else None] else "."
+        receiver = strip_this(ext.src.text(arg, 80)) if arg is not None else "?"
+        if receiver.startswith("this->"):
+            receiver = receiver[6:]
+        name = strip_templates(ext.src.raw(field)) if field is not None else "?"
+        if receiver == "this":
+            return name, name
+        return f"{receiver}{op}{name}", name
+    if t in ("identifier", "qualified_identifier", "template_function", "field_identifier", "type_identifier",
+             "template_type"):
+        name = strip_templates(ext.src.raw(fn))
+        return name, name.rsplit("::", 1)[-1]
+    shown = ext.src.text(fn, 80)
+    return shown, shown
+
+
+def arglist_of(ext: CppExtractor, args_node: Any | None) -> str:
+    if args_node is None or args_node.end_byte - args_node.start_byte <= 2:
+        return ""
+    text = ext.src.text(args_node, ARGLIST_CAP)
+    return text[1:-1].strip() if text[:1] in "({" and text[-1:] in ")}" else text
+
+
+def calls(ext: CppExtractor, nodes: list[Any], calls: list[Call], sites: list[Site]) -> None:
+    apis = ext.apis
+    for node in nodes:
+        fn = node.child_by_field_name("function")
+        if fn is None:
+            continue
+        callee, leaf = callee_of(ext, fn)
+        args_node = node.child_by_field_name("arguments")
+        scope = ext.scope_for(node)
+        span = ext.src.span(node)
+        target = ext.rhs_targets.get(node.start_byte)
+        arglist = arglist_of(ext, args_node)
+        if callee in MAKERS or callee.endswith(("::make_unique", "::make_shared")):
+            made = _template_argument(ext.src, fn)
+            if made:
+                calls.append(Call(scope, span, made, arglist, target))
+                spec = apis.cpp_types.get(made)
+                if spec is not None:
+                    add_site(ext, sites, node, spec, scope, span, _args(ext.src, args_node), target)
+                continue
+        calls.append(Call(scope, span, callee, arglist, target))
+        spec = None
+        if fn.type == "field_expression":
+            spec = apis.cpp_methods.get(leaf)
+        else:
+            spec = apis.cpp_lookup(callee)
+            if spec is None and fn.type in ("template_function", "qualified_identifier", "identifier"):
+                raw = ext.src.raw(fn).replace(" ", "")
+                spec = apis.cpp_types.get(strip_templates(raw)) if "<" in raw else None
+        if spec is not None and args_node is not None:
+            add_site(ext, sites, node, spec, scope, span, _args(ext.src, args_node), target)
+
+
+def news(ext: CppExtractor, nodes: list[Any], calls: list[Call], sites: list[Site]) -> None:
+    for node in nodes:
+        type_node = node.child_by_field_name("type")
+        if type_node is None:
+            continue
+        name = strip_templates(ext.src.raw(type_node))
+        args_node = node.child_by_field_name("arguments")
+        scope = ext.scope_for(node)
+        span = ext.src.span(node)
+        target = ext.rhs_targets.get(node.start_byte)
+        calls.append(Call(scope, span, name, arglist_of(ext, args_node), target))
+        spec = ext.apis.cpp_types.get(name)
+        if spec is not None:
+            args = _args(ext.src, args_node) if args_node is not None else ()
+            add_site(ext, sites, node, spec, scope, span, args, target)
+
+
+def declarations(ext: CppExtractor, nodes: list[Any], calls: list[Call], sites: list[Site],
+                 assigns: list[Assign]) -> None:
+    for node in nodes:
+        type_node = node.child_by_field_name("type")
+        if type_node is None:
+            continue
+        type_text = ext.src.raw(type_node)
+        type_name = strip_templates(type_text)
+        spec = ext.apis.cpp_types.get(type_name)
+        scope = ext.scope_for(node)
+        static = any(c.type == "storage_class_specifier" and ext.src.raw(c) == "static" for c in node.children)
+        class_like = type_node.type in ("type_identifier", "qualified_identifier", "template_type") and not \
+            PRIMITIVE_LIKE.match(type_text)
+        for declarator in node.children_by_field_name("declarator"):
+            name, value, args = _declarator_parts(ext.src, declarator)
+            if not name:
+                continue
+            if declarator.type == "init_declarator":
+                value_node = declarator.child_by_field_name("value")
+                if value_node is not None:
+                    ext.rhs_targets[unwrapped(value_node).start_byte] = name
+            line = declarator.start_point[0] + 1
+            targets = tuple(n.strip() for n in name.split(",")) if declarator.type == "structured_binding_declarator" \
+                else (name,)
+            declared = unwrap_type(type_text)
+            assigns.append(Assign(scope, line, targets, value, "=", f"static {declared}" if static else declared))
+            constructs = args is not None or (value == "" and declarator.type in ("identifier",))
+            if class_like and constructs and type_node.type != "primitive_type":
+                span = ext.src.span(declarator)
+                arglist = ", ".join(a.text for a in args) if args else ""
+                calls.append(Call(scope, span, type_name, arglist, name))
+                if spec is not None:
+                    add_site(ext, sites, declarator, spec, scope, span, args or (), name)
+
+
+def add_site(ext: CppExtractor, sites: list[Site], node: Any, spec: ApiSpec, scope: str, span: Any,
+              args: tuple[Arg, ...], target: str | None) -> None:
+    kind = spec.kind
+    device: str | None = None
+    if spec.device in ("options", "inherit"):
+        options = args[1].text if len(args) > 1 else None
+        found = classify_options(options, spec.device == "inherit")
+        if found is None:
+            return
+        if found == "pinned":
+            kind, device = SiteKind.PINNED_HOST, "cpu"
+        else:
+            device = found
+    elif spec.device == "cuda":
+        device = "cuda"
+    size_parts = tuple(args[i].text for i in spec.size if i < len(args))
+    if spec.target.startswith("arg:"):
+        index = int(spec.target[4:])
+        if index < len(args):
+            target = _strip_address(args[index].text)
+            if kind is SiteKind.RELEASE:
+                target = target.lstrip("*")
+    sites.append(ext.at.site(node, spec.api, kind, scope, span, ", ".join(size_parts) if size_parts else None,
+                              size_parts, device, target, wrapper(ext, node)))
+
+
+def wrapper(ext: CppExtractor, node: Any) -> str | None:
+    fn = common.wrapping_call(node, "call_expression")
+    return callee_of(ext, fn)[0] if fn is not None else None
+
+
+def mark_exports(ext: CppExtractor, sites: list[Site], calls: list[Call]) -> list[Site]:
+    exports = ext.apis.cpp_exports
+    if not exports or not sites:
+        return sites
+    exported: dict[str, set[str]] = {}
+    for call in calls:
+        if call.callee.rsplit("::", 1)[-1] in exports:
+            exported.setdefault(call.scope, set()).update(
+                {strip_this(w) for w in re.findall(r"[A-Za-z_][\w.>-]*", call.arglist)}
+            )
+    return common.mark_exported(sites, exported, lambda target: target.lstrip("*"))

@@ -1,0 +1,296 @@
+"""Python calls and census sites: every call with its callee (aliases
+resolved) and argument text, the sites among them with kind, device, shape
+and target, then the sites handed to a call (``wrapper``) or exported (IPC).
+Part of the Python extractor (``python.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import TYPE_CHECKING, Any
+
+from ...arglists import split_args, split_top_level
+from ...catalog import ApiSpec
+from ...model import Arg, CallTable, Site, SiteKind
+from . import common
+from .common import Source
+
+if TYPE_CHECKING:
+    from .python import PythonExtractor
+
+ARGLIST_CAP = 400
+_STRING_LITERAL = re.compile(r"""^[rbuRBU]{0,2}(['"])(.*)\1$""", re.S)
+_FSTRING = re.compile(r"""^[fF][rR]?(['"])(.*)\1$""", re.S)
+
+
+def classify_device(arg: str) -> str:
+    """``cuda``, ``cpu``, ``meta`` or ``unknown`` for a device expression."""
+    value = arg.strip()
+    m = _STRING_LITERAL.match(value) or _FSTRING.match(value)
+    if m is None:
+        inner = re.match(r"^torch\.device\((.*)\)$", value, re.S)
+        if inner:
+            first = inner.group(1).split(",")[0].strip()
+            m = _STRING_LITERAL.match(first) or _FSTRING.match(first)
+            if m is None:
+                return "unknown"
+        elif value.isdigit() or re.fullmatch(r"torch\.cuda\.current_device(\(\))?", value):
+            return "cuda"
+        else:
+            return "unknown"
+    literal = m.group(2).strip().lower()
+    for name in ("cuda", "cpu", "meta"):
+        if literal == name or literal.startswith(name + ":") or literal.startswith(name + "{"):
+            return name
+    return "unknown"
+
+
+def _shape(mode: str, positional: list[str], kwargs: dict[str, str]) -> tuple[tuple[str, ...], str | None]:
+    if "size" in kwargs:
+        return _dims(kwargs["size"]), kwargs["size"]
+    if mode == "none" or not positional:
+        return (), None
+    if mode == "positional":
+        if len(positional) == 1:
+            return _dims(positional[0]), positional[0]
+        return tuple(positional), "(" + ", ".join(positional) + ")"
+    if mode == "first":
+        return _dims(positional[0]), positional[0]
+    index = int(mode[4:])
+    if index < len(positional):
+        return (positional[index],), positional[index]
+    return (), None
+
+
+def _dims(expr: str) -> tuple[str, ...]:
+    """Split a shape literal `(a, b)` / `[a, b]` / `torch.Size([a, b])` into dims."""
+    e = expr.strip()
+    m = re.fullmatch(r"torch\.Size\((.*)\)", e, re.S)
+    if m:
+        e = m.group(1).strip()
+    if len(e) >= 2 and e[0] + e[-1] in ("()", "[]"):
+        inner = e[1:-1]
+        parts = split_top_level(inner)
+        if len(parts) > 1 or inner.rstrip().endswith(","):
+            return tuple(p for p in parts if p)
+        return (inner.strip(),) if e[0] == "[" else (e,)
+    return (e,)
+
+
+def _strip_byref(arg: str) -> str:
+    m = re.fullmatch(r"(?:ctypes\.)?(?:byref|pointer|addressof)\((.*)\)", arg.strip(), re.S)
+    return m.group(1).strip() if m else arg.strip()
+
+
+def _target_of(node: Any, src: Source) -> str | None:
+    """The assignment target that receives a call's value: the call may be the
+    right-hand side itself or the start of a method chain on it
+    (``self.buf = torch.empty(n).view(a, b)``)."""
+    child = node
+    parent = node.parent
+    while parent is not None:
+        t = parent.type
+        if t == "assignment":
+            if parent.child_by_field_name("right") == child:
+                left = parent.child_by_field_name("left")
+                return src.text(left) if left is not None else None
+            return None
+        if t == "attribute" and parent.child_by_field_name("object") == child:
+            child = parent
+            parent = parent.parent
+            if parent is not None and parent.type == "call" and parent.child_by_field_name("function") == child:
+                child = parent
+                parent = parent.parent
+            continue
+        if t in ("parenthesized_expression", "await"):
+            child, parent = parent, parent.parent
+            continue
+        return None
+    return None
+
+
+def calls(ext: PythonExtractor, call_nodes: list[Any], with_nodes: list[Any]) -> tuple[CallTable, list[Site]]:
+    scopes: list[str] = []
+    callees: list[str] = []
+    arglists: list[str] = []
+    targets: list[str | None] = []
+    positions: list[int] = []
+    sites: list[Site] = []
+    apis = ext.apis
+    names, leaves, methods = apis.py_names, apis.py_leaf, apis.py_methods
+    device_ranges = default_device_ranges(ext, with_nodes)
+    src = ext.src
+    data = src.data
+    innermost = ext.containers.innermost
+    qualnames = ext.qualnames
+    aliases = ext.aliases
+    span_of = src.span
+    col = src.col
+    ascii_file = src.ascii
+    wide_rows = src.wide_rows()
+    rhs_targets = ext.rhs_targets
+    for node in call_nodes:
+        kids = node.children
+        if len(kids) < 2:
+            continue
+        fn, args_node = kids[0], kids[-1]
+        fn_type = fn.type
+        if fn_type == "identifier":
+            raw = data[fn.start_byte:fn.end_byte].decode("utf-8", "replace")
+            resolved = aliases.get(raw, raw)
+            callee, leaf = resolved, raw
+            dotted: str | None = resolved
+        else:
+            callee, dotted, leaf = ext.callee_of(fn)
+        start = node.start_byte
+        index = innermost(start)
+        scope = qualnames[index] if index >= 0 else "<module>"
+        arglist = ""
+        a0, a1 = args_node.start_byte, args_node.end_byte
+        if a1 - a0 > 2:
+            if args_node.type == "argument_list":
+                arglist = data[a0 + 1:min(a1 - 1, a0 + 1 + ARGLIST_CAP)].decode("utf-8", "replace")
+            else:  # a generator argument: f(x for x in y)
+                arglist = data[a0:min(a1, a0 + ARGLIST_CAP)].decode("utf-8", "replace")
+        target = rhs_targets.get(start)
+        scopes.append(scope)
+        callees.append(callee)
+        arglists.append(arglist)
+        targets.append(target)
+        (r0, c0), (r1, c1) = node.start_point, node.end_point
+        if ascii_file or (r0 not in wide_rows and r1 not in wide_rows):
+            positions += (r0 + 1, c0 + 1, r1 + 1, c1 + 1)
+        else:
+            positions += (r0 + 1, col(c0, start), r1 + 1, col(c1, node.end_byte))
+        spec = names.get(dotted) if dotted else None
+        if spec is None and leaf:
+            spec = leaves.get(leaf)
+            if spec is None and fn_type == "attribute":
+                spec = methods.get(leaf)
+        if spec is None:
+            continue
+        args = call_args(src, args_node) if args_node.type == "argument_list" else ()
+        if target is None:
+            target = _target_of(node, src)  # a method chain on the allocation
+        site = make_site(ext, node, spec, scope, span_of(node), args, target, device_ranges)
+        if site is not None:
+            sites.append(site)
+    return CallTable(tuple(scopes), tuple(callees), tuple(arglists), tuple(targets), tuple(positions)), sites
+
+
+def default_device_ranges(ext: PythonExtractor, with_nodes: list[Any]) -> list[tuple[int, int, str]]:
+    """Bodies of `with torch.device("cuda"):` and the device they set."""
+    out = []
+    contexts = ext.apis.py_device_contexts
+    for node in with_nodes:
+        for callee, args, _alias in ext.with_items(node):
+            positional = [a.text for a in args if a.keyword is None]
+            if callee in contexts and positional:
+                body = node.child_by_field_name("body")
+                if body is not None:
+                    out.append((body.start_byte, body.end_byte, classify_device(positional[0])))
+    return out
+
+
+def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: Any, args: tuple[Arg, ...],
+          target: str | None, device_ranges: list[tuple[int, int, str]]) -> Site | None:
+    kwargs = {a.keyword: ext.resolve_text(a.text) for a in args if a.keyword}
+    positional = [ext.resolve_text(a.text) for a in args if a.keyword is None]
+    kind = spec.kind
+    device: str | None = None
+    mode = spec.device
+    if mode in ("keyword", "inherit"):
+        pin = kwargs.get("pin_memory")
+        dev_text = kwargs.get("device")
+        if pin is not None and pin.strip() != "False":
+            kind = SiteKind.PINNED_HOST
+            device = "cpu" if pin.strip() == "True" else "cpu (pinned if " + pin.strip() + ")"
+        elif dev_text is None:
+            ctx = [d for s, e, d in device_ranges if s <= node.start_byte < e]
+            if ctx:
+                device = ctx[-1]
+            else:
+                device = None if mode == "keyword" else "unknown"
+            if device in (None, "cpu", "meta"):
+                return None
+        else:
+            device = classify_device(dev_text)
+            if device in ("cpu", "meta"):
+                return None
+    elif mode == "to-args":
+        candidates = [*positional[:1], kwargs.get("device", "")]
+        if not any(classify_device(c) == "cuda" for c in candidates if c):
+            return None
+        device = "cuda"
+    elif mode == "cuda":
+        device = "cuda"
+    shape, size = _shape(spec.shape, positional, kwargs)
+    if spec.target.startswith("arg:"):
+        index = int(spec.target[4:])
+        if len(positional) > max(index, 1):
+            target = _strip_byref(positional[index])
+        else:  # cuda-python returns the pointer: `err, ptr = cudart.cudaMalloc(n)`
+            shape, size = ((positional[-1],), positional[-1]) if positional else ((), None)
+            if target and "," in target:
+                target = target.rsplit(",", 1)[1].strip()
+    return ext.at.site(node, spec.api, kind, scope, span, size, shape, device, target, wrapper(ext, node),
+                        dtype=kwargs.get("dtype"))
+
+
+def wrapper(ext: PythonExtractor, node: Any) -> str | None:
+    """The callee the allocation is passed to as an argument, if any."""
+    fn = common.wrapping_call(node, "call", "keyword_argument")
+    return ext.callee_of(fn)[0] if fn is not None else None
+
+
+def mark_handed(ext: PythonExtractor, sites: list[Site], calls: CallTable) -> list[Site]:
+    """An allocation kept in a local and then passed whole to a call in
+    the same scope is handed to that call, as if wrapped by it
+    (`w = torch.empty(...)` ... `ext.register_all_parameters(w)` is
+    `nn.Parameter(torch.empty(...))` in two steps): the first such call
+    after it becomes its ``wrapper``."""
+    pending = [s for s in sites if s.wrapper is None and s.target and s.target.isidentifier()]
+    if not pending:
+        return sites
+    wanted = {s.scope for s in pending}
+    by_scope: dict[str, list[int]] = {}
+    for i, scope in enumerate(calls.scopes):
+        if scope in wanted:
+            by_scope.setdefault(scope, []).append(i)
+    handed: dict[int, str] = {}
+    for site in pending:
+        target = site.target or ""
+        for i in by_scope.get(site.scope, ()):
+            arglist = calls.arglists[i]
+            if target not in arglist or calls.line(i) <= site.span.end_line:
+                continue
+            if target in {a.text for a in split_args(arglist, False)}:
+                handed[id(site)] = calls.callees[i]
+                break
+    return [dataclasses.replace(s, wrapper=handed[id(s)]) if id(s) in handed else s for s in sites]
+
+
+def mark_exports(ext: PythonExtractor, sites: list[Site], calls: CallTable) -> list[Site]:
+    """A site whose memory is passed to an export call in its scope is IPC."""
+    exports = ext.apis.py_exports
+    if not exports or not sites:
+        return sites
+    exported: dict[str, set[str]] = {}
+    for i, callee in enumerate(calls.callees):
+        if callee.rsplit(".", 1)[-1] in exports:
+            words = set(re.findall(r"[A-Za-z_][\w.]*", calls.arglists[i]))
+            words.add(callee.rsplit(".", 1)[0])
+            exported.setdefault(calls.scopes[i], set()).update(words)
+    return common.mark_exported(sites, exported) if exported else sites
+
+
+def call_args(src: Source, node: Any) -> tuple[Arg, ...]:
+    out = []
+    for child in node.named_children:
+        if child.type == "keyword_argument":
+            name = child.child_by_field_name("name")
+            value = child.child_by_field_name("value")
+            out.append(Arg(src.raw(name) if name is not None else None, src.text(value) if value is not None else ""))
+        elif child.type != "comment":
+            out.append(Arg(None, src.text(child)))
+    return tuple(out)

@@ -1,0 +1,121 @@
+"""Python statements: assignments (and the call each right-hand side
+targets), returns, control-flow blocks and ``with`` statements. Part of
+the Python extractor (``python.py``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...model import Assign, Block, Return, With, WithItem
+from . import common
+
+if TYPE_CHECKING:
+    from .python import PythonExtractor
+
+_FLOW_ENDS = {"return_statement", "raise_statement", "continue_statement", "break_statement"}
+
+def assigns(ext: PythonExtractor, assigns: list[Any], augs: list[Any], dels: list[Any]) -> list[Assign]:
+    """Assignments, and (in ``rhs_targets``) the target of every call that
+    is a whole right-hand side: such assignments are recorded as the
+    call's target instead (asking a node for its parent walks the tree)."""
+    out: list[Assign] = []
+    rhs = ext.rhs_targets
+    for node in assigns:
+        left = node.child_by_field_name("left")
+        right = node.child_by_field_name("right")
+        type_node = node.child_by_field_name("type")
+        if left is None:
+            continue
+        if right is not None and right.type == "call":
+            rhs[right.start_byte] = ext.src.text(left)
+            if type_node is None:
+                continue
+        if right is not None and right.type == "conditional_expression":
+            # `out = output if output is not None else torch.empty(...)`
+            branches = right.named_children
+            for branch in (branches[0], branches[-1]) if len(branches) >= 3 else ():
+                if branch.type == "call":
+                    rhs[branch.start_byte] = ext.src.text(left)
+        if left.type in ("pattern_list", "tuple_pattern", "list_pattern"):
+            targets = tuple(ext.src.text(c) for c in left.named_children)
+        else:
+            targets = (ext.src.text(left),)
+        out.append(
+            Assign(
+                scope=ext.scope_name(ext.scope_of(node)),
+                line=node.start_point[0] + 1,
+                targets=targets,
+                value=ext.src.text(right) if right is not None else "",
+                type=ext.src.text(type_node) if type_node is not None else None,
+            )
+        )
+    for node in augs:
+        left = node.child_by_field_name("left")
+        right = node.child_by_field_name("right")
+        op = node.child_by_field_name("operator")
+        out.append(
+            Assign(
+                scope=ext.scope_name(ext.scope_of(node)),
+                line=node.start_point[0] + 1,
+                targets=(ext.src.text(left),),
+                value=ext.src.text(right) if right is not None else "",
+                op=ext.src.raw(op) if op is not None else "+=",
+            )
+        )
+    for node in dels:
+        deleted: list[str] = []
+        for child in node.named_children:
+            if child.type == "expression_list":
+                deleted += [ext.src.text(c) for c in child.named_children]
+            else:
+                deleted.append(ext.src.text(child))
+        out.append(Assign(ext.scope_name(ext.scope_of(node)), node.start_point[0] + 1, tuple(deleted), "", "del"))
+    out.sort(key=lambda a: a.line)
+    return out
+
+
+def returns(ext: PythonExtractor, nodes: list[Any]) -> list[Return]:
+    out = []
+    for node in nodes:
+        value = node.named_children[0] if node.named_child_count else None
+        out.append(Return(ext.scope_name(ext.scope_of(node)), node.start_point[0] + 1,
+                          ext.src.text(value) if value is not None else ""))
+    return out
+
+
+def blocks(ext: PythonExtractor, caps: dict[str, list[Any]]) -> list[Block]:
+    blocks = common.Blocks(ext.src, lambda node: ext.scope_name(ext.scope_of(node)), _FLOW_ENDS)
+    add = blocks.add
+
+    for node in caps.get("if", ()):
+        add("if", node, node.child_by_field_name("consequence"), node.child_by_field_name("condition"), node)
+    for node in caps.get("elif", ()):
+        add("elif", node, node.child_by_field_name("consequence"), node.child_by_field_name("condition"),
+            node.parent)
+    for node in caps.get("else", ()):
+        parent = node.parent
+        kind = {"if_statement": "else", "try_statement": "try-else"}.get(parent.type, "loop-else")
+        add(kind, node, node.child_by_field_name("body"), None, parent)
+    for node in caps.get("loop", ()):
+        test = node.child_by_field_name("condition") or node.child_by_field_name("right")
+        add("loop", node, node.child_by_field_name("body"), test, node)
+    for node in caps.get("try", ()):
+        add("try", node, node.child_by_field_name("body"), None, node)
+    for node in caps.get("except", ()):
+        body = next((c for c in node.named_children if c.type == "block"), None)
+        add("except", node, body, None, node.parent)
+    for node in caps.get("finally", ()):
+        body = next((c for c in node.named_children if c.type == "block"), None)
+        add("finally", node, body, None, node.parent)
+    return blocks.in_order()
+
+
+def withs(ext: PythonExtractor, nodes: list[Any]) -> list[With]:
+    out = []
+    for node in nodes:
+        body = node.child_by_field_name("body")
+        if body is None:
+            continue
+        items = tuple(WithItem(callee, args, alias) for callee, args, alias in ext.with_items(node))
+        out.append(With(ext.scope_name(ext.scope_of(node)), ext.src.span(node), ext.src.span(body), items))
+    return out
