@@ -1,5 +1,31 @@
-"""``python -m alloc_audit``."""
+"""The process boundary: the console script ``alloc-audit`` and
+``python -m alloc_audit``. ``cli.py`` chooses exit codes 0, 1, 2 and 130;
+an exception that escapes it is alloc-audit's own bug, and exits 3."""
 
-from .cli import entry
+from __future__ import annotations
 
-entry()
+import sys
+
+import typer
+
+from .cli import app
+from .errors import INTERNAL_ERROR, internal_error_message
+
+
+def entry() -> None:
+    """Console-script entry point: an exception that escapes a command is
+    our bug, and exits INTERNAL_ERROR (3) so CI can tell a broken tool from
+    a failing check (1) or a usage error (2)."""
+    try:
+        app(prog_name="alloc-audit")
+    except Exception as exc:  # the process boundary; KeyboardInterrupt is handled in cli._guard
+        if "--debug" in sys.argv[1:]:
+            import traceback
+
+            traceback.print_exc()
+        typer.echo(internal_error_message(exc), err=True)
+        sys.exit(INTERNAL_ERROR)
+
+
+if __name__ == "__main__":
+    entry()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .config import API_ENTRY_KEYS, TIER_CRITERIA, TIERS, Config, toml_error_line
+from .config import API_ENTRY_KEYS, MAX_DEPTH, TIER_CRITERIA, TIERS, Config, toml_error_line
 from .errors import UsageError
 from .model import SiteKind
 from .pack import PACK_FIELDS, RulePack
@@ -252,8 +252,14 @@ def _build_apis(sources: list[tuple[str, Mapping[str, Any], str]], config: Confi
         if language not in ("python", "cpp"):
             raise UsageError(f"language must be \"python\" or \"cpp\", got {language!r}", where)
         cpp = language == "cpp"
-        for entry in data.get("api", []):
+        entries = data.get("api", [])
+        if not isinstance(entries, list):
+            raise UsageError(f"'api' must be an array of tables ([[api]]), got {type(entries).__name__}", where)
+        for entry in entries:
             add_entry(where, entry, cpp)
+        for table in ("exports", "default-device", "preprocess"):
+            if not isinstance(data.get(table, {}), dict):
+                raise UsageError(f"[{table}] must be a table, got {type(data[table]).__name__}", where)
         exports = data.get("exports", {})
         py_exports.update(_str_tuple(where, exports, "leaf"))
         cpp_exports.update(_str_tuple(where, exports, "names"))
@@ -315,6 +321,8 @@ def _build_pack(packs: list[tuple[str, Mapping[str, Any]]], config: Config) -> R
                 if isinstance(value, bool) or not isinstance(value, (int, list)):
                     raise UsageError(f"[{section}] {key} must be a list of strings or an integer", where)
                 if isinstance(value, int):
+                    if not 0 <= value <= MAX_DEPTH:
+                        raise UsageError(f"[{section}] {key} must be between 0 and {MAX_DEPTH}, got {value}", where)
                     values[name] = value
                 else:
                     values[name] = tuple(dict.fromkeys((*values.get(name, ()), *_str_tuple(where, table, key))))

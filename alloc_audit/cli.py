@@ -1,12 +1,8 @@
 """The command line (typer): options -> a command -> render -> exit code.
 
-Only this module reads argv, prints, and chooses exit codes (``exit_code``):
-0 clean, 1 findings or gate failure, 2 usage, configuration or input error,
-130 interrupted. The commands (``commands/``) return outcome values; their
-docstrings are the help. Heavy modules (rich, libcst, the pipeline) are
-imported inside the commands so that ``--version`` and the pre-commit path
-start fast.
-"""
+Only this module reads argv, prints and chooses exit codes (0 clean, 1 failed, 2 usage or input error, 130
+interrupted; 3, an internal error, is ``__main__.entry``'s). Commands return outcome values; their docstrings
+are the help. Heavy modules load inside the commands, so ``--version`` and the pre-commit path start fast."""
 
 from __future__ import annotations
 
@@ -14,30 +10,28 @@ import functools
 import logging
 import sys
 from pathlib import Path
-from typing import Any, Callable, List, Optional, TypeVar, Union
+from typing import Any, Callable, List, Optional
 
 import typer
 
 from . import __version__, report
-from .commands import allowlist, annotate, audit, check, gate, rules, scan
+from .commands import allowlist, annotate, audit, check, gate, join, record, rules, scan
 from .commands import report as report_cmd
-from .commands.check import CheckFormat
-from .commands.outcome import Report, Text
+from .commands.check import CheckFormat, Unchecked
+from .commands.outcome import Report, Text, written
 from .commands.project import Options
 from .errors import UsageError
 from .model import FailOn
-from .report import Format, Pivot, tty
-
-F = TypeVar("F", bound=Callable[..., Any])
+from .report import Format, JoinFormat, Pivot, tty
 
 app = typer.Typer(
     name="alloc-audit",
     help="Static audit of GPU memory allocation in Python/C++/CUDA engines: a census of every allocation site "
          "with its lifetime tier, hazard rules, and an allowlist that may only shrink.",
-    no_args_is_help=True,
-    add_completion=False,
+    epilog=("Exit codes: 0 clean; 1 findings, check or gate failed; 2 usage, configuration or input error; "
+            "3 internal error (a bug in alloc-audit: the message says where to report it)."),
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
-    pretty_exceptions_enable=False,
 )
 allowlist_app = typer.Typer(help="Create, update and query the allowlist (the ratchet).", no_args_is_help=True)
 rules_app = typer.Typer(help="List the rules and read their documentation.", no_args_is_help=True)
@@ -52,10 +46,8 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def main(
-    version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
-                                 help="Print the version and exit."),
-) -> None:
+def main(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                      help="Print the version and exit.")) -> None:
     """The options before the command (typer shows the app's help, not this)."""
 
 
@@ -67,29 +59,23 @@ JOBS = typer.Option(None, "--jobs", "-j", min=1, help="Worker processes (1 or mo
 NO_CACHE = typer.Option(False, "--no-cache", help="Neither read nor write the facts cache.")
 CACHE_DIR = typer.Option(None, "--cache-dir", help="Cache directory (default: .alloc-audit-cache/ in the root).",
                          show_default=False)
-CHANGED = typer.Option(None, "--changed-since", metavar="REF",
-                       help="Report only files changed since a git ref (analysis still sees the whole tree).",
-                       show_default=False)
+CHANGED = typer.Option(None, "--changed-since", metavar="REF", show_default=False,
+                       help="Report only files changed since a git ref (analysis still sees the whole tree).")
 DEBUG = typer.Option(False, "--debug", help="Show internal tracebacks for files that fail.")
 OUTPUT = typer.Option(None, "--output", "-o", help="Write the report to a file (atomically).", show_default=False)
 VERBOSE = typer.Option(False, "--verbose", "-v", help="List every site and finding.")
 PROGRESS = typer.Option(True, "--progress/--no-progress", help="Progress bar on a terminal for long scans.")
-FORMAT = typer.Option(None, "--format", "-f", show_default=False, help="table (the default), json, sarif, markdown, "
-                      "html or github; with -o FILE, taken from its extension.")
+FORMAT = typer.Option(None, "--format", "-f", show_default=False, help="table, json, sarif, markdown, html or github.")
+UNCHECKED = typer.Option(None, "--unchecked", show_default=False, help="Entries of files not analysed (too large, "
+                         "unreadable, a parser failure): fail (default; config 'unchecked') or warn; never pruned.")
 
 
-def exit_code(outcome: Union[Report, Text]) -> int:
-    """The one exit policy: 130 when interrupted, 1 when the command failed, else 0 (usage errors: 2, ``_guard``)."""
-    return 130 if isinstance(outcome, Text) and outcome.interrupted else 1 if outcome.failed else 0
-
-
-def _guard(fn: F) -> F:
+def _guard(fn: Callable[..., None]) -> Callable[..., None]:
     """Turn a UsageError into `path:line: message` on stderr and exit 2."""
-
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> None:
         try:
-            return fn(*args, **kwargs)
+            fn(*args, **kwargs)
         except UsageError as exc:
             typer.echo(f"alloc-audit: error: {exc}", err=True)
             raise typer.Exit(2) from None
@@ -97,7 +83,7 @@ def _guard(fn: F) -> F:
             typer.echo("alloc-audit: interrupted", err=True)
             raise typer.Exit(130) from None
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 def _options(config_path: Path | None, jobs: int | None = None, no_cache: bool = False, cache_dir: Path | None = None,
@@ -110,25 +96,18 @@ def _options(config_path: Path | None, jobs: int | None = None, no_cache: bool =
 
 
 def _print(outcome: Text) -> None:
+    """Write an outcome; the one exit policy: 130 when interrupted, 1 when failed (usage errors: 2, ``_guard``)."""
     sys.stdout.write(outcome.out)
     sys.stdout.flush()
     sys.stderr.write(outcome.err)
-    if exit_code(outcome):
-        raise typer.Exit(exit_code(outcome))
+    if outcome.interrupted or outcome.failed:
+        raise typer.Exit(130 if outcome.interrupted else 1)
 
 
 def _emit(outcome: Report, fmt: Format, output: Path | None, command: str) -> None:
     """Print a report, or write it atomically and print a one-line summary."""
-    from .atomic import atomic_write_bytes
-
     text = report.render(fmt.value, outcome.ctx, command, tty.color())
-    if output is not None:
-        try:
-            atomic_write_bytes(output, text.encode("utf-8"))
-        except OSError as exc:
-            raise UsageError(f"cannot write report: {exc.strerror}", str(output)) from None
-        text = f"{outcome.summary}; report written to {output}\n"
-    _print(Text(text, failed=outcome.failed))
+    _print(written(text, output, outcome.summary, outcome.failed))
 
 
 @app.command("scan", help=scan.scan.__doc__)
@@ -163,10 +142,9 @@ def report_command(
     base: Optional[str] = typer.Option(None, "--base", metavar="REF",
                                        help="Also scan REF (through git, no checkout) and show the delta: sites "
                                             "added/removed by tier, findings new/fixed.", show_default=False),
-    bind: Optional[List[str]] = typer.Option(None, "--bind", metavar="NAME=VALUE",
+    bind: Optional[List[str]] = typer.Option(None, "--bind", metavar="NAME=VALUE", show_default=False,
                                              help="A value for a size symbol, for estimated bytes "
-                                                  "(repeatable; adds to [tool.alloc-audit] bindings).",
-                                             show_default=False),
+                                                  "(repeatable; adds to [tool.alloc-audit] bindings)."),
     verbose: bool = VERBOSE,
     config_path: Optional[Path] = CONFIG,
     jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
@@ -176,8 +154,7 @@ def report_command(
 ) -> None:
     fmt = report.format_for(fmt, output)  # refused before the scan, not after
     options = _options(config_path, jobs, no_cache, cache_dir, changed_since, progress, debug)
-    outcome = report_cmd.report(paths, options, by.value, base, bind, verbose)
-    _emit(outcome, fmt, output, "report")
+    _emit(report_cmd.report(paths, options, by.value, base, bind, verbose), fmt, output, "report")
 
 
 @rules_app.command("list", help=rules.list_rules.__doc__)
@@ -189,10 +166,7 @@ def rules_list_command(config_path: Optional[Path] = CONFIG) -> None:
 @rules_app.command("explain", help=rules.explain.__doc__)
 @_guard
 def rules_explain_command(name: str = typer.Argument(..., help="Rule name, e.g. alloc-in-capture.")) -> None:
-    from .report.terminal import render_rule_doc
-
-    rule = rules.explain(name)
-    _print(Text(render_rule_doc(rule.name, rule.severity.value, rule.default_on, rule.doc, tty.color(), tty.width())))
+    _print(rules.explain(name, tty.color(), tty.width()))
 
 
 @app.command("check", help=check.check.__doc__)
@@ -205,10 +179,11 @@ def check_command(
     jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
     changed_since: Optional[str] = CHANGED,
     debug: bool = DEBUG,
+    unchecked: Optional[Unchecked] = UNCHECKED,
     staged: bool = typer.Option(False, "--staged", help="Also judge files the staged change deletes or renames."),
 ) -> None:
     _print(check.check(paths, _options(config_path, jobs, no_cache, cache_dir, changed_since, False, debug), fail_on,
-                       fmt.value, staged))
+                       fmt.value, unchecked, staged))
 
 
 @app.command("gate", help=gate.gate.__doc__)
@@ -222,9 +197,10 @@ def gate_command(
     config_path: Optional[Path] = CONFIG,
     jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
     debug: bool = DEBUG,
+    unchecked: Optional[Unchecked] = UNCHECKED,
 ) -> None:
     options = _options(config_path, jobs, no_cache, cache_dir, None, False, debug)
-    _print(gate.gate(base, options, allow_growth, allow_new_allowlist, fmt.value))
+    _print(gate.gate(base, options, allow_growth, allow_new_allowlist, fmt.value, unchecked))
 
 
 @allowlist_app.command("init", help=allowlist.init.__doc__)
@@ -294,6 +270,30 @@ def audit_command(paths: Optional[List[Path]] = PATHS, config_path: Optional[Pat
     _print(audit.audit(paths, _options(config_path, jobs, no_cache, cache_dir, progress=True)))
 
 
-def entry() -> None:
-    """Console-script entry point."""
-    app(prog_name="alloc-audit")
+@app.command("join", help=join.join_records.__doc__)
+@_guard
+def join_command(
+    args: List[Path] = typer.Argument(..., metavar="SNAPSHOT... [PATHS]", help=(
+        "Memory snapshots or native records, then the tree to scan (default: the current project).")),
+    fmt: JoinFormat = typer.Option(JoinFormat.table, "--format", "-f", help="Output format."),
+    path_map: List[str] = typer.Option([], "--path-map", metavar="OLD=NEW",
+                                       help="Rewrite recorded frame paths that start with OLD (repeatable)."),
+    min_accounted: Optional[float] = typer.Option(None, "--min-accounted", metavar="PCT",
+                                                  help="Exit 1 when less than PCT% of live bytes map to sites."),
+    max_snapshot_mb: int = typer.Option(1024, "--max-snapshot-mb", help="Refuse larger records (unpacked)."),
+    output: Optional[Path] = OUTPUT,
+    config_path: Optional[Path] = CONFIG,
+    jobs: Optional[int] = JOBS,
+    no_cache: bool = NO_CACHE,
+    cache_dir: Optional[Path] = CACHE_DIR,
+) -> None:
+    outcome = join.join_records(args, _options(config_path, jobs, no_cache, cache_dir), path_map, min_accounted,
+                                max_snapshot_mb)
+    text = report.render_join(fmt.value, outcome, tty.color(), tty.width())
+    _print(written(text, output, "alloc-audit join", outcome.failed))
+
+
+@app.command("record", help=record.record.__doc__,
+             context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def record_command(ctx: typer.Context) -> None:
+    raise typer.Exit(record.record(list(ctx.args)))

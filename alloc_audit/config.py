@@ -29,6 +29,15 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 CONFIG_NAME = "alloc-audit.toml"
 DEFAULT_MAX_FILE_SIZE = 2 * 1024 * 1024
+# Analysing a file takes about 50 times its size in memory when it is dense
+# with calls (a 16 MB Python file of allocations: 760 MB, 24 s); above this
+# ceiling one file could take the machine's memory, so larger files are
+# always reported as not analysed.
+MAX_FILE_SIZE_CEILING = 32 * 1024 * 1024
+# Call depths the rules follow: each level multiplies the paths a rule may
+# walk, so a depth in the millions would never finish; real chains from a
+# capture to an allocation are a handful of calls deep.
+MAX_DEPTH = 32
 TIERS = TIER_VALUES
 
 _STR_LISTS = (
@@ -55,6 +64,7 @@ _KNOWN = (
     "severity",
     "default-pack",
     "bindings",
+    "unchecked",
 )
 
 
@@ -91,6 +101,9 @@ class Config:
     severity: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     # name -> integer, for the report's size estimates (sizes.py)
     bindings: tuple[tuple[str, int], ...] = ()
+    # allowlist entries of files that could not be analysed: "fail" the
+    # check and the gate (default) or "warn"
+    unchecked: str = "fail"
 
     @property
     def allowlist_dir(self) -> Path:
@@ -220,12 +233,14 @@ def _validate(
                                      f"got {_type_name(item)} ({item!r})", display, where)
         return value
 
-    def integer(key: str, default: int | None, minimum: int) -> int | None:
+    def integer(key: str, default: int | None, minimum: int, maximum: int | None = None) -> int | None:
         value = table.get(key, default)
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise fail(key, f"'{key}' must be an integer >= {minimum}, got {value!r}")
+        if maximum is not None and value > maximum:
+            raise fail(key, f"'{key}' must be an integer from {minimum} to {maximum}, got {value!r}")
         return value
 
     def string(key: str, default: str) -> str:
@@ -244,7 +259,7 @@ def _validate(
         str_list(key)
     extensions = tuple((sec, k, str_list(key)) for key, (sec, k) in PACK_KNOBS.items() if key in table)
     depths = tuple(
-        (sec, k, integer(key, None, 0) or 0) for key, (sec, k) in PACK_DEPTHS.items() if key in table
+        (sec, k, integer(key, None, 0, MAX_DEPTH) or 0) for key, (sec, k) in PACK_DEPTHS.items() if key in table
     )
 
     class_tiers_raw = table.get("class-tiers", {})
@@ -286,7 +301,11 @@ def _validate(
     if not isinstance(default_pack, bool):
         raise fail("default-pack", f"'default-pack' must be true or false, got {_type_name(default_pack)}")
 
-    max_size = integer("max-file-size", DEFAULT_MAX_FILE_SIZE, 1)
+    unchecked = table.get("unchecked", "fail")
+    if unchecked not in ("fail", "warn"):
+        raise fail("unchecked", f"'unchecked' must be \"fail\" or \"warn\", got {unchecked!r}")
+
+    max_size = integer("max-file-size", DEFAULT_MAX_FILE_SIZE, 1, MAX_FILE_SIZE_CEILING)
     assert max_size is not None
     return Config(
         root=root,
@@ -296,7 +315,7 @@ def _validate(
         max_file_size=max_size,
         allowlist=string("allowlist", "allowlists"),
         cache_dir=string("cache-dir", ".alloc-audit-cache"),
-        jobs=integer("jobs", None, 1),
+        jobs=integer("jobs", None, 1, 1024),
         api_catalogues=tuple(_resolve(base, p) for p in str_list("api-catalogues")),
         apis=entries("apis", API_ENTRY_KEYS),
         allocators=str_list("allocators"),
@@ -311,6 +330,7 @@ def _validate(
         disable=str_list("disable"),
         severity=tuple(sorted(severity_raw.items())),
         bindings=tuple(sorted(bindings_raw.items())),
+        unchecked=unchecked,
     )
 
 

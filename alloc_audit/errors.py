@@ -7,6 +7,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# Exit codes (README "Exit codes"; chosen in cli.py alone).
+OK, FAILED, USAGE, INTERNAL_ERROR = 0, 1, 2, 3
+# no public tracker URL yet: the lead fills it in when there is one
+REPORT_TO = "the alloc-audit issue tracker"
+
+
+def internal_error_message(exc: BaseException) -> str:
+    """What a user sees when alloc-audit itself breaks: not their code's fault,
+    and where to send it."""
+    return (f"alloc-audit: internal error ({type(exc).__name__}: {exc}). This is a bug in alloc-audit, not a "
+            f"problem in your code. Please report it to {REPORT_TO} with the command line and the output of the "
+            f"same command with --debug (exit code {INTERNAL_ERROR}).")
+
 
 def display_path(path: Path, root: Path) -> str:
     """How a user file (config, allowlist) is named in messages: relative

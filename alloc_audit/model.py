@@ -415,6 +415,11 @@ class ScanResult:
     stats: Stats
     files: dict[str, FileFacts] = field(default_factory=dict)
     scanned_paths: frozenset[str] = frozenset()
+    # Files whose sites may be incomplete (over the size limit, unreadable,
+    # an undecodable name, a parser or extractor failure), with the reason;
+    # also listed in ``errors``. Their allowlist entries are "not checked":
+    # never judged stale, never pruned (ratchet).
+    unchecked: tuple[FileError, ...] = ()
 
 
 _UNSAFE_IN_KEY = re.compile(r"[\s#%]")

@@ -17,7 +17,7 @@ from clihelp import cli_command, make_repo, run_cli, write
 
 
 def fact_entries(cache: Path) -> set[str]:
-    return {p.name for p in (cache / "v1" / "facts").rglob("*") if p.is_file() and not p.name.startswith(".")}
+    return {p.name for p in (cache / "v2" / "facts").rglob("*") if p.is_file() and not p.name.startswith(".")}
 
 
 def scan(root: Path, *args: str) -> dict:

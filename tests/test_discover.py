@@ -66,7 +66,8 @@ def test_size_limit_reports_the_file_and_goes_on(tmp_path: Path) -> None:
     doc = scan(root)
     assert paths(doc) == {"src/a.py"}
     assert doc["errors"] == [{"path": "src/huge.py", "message":
-                              "larger than the 0.0 MiB limit (0.0 MiB); skipped (raise max-file-size to scan it)"}]
+                              "larger than the 2,000 bytes limit (6,066 bytes); skipped (raise max-file-size to scan it)",
+                              "analysed": False}]
 
 
 def test_binary_and_non_utf8_files(tmp_path: Path) -> None:
@@ -76,10 +77,11 @@ def test_binary_and_non_utf8_files(tmp_path: Path) -> None:
         b"# caf\xe9\nimport torch\n\n\ndef g(n):\n    return torch.zeros(n, device='cuda')\n")
     doc = scan(root)
     assert paths(doc) == {"src/a.py", "src/latin1.py"}
-    assert doc["errors"] == [{"path": "src/blob.py", "message": "binary content (a NUL byte in the first 8 KiB); skipped"},
+    assert doc["errors"] == [{"path": "src/blob.py", "message": "binary content (a NUL byte in the first 8 KiB); skipped",
+                              "analysed": False},
                              {"path": "src/latin1.py", "message":
                               "not valid UTF-8 (byte 0xe9 at line 1); read as bytes, texts may show replacement "
-                              "characters"}]
+                              "characters", "analysed": True}]
 
 
 def test_a_file_that_fails_to_parse_is_reported_and_the_rest_scanned(tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ def test_demo_report_in_chromium(browser: Any, tmp_path: Path) -> None:
     assert page.eval_on_selector_all("#chart-rules svg rect.bar", "n => n.length") >= 5
     box = page.eval_on_selector("#chart-dirs svg", "s => s.getBoundingClientRect().height")
     assert box > 50
-    assert page.inner_text("#site-count") == "46 sites"
+    assert page.inner_text("#site-count") == "47 sites"
 
     # sort by tier: T1 first; again: descending, unknown first
     page.click("th[data-key='tier']")
@@ -83,7 +83,7 @@ def test_demo_report_in_chromium(browser: Any, tmp_path: Path) -> None:
     page.fill("#f-text", "kv_cache.py:")
     page.wait_for_function("document.getElementById('site-count').textContent.includes(' of ')")
     rows = visible_rows(page)
-    assert page.inner_text("#site-count") == f"{len(rows)} of 46 sites" and len(rows) >= 2
+    assert page.inner_text("#site-count") == f"{len(rows)} of 47 sites" and len(rows) >= 2
     assert all("kv_cache.py:" in " ".join(row) for row in rows)
     page.fill("#f-text", "kv_cache.py KVCachePool.__init__")
     page.wait_for_function("document.getElementById('site-count').textContent.startsWith('2 of')")
@@ -102,7 +102,7 @@ def test_demo_report_in_chromium(browser: Any, tmp_path: Path) -> None:
 
     # the findings list the related locations
     text = page.inner_text("#findings")
-    assert "examples/minigen/model_runner.py:79" in text and "capture starts here" in text
+    assert "examples/minigen/model_runner.py:82" in text and "capture starts here" in text
 
     # the theme switch and the dark scheme change the colours
     light_bg = page.evaluate("getComputedStyle(document.body).backgroundColor")

@@ -24,7 +24,9 @@ ALLOWED = {
     # a rule sees the facts, its knobs (the pack), the shared analyses and the index facade only
     "rules.rule": ("model", "globs", "arglists", "pack", "rules.base", "rules._lib", "pipeline.index"),
     "rules._lib": ("model", "globs", "arglists", "pack", "rules._lib", "pipeline.index"),
-    "report": ("model", "errors", "__init__", "report", "ratchet", "rules", "pipeline.run", "pipeline.suppress"),
+    # the join renderers read a join's results (runtime/results.py), never the join itself
+    "report": ("model", "errors", "__init__", "report", "ratchet", "rules", "pipeline.run", "pipeline.suppress",
+               "runtime.results"),
     "ratchet": ("model", "errors", "atomic", "ratchet"),
 }
 

@@ -70,7 +70,7 @@ def test_a_named_symlink_or_fifo_is_reported(tmp_path: Path) -> None:
     import json
 
     errors = {e["path"]: e["message"] for e in json.loads(result.out)["errors"]}
-    assert errors["link.py"].startswith("a symbolic link (alloc-audit does not follow links")
+    assert errors["link.py"].startswith("a symbolic link; links are not followed")
     assert errors["pipe.py"] == "not a regular file (a FIFO); not scanned"
     walked = run_cli("scan", ".", "--format", "json", cwd=root)
     assert json.loads(walked.out)["errors"] == [], "found by walking, links and FIFOs are skipped quietly"

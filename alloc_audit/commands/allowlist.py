@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from .outcome import Text
-from .project import Options, coverage, load_project, require_allowlist, scan_project
+from .project import Options, coverage, file_counts, load_project, require_allowlist, scan_project, unanalysed
 
 if TYPE_CHECKING:
     from ..ratchet.allowlist import AllowlistEntry
@@ -32,7 +32,7 @@ def init(options: Options, force: bool = False, split: bool = False, paths: list
 
       alloc-audit allowlist init src          # leave tests/ and benchmarks/ out
     """
-    from ..ratchet.allowlist import allowlist_files, write_allowlist
+    from ..ratchet.allowlist import allowlist_files, load_allowlist, write_allowlist
     from ..ratchet.baseline import baseline_path, entries_from, write_baseline
     from ..ratchet.compare import coverage_test, entries_for
     from ..report.words import plural
@@ -47,22 +47,33 @@ def init(options: Options, force: bool = False, split: bool = False, paths: list
                          "`alloc-audit allowlist update`, or --force to start over", str(config.allowlist_dir))
     covers = coverage_test(coverage(config, paths))
     result = scan_project(project, None, options)
-    entries = entries_for(s for s in result.sites if covers(s.path))
+    entries = list(entries_for(s for s in result.sites if covers(s.path)))
     baseline = entries_from(f for f in result.findings if covers(f.path)) if findings else []
-    if force:
-        for path in existing:
-            path.unlink()
-    written = write_allowlist(config.allowlist_dir, config.root, entries, split_top_level=split)
-    if findings:
-        name = write_baseline(config.allowlist_dir, config.root, baseline)
-        written += [name] if name else []
+    missing = unanalysed(result)
+    kept = []
+    if force and missing:
+        # the old entries of files this run could not analyse stay as they are
+        kept = [e for e in load_allowlist(config.allowlist_dir, config.root) or () if e.path in missing]
+        entries += kept
+    try:
+        # --force: the old files go only once the new ones are complete
+        written = write_allowlist(config.allowlist_dir, config.root, entries, split_top_level=split, replace=force)
+        if findings:
+            name = write_baseline(config.allowlist_dir, config.root, baseline)
+            written += [name] if name else []
+    except OSError as exc:
+        raise UsageError(f"cannot write the allowlist ({exc.strerror or exc}); the old one is unchanged",
+                         str(config.allowlist_dir)) from None
     sites = sum(e.count for e in entries)
     recorded = sum(e.count for e in baseline)
-    out = (f"alloc-audit: wrote {plural(len(entries), 'entry', 'entries')} ({plural(sites, 'site')})"
-           + (f" and a findings baseline of {plural(recorded, 'finding')}" if findings else "")
-           + f" to {', '.join(written) or 'nothing'}\n")
+    err = "".join(f"! not analysed  {p.path}: {p.message}; its sites are not on the allowlist\n"
+                  for p in result.unchecked)
     hint = tests_hint([e.path for e in entries for _ in range(e.count)])
-    return Text(out + (hint + "\n" if hint else ""))
+    return Text(f"alloc-audit: wrote {plural(len(entries), 'entry', 'entries')} ({plural(sites, 'site')})"
+                + (f" and a findings baseline of {plural(recorded, 'finding')}" if findings else "")
+                + f" to {', '.join(written) or 'nothing'}"
+                + (f"; kept {len(kept)} entries of files not analysed" if kept else "") + file_counts(result) + "\n"
+                + (hint + "\n" if hint else ""), err)
 
 
 _NOT_PRODUCTION = re.compile(r"(^|/)(tests?|testing|benchmarks?|bench)(/|$)|(^|/)(test_[^/]*|[^/]*_test\.[^/]*"
@@ -70,8 +81,8 @@ _NOT_PRODUCTION = re.compile(r"(^|/)(tests?|testing|benchmarks?|bench)(/|$)|(^|/
 
 
 def tests_hint(paths: list[str]) -> str | None:
-    """Most of a real library's allowlist can be tests and benchmarks (63 %
-    in one): say so once, with the way to leave them out."""
+    """Most of a real library's allowlist can be tests and benchmarks (81 %
+    of flashinfer's sites): say so once, with the way to leave them out."""
     if not paths:
         return None
     tops = sorted({m.group(2) for p in paths if (m := _NOT_PRODUCTION.search(p)) and m.group(2)})
@@ -101,40 +112,65 @@ def update(options: Options, add_new: bool = False, dry_run: bool = False, reaso
 
       alloc-audit allowlist update --add-new --dry-run
     """
-    import dataclasses
-
-    from ..ratchet.allowlist import write_allowlist
+    from ..ratchet.allowlist import AllowlistChanged, snapshot, write_allowlist
     from ..ratchet.baseline import compare_findings, load_baseline, plan_baseline_update, write_baseline
     from ..ratchet.compare import compare, plan_update
 
     project = load_project(None, options.config_path)
     config = project.config
-    entries = require_allowlist(config)
     if reason and not add_new:
         raise UsageError("--reason is written on the entries --add-new adds; give --add-new too")
+    before = snapshot(config.allowlist_dir)
+    entries = require_allowlist(config)
     result = scan_project(project, None, options)
-    plan = plan_update(compare(result.sites, entries, result.scanned_paths, ("",)), add_new)
-    if reason:
-        added = {e.key for e in plan.added}
-        plan = dataclasses.replace(
-            plan, entries=tuple(dataclasses.replace(e, reason=e.reason or reason) if e.key in added else e
-                                for e in plan.entries),
-            added=tuple(dataclasses.replace(e, reason=reason) for e in plan.added))
-    lines = _update_summary(plan)
+    missing = unanalysed(result)
     baseline = load_baseline(config.allowlist_dir, config.root)
     bplan = None
     if baseline is not None:
-        unread = frozenset(e.path for e in result.errors)  # their findings may be missing: never pruned
+        unread = frozenset(e.path for e in result.errors) | frozenset(missing)  # findings may be missing: kept
         bplan = plan_baseline_update(compare_findings(result.findings, baseline, unread=unread), add_new, reason)
-        lines += _baseline_update_summary(bplan)
-    if dry_run:
-        return Text("".join(lines) + "alloc-audit: dry run, nothing written\n")
-    written = write_allowlist(config.allowlist_dir, config.root, plan.entries)
+    for _attempt in range(20):
+        plan = _with_reason(plan_update(compare(result.sites, entries, result.scanned_paths, ("",), None, missing),
+                                        add_new), reason)
+        lines = "".join(_update_summary(plan)) + "".join(_baseline_update_summary(bplan) if bplan else ())
+        if dry_run:
+            return Text(lines + "alloc-audit: dry run, nothing written" + file_counts(result) + "\n")
+        try:
+            written = write_allowlist(config.allowlist_dir, config.root, plan.entries, expected=before)
+            break
+        except OSError as exc:
+            raise UsageError(f"cannot write the allowlist ({exc.strerror or exc}); the old one is unchanged",
+                             str(config.allowlist_dir)) from None
+        except AllowlistChanged:
+            # another run (or an editor) wrote the allowlist while we scanned:
+            # plan again from its version, so its entries are not lost
+            before = snapshot(config.allowlist_dir)
+            entries = require_allowlist(config)
+    else:
+        raise UsageError("the allowlist kept changing while it was being updated; nothing written",
+                         str(config.allowlist_dir))
     if bplan is not None:
-        name = write_baseline(config.allowlist_dir, config.root, bplan.entries)
+        try:
+            name = write_baseline(config.allowlist_dir, config.root, bplan.entries)
+        except OSError as exc:
+            raise UsageError(f"cannot write the findings baseline ({exc.strerror or exc}); it is unchanged",
+                             str(config.allowlist_dir)) from None
         written += [name] if name else []
-    return Text("".join(lines) + (f"alloc-audit: wrote {', '.join(written)}\n" if written else
-                                  "alloc-audit: the allowlist is up to date\n"))
+    return Text(lines + (f"alloc-audit: wrote {', '.join(written)}" if written else
+                         "alloc-audit: the allowlist is up to date") + file_counts(result) + "\n")
+
+
+def _with_reason(plan: UpdatePlan, reason: str) -> UpdatePlan:
+    """``--reason`` on the entries --add-new adds (an entry keeps a reason it had)."""
+    import dataclasses
+
+    if not reason:
+        return plan
+    added = {e.key for e in plan.added}
+    return dataclasses.replace(
+        plan, entries=tuple(dataclasses.replace(e, reason=e.reason or reason) if e.key in added else e
+                            for e in plan.entries),
+        added=tuple(dataclasses.replace(e, reason=reason) for e in plan.added))
 
 
 def _baseline_update_summary(plan: BaselineUpdate) -> list[str]:
@@ -173,6 +209,8 @@ def _update_summary(plan: UpdatePlan) -> list[str]:
         out.append(f"! grown    {key_text(e.key)} accepts {e.count}, the code has {found} (use --add-new to accept)\n")
     for key, found in plan.not_added:
         out.append(f"! new      {key_text(key)} x{found} not added (use --add-new to accept)\n")
+    for e, why in plan.unchecked:
+        out.append(f"? not checked {key_text(e.key)} kept as it is: {e.path} could not be analysed ({why})\n")
     return out
 
 
@@ -223,7 +261,10 @@ def explain(what: str, options: Options) -> Text:
     out.append(f"{key_text(parsed)}: " + (entry_line(found) if found else "no allowlist entry"))
     for site in sites:
         out.append(f"  {site.path}:{site.span.line}: {site.api} ({site.tier.value}: {site.tier_reason})")
-    if not sites:
+    missing = unanalysed(result)
+    if not sites and parsed[0] in missing:
+        out.append(f"  not checked: {parsed[0]} could not be analysed ({missing[parsed[0]]})")
+    elif not sites:
         out.append("  no site matches it (stale)" if found else "  no site has this key")
     return Text("".join(f"{line}\n" for line in out))
 
@@ -255,5 +296,9 @@ def merge_driver(ancestor: Path, ours: Path, theirs: Path) -> Text:
     except UsageError as exc:
         # leave %A as it is: git reports a conflict for a hand merge
         return Text(err=f"alloc-audit merge-driver: {exc}\n", failed=True)
-    atomic_write_bytes(ours, render_file(merged).encode("utf-8"))
+    try:
+        # %A may be a link or a device: atomic_write_bytes writes through, never replaces
+        atomic_write_bytes(ours, render_file(merged).encode("utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot write the merge result: {exc.strerror or exc}", str(ours)) from None
     return Text()

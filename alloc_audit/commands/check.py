@@ -12,7 +12,18 @@ from typing import TYPE_CHECKING
 
 from ..model import FailOn
 from .outcome import Text
-from .project import Options, Project, coverage, load_project, report_context, require_allowlist, scan_project
+from .project import (
+    Options,
+    Project,
+    coverage,
+    fails_unchecked,
+    file_counts,
+    load_project,
+    report_context,
+    require_allowlist,
+    scan_project,
+    unanalysed,
+)
 
 if TYPE_CHECKING:
     from ..model import ScanResult
@@ -30,20 +41,29 @@ class CheckFormat(str, Enum):
     json = "json"
 
 
+class Unchecked(str, Enum):
+    """What allowlist entries of files that could not be analysed do (``--unchecked``)."""
+
+    fail = "fail"
+    warn = "warn"
+
+
 def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.ERROR, fmt: str = "text",
-          staged: bool = False) -> Text:
+          unchecked: str | None = None, staged: bool = False) -> Text:
     """Check sites against the allowlist and run the rules; exit 1 on failure (the pre-commit hook).
 
     Fails on sites not on the allowlist (new), entries whose count is exceeded
     (grown) or higher than what is left (loose), entries that match nothing
-    (stale), unsuppressed rule findings of --fail-on severity that the
-    findings baseline does not accept, and (on a whole-tree run) baseline
-    entries whose findings are fixed. With file paths (pre-commit passes the
-    staged files) only those files' sites and entries are checked, and the
-    rules see only those files; entries of derived sites (calls to project
-    factories, which may be defined in files not given) are then checked for
-    growth only. --staged also judges the entries of files the staged change
-    deletes or renames (git is asked: pre-commit passes only files that exist).
+    (stale), entries of files that could not be analysed (not checked;
+    --unchecked warn lets them pass), unsuppressed rule findings of
+    --fail-on severity that the findings baseline does not accept, and (on a
+    whole-tree run) baseline entries whose findings are fixed. With file
+    paths (pre-commit passes the staged files) only those files' sites and
+    entries are checked, and the rules see only those files; entries of
+    derived sites (calls to project factories, which may be defined in
+    files not given) are then checked for growth only. --staged also judges
+    the entries of files the staged change deletes or renames (git is asked:
+    pre-commit passes only the files that still exist).
 
     Examples:
 
@@ -53,7 +73,15 @@ def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.E
 
       alloc-audit check --staged $(git diff --cached --name-only --diff-filter=d)
     """
-    from ..ratchet.checks import allowlist_problems, finding_problems, fixed_debt_problems, problems_json, render
+    from ..ratchet.checks import (
+        allowlist_problems,
+        file_problems,
+        finding_problems,
+        fixed_debt_problems,
+        problems_json,
+        render,
+        unchecked_problems,
+    )
     from ..ratchet.compare import apply_pins, compare
     from ..report.words import plural
 
@@ -82,8 +110,10 @@ def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.E
         covered = (*(covered if paths else ()), *gone)
     # a run over part of the tree cannot see every factory a derived site calls
     partial = None if "" in covered else project.catalog.apis.api_names()
-    comparison = compare(result.sites, entries, result.scanned_paths, covered, partial)
+    comparison = compare(result.sites, entries, result.scanned_paths, covered, partial, unanalysed(result))
     problems = allowlist_problems(comparison) + rename_notes(renames, entries)
+    problems += unchecked_problems(comparison, fails_unchecked(project.config, unchecked))
+    problems += file_problems(result.unchecked)
     # the findings baseline (ratchet/baseline.py): only findings it does not accept count
     judged = judge_findings(project, result, covered, options.changed_since is not None)
     open_findings = judged.open_findings() if judged is not None else [f for f in result.findings if not f.suppressed]
@@ -112,15 +142,17 @@ def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.E
     summary = (f"alloc-audit check {'failed' if failed else 'passed'}: "
                f"{plural(len(comparison.entries), 'allowlist entry', 'allowlist entries')}, "
                f"{len(comparison.new)} new, {len(comparison.grown)} grown, {len(comparison.loose)} loose, "
-               f"{len(comparison.stale)} stale; {plural(len(findings), 'open rule finding')}{in_baseline}; "
-               f"{plural(errors, 'error')}\n")
+               f"{len(comparison.stale)} stale, {len(comparison.unchecked)} not checked; "
+               f"{plural(len(findings), 'open rule finding')}{in_baseline}; {plural(errors, 'error')}"
+               f"{file_counts(result)}\n")
     return Text(out, summary, failed) if failed else Text(out + summary)
 
 
 def judge_findings(project: Project, result: ScanResult, covered: tuple[str, ...],
                    changed: bool) -> FindingsComparison | None:
     """Open findings against the findings baseline; None without one. A run
-    over part of the tree (paths, --changed-since) judges new and grown only."""
+    over part of the tree (paths, --changed-since) judges new and grown
+    only; files the run could not fully read keep their entries."""
     from ..ratchet.baseline import compare_findings, load_baseline
     from ..ratchet.compare import coverage_test
 
@@ -128,7 +160,7 @@ def judge_findings(project: Project, result: ScanResult, covered: tuple[str, ...
     if baseline is None:
         return None
     partial = changed or "" not in covered
-    unread = frozenset(e.path for e in result.errors)
+    unread = frozenset(e.path for e in result.errors) | frozenset(unanalysed(result))
     return compare_findings(result.findings, baseline, partial=partial, covers=coverage_test(covered), unread=unread)
 
 

@@ -10,21 +10,21 @@ from typing import TYPE_CHECKING
 from ..errors import UsageError
 from ..model import Severity, Site
 from .outcome import Text
-from .project import Options, load_project, require_allowlist, scan_project
+from .project import Options, fails_unchecked, file_counts, load_project, require_allowlist, scan_project, unanalysed
 
 if TYPE_CHECKING:
     from ..ratchet.baseline import BaselineGrowth
 
 
 def gate(base: str, options: Options, allow_growth: bool = False, allow_new_allowlist: bool = False,
-         fmt: str = "text") -> Text:
+         fmt: str = "text", unchecked: str | None = None) -> Text:
     """CI gate: fail if the allowlist or the findings baseline grew since --base, listing what grew and why.
 
     Reads the allowlist and the findings baseline at REF through git (no
     checkout) and compares them with the working tree's: an added entry or
     a raised count fails; an entry that moved with a renamed file does not.
-    Then runs `check` on the whole project. Run it on the merge result too: two green branches can
-    merge into a red one without any textual conflict.
+    Then runs `check` on the whole project. Run it on the merge result too:
+    two green branches can merge into a red one without any textual conflict.
 
     Examples:
 
@@ -40,11 +40,13 @@ def gate(base: str, options: Options, allow_growth: bool = False, allow_new_allo
     from ..ratchet.checks import (
         allowlist_problems,
         baseline_growth_problems,
+        file_problems,
         finding_problems,
         fixed_debt_problems,
         gate_problems,
         problems_json,
         render,
+        unchecked_problems,
     )
     from ..ratchet.compare import compare
     from ..ratchet.gate import compare_allowlists
@@ -96,8 +98,10 @@ def gate(base: str, options: Options, allow_growth: bool = False, allow_new_allo
             sites_by_key.setdefault(site_key(site), []).append(site)
         problems += gate_problems(result, sites_by_key, allow_growth)
         grew = grew or result.failed
-    comparison = compare(scan.sites, now_entries, scan.scanned_paths, ("",))
+    comparison = compare(scan.sites, now_entries, scan.scanned_paths, ("",), None, unanalysed(scan))
     problems += allowlist_problems(comparison)
+    not_checked = unchecked_problems(comparison, fails_unchecked(config, unchecked))
+    problems += not_checked + file_problems(scan.unchecked)
     judged = judge_findings(project, scan, ("",), False)
     open_findings = judged.open_findings() if judged is not None else [f for f in scan.findings if not f.suppressed]
     findings = [f for f in open_findings if f.severity is Severity.ERROR]
@@ -105,7 +109,8 @@ def gate(base: str, options: Options, allow_growth: bool = False, allow_new_allo
     if judged is not None:
         problems += fixed_debt_problems(judged)
     problems.sort(key=lambda p: (p.path, p.line, p.title))
-    check_failed = comparison.failed or bool(findings) or bool(judged is not None and judged.fixed)
+    check_failed = (comparison.failed or bool(findings) or any(p.level == "error" for p in not_checked)
+                    or bool(judged is not None and judged.fixed))
     failed = (grew and not allow_growth) or check_failed
     if fmt == "json":
         import json
@@ -130,5 +135,7 @@ def gate(base: str, options: Options, allow_growth: bool = False, allow_new_allo
             if now_baseline is not None:
                 out += f"; findings baseline: {len(baseline_grown)} grown"
             out += " — growth let through by --allow-growth\n" if grew and allow_growth else "\n"
-        out += f"alloc-audit check: {'failed' if check_failed else 'passed'}\n"
+        out += (f"alloc-audit check: {'failed' if check_failed else 'passed'}"
+                + (f" ({len(comparison.unchecked)} entries not checked)" if comparison.unchecked else "")
+                + file_counts(scan) + "\n")
     return Text(out, failed=failed)

@@ -44,6 +44,13 @@ def load_project(paths: list[Path] | None, config_path: Path | None) -> Project:
     from ..catalog import load_catalog
     from ..config import find_project, load_config
 
+    for path in paths or ():
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            pass  # a dangling link or a missing path: discovery names it
+        except OSError as exc:  # a symlink loop, a path through a file, no permission
+            raise UsageError(f"cannot read: {exc.strerror}", str(path)) from None
     found: Path | None
     if config_path is not None:
         if not config_path.is_file():
@@ -138,4 +145,35 @@ def comparison_if_present(config: Config, result: ScanResult) -> Comparison | No
     entries = load_allowlist(config.allowlist_dir, config.root)
     if entries is None:
         return None
-    return compare(result.sites, entries, result.scanned_paths)
+    return compare(result.sites, entries, result.scanned_paths, ("",), None, unanalysed(result))
+
+
+def unanalysed(result: ScanResult) -> dict[str, str]:
+    """Files whose sites are unknown, with the reason: their allowlist
+    entries are "not checked" (never stale, never pruned)."""
+    out: dict[str, str] = {}
+    for problem in result.unchecked:
+        out.setdefault(problem.path, problem.message)
+    return out
+
+
+def fails_unchecked(config: Config, option: str | None) -> bool:
+    """Whether entries not checked fail check/gate: --unchecked, else the
+    configuration's ``unchecked`` (default "fail")."""
+    return (option or config.unchecked) == "fail"
+
+
+def file_counts(result: ScanResult) -> str:
+    """The file problems for a summary line: a skipped file must never look
+    like a file without sites."""
+    missing = len({e.path for e in result.unchecked})
+    partly = len({e.path for e in result.errors}) - missing
+    from ..report.words import plural
+
+    parts = []
+    if missing:
+        parts.append(f"{plural(missing, 'file')} not analysed (listed above)")
+    if partly > 0:
+        parts.append(f"{plural(partly, 'file with problems', 'files with problems')} (`alloc-audit scan --format json` "
+                     "lists them)")
+    return "; " + ", ".join(parts) if parts else ""

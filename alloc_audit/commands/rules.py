@@ -4,14 +4,10 @@ configuration turns on and the severities it sets."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from .outcome import Text
 from .project import load_project
-
-if TYPE_CHECKING:
-    from ..rules.base import Rule
 
 
 def list_rules(config_path: Path | None) -> Text:
@@ -38,7 +34,7 @@ def list_rules(config_path: Path | None) -> Text:
     return Text("".join(lines))
 
 
-def explain(name: str) -> Rule:
+def explain(name: str, color: bool = False, width: int | None = None) -> Text:
     """Print a rule's documentation: what it flags, why, an example, how to fix and suppress it.
 
     Example:
@@ -56,4 +52,6 @@ def explain(name: str) -> Rule:
         if hint:
             raise UsageError(f"unknown rule '{name}'; did you mean '{hint[0]}'? (`alloc-audit rules list` lists them)")
         raise UsageError(f"unknown rule '{name}'; known rules: {', '.join(names)}")
-    return rule
+    from ..report.terminal import render_rule_doc
+
+    return Text(render_rule_doc(rule.name, rule.severity.value, rule.default_on, rule.doc, color, width))

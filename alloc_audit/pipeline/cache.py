@@ -4,20 +4,24 @@ Layout under the cache directory (``.alloc-audit-cache/`` at the project root
 by default; it writes its own ``.gitignore`` so git never sees it)::
 
     CACHEDIR.TAG, .gitignore
-    v1/facts/ab/<key>      marshal of one parsed file's facts
-    v1/stat-<root>         path -> (size, mtime_ns, inode, digest): lets a warm
+    v2/facts/ab/<key>      marshal of one parsed file's facts
+    v2/stat-<root>         path -> (size, mtime_ns, inode, digest): lets a warm
                            run skip reading files whose stat is unchanged
-    v1/skips-<root>        fact key -> (path, identifiers, warning) of the files
+    v2/skips-<root>        fact key -> (path, identifiers, warning) of the files
                            the pre-filter skipped (most files: one table, not
                            a file each)
-    v1/result-<key>        a whole run's output, keyed by every input
+    v2/result-<key>        a whole run's output, keyed by every input
 
 A fact key hashes the file's path, content digest and language with the
 ``salt`` (tool version, catalogue/rule-pack digest, grammar versions, Python
 version), so changing any of them misses. Every write is a temp file plus
 ``os.replace``: a killed run leaves at worst a stray temp file, never a torn
-entry, and concurrent runs that write the same key write the same bytes. A
-read that fails to decode is a miss. The cache prunes itself: entries not
+entry, and concurrent runs that write the same key write the same bytes.
+Each entry is (magic, salt, checksum, payload): a read that fails to decode,
+names another salt (tool version, ...) or whose payload does not match its
+checksum is a miss. A cache directory deleted during a run is created again
+at the next write, or bypassed when it cannot be; a cache never makes a run
+fail or lose a site. The cache prunes itself: entries not
 used for a week are deleted when the directory has grown past a threshold.
 """
 
@@ -37,7 +41,7 @@ from ..model import FileError, Finding, ScanResult, Site, Stats
 if TYPE_CHECKING:
     from .discover import SourceFile
 
-_FORMAT = "v1"
+_FORMAT = "v2"  # v2: entries carry a checksum of their payload
 _MAGIC = "alloc-audit-cache"
 _PRUNE_AFTER_SECONDS = 7 * 24 * 3600
 _PRUNE_THRESHOLD = 20_000
@@ -45,6 +49,10 @@ _PRUNE_THRESHOLD = 20_000
 
 def content_digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _checksum(payload: bytes) -> bytes:
+    return hashlib.blake2b(payload, digest_size=16).digest()
 
 
 class Cache:
@@ -60,17 +68,22 @@ class Cache:
         return self.base is not None
 
     def _prepare(self) -> None:
+        """Create the directory (again, when it vanished during the run); a
+        cache that cannot be created is bypassed: it only costs time."""
         if self._ready or self.directory is None:
             return
         assert self.base is not None
-        (self.base / "facts").mkdir(parents=True, exist_ok=True)
-        for name, content in (
-            (".gitignore", "# created by alloc-audit\n*\n"),
-            ("CACHEDIR.TAG", "Signature: 8a477f597d28d172789f06886806bc55\n# alloc-audit cache directory\n"),
-        ):
-            path = self.directory / name
-            if not path.exists():
-                atomic_write_bytes(path, content.encode())
+        try:
+            (self.base / "facts").mkdir(parents=True, exist_ok=True)
+            for name, content in (
+                (".gitignore", "# created by alloc-audit\n*\n"),
+                ("CACHEDIR.TAG", "Signature: 8a477f597d28d172789f06886806bc55\n# alloc-audit cache directory\n"),
+            ):
+                path = self.directory / name
+                if not path.exists():
+                    atomic_write_bytes(path, content.encode())
+        except OSError:
+            return
         self._ready = True
 
     # ------------------------------------------------------------ per-file facts
@@ -92,7 +105,10 @@ class Cache:
         self._prepare()
         path = self._fact_path(key)
         if path.parent not in self._dirs:
-            path.parent.mkdir(exist_ok=True)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError:
+                return
             self._dirs.add(path.parent)
         self._write(path, value)
 
@@ -143,31 +159,51 @@ class Cache:
 
     # ------------------------------------------------------------ io
     def _read(self, path: Path) -> Any | None:
+        """The stored value, or None (a miss) when the entry is absent,
+        torn, from another tool version or salt, or its payload does not
+        match its checksum (an entry edited by hand or by a disk)."""
         try:
             with open(path, "rb") as fh:
                 blob = fh.read()
-            magic, salt, value = marshal.loads(blob)
+            magic, salt, checksum, payload = marshal.loads(blob)
+            if magic != _MAGIC or salt != self.salt or not isinstance(payload, bytes) \
+                    or checksum != _checksum(payload):
+                return None
+            return marshal.loads(payload)
         except (OSError, EOFError, ValueError, TypeError):
             return None
-        if magic != _MAGIC or salt != self.salt:
-            return None
-        return value
 
     def _write(self, path: Path, value: Any) -> None:
         """Temp file and rename, like ``atomic_write_bytes``, made light for
         entries written by the thousand: a temp name per process is enough
         (concurrent runs are other processes), no mode to keep, no fsync (a
         torn entry after a crash fails to decode and is a miss)."""
+        payload = marshal.dumps(value)
+        blob = marshal.dumps((_MAGIC, self.salt, _checksum(payload), payload))
         tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(marshal.dumps((_MAGIC, self.salt, value)))
-            os.replace(tmp, path)
-        except OSError:
+        for attempt in (1, 2):
             try:
-                os.unlink(tmp)
+                with open(tmp, "wb") as fh:
+                    fh.write(blob)
+                os.replace(tmp, path)
+                return
+            except FileNotFoundError:
+                if attempt == 2:
+                    break
+                # the directory was deleted during the run: create it again
+                self._ready = False
+                self._dirs.clear()
+                self._prepare()
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                except OSError:
+                    break
             except OSError:
-                pass  # a cache that cannot be written only costs time
+                break
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass  # a cache that cannot be written only costs time
 
     def _prune_results(self, keep: int = 8) -> None:
         assert self.base is not None
@@ -187,7 +223,10 @@ class Cache:
         if self.base is None or not (self.base / "facts").is_dir():
             return 0
         now = time.time() if now is None else now
-        entries = [p for d in (self.base / "facts").iterdir() if d.is_dir() for p in d.iterdir()]
+        try:
+            entries = [p for d in (self.base / "facts").iterdir() if d.is_dir() for p in d.iterdir()]
+        except OSError:  # deleted while we looked
+            return 0
         if len(entries) < _PRUNE_THRESHOLD:
             return 0
         removed = 0
@@ -252,7 +291,10 @@ class RunCache:
             table = dict(self.stat_table)
             table.update({f.path: (f.size, f.mtime_ns, f.inode, digests[f.path]) for f in misses})
             self.cache.store_stat(self.root_key, table)
-        return _decode_result(stored, root, seconds)
+        try:
+            return _decode_result(stored, root, seconds)
+        except (TypeError, ValueError):  # a result stored in an older layout: a miss
+            return None
 
     def skip_table(self) -> dict[str, tuple[str, tuple[str, ...], str | None]]:
         return self.cache.load_skips(self.root_key) if self.cache.enabled else {}
@@ -300,13 +342,14 @@ def _encode_result(result: ScanResult) -> Any:
         tuple(serial.encode(e) for e in result.errors),
         (result.stats.files, result.stats.parsed, result.stats.parse_errors, result.stats.lines),
         tuple(sorted(result.scanned_paths)),
+        tuple(serial.encode(e) for e in result.unchecked),
     )
 
 
 def _decode_result(stored: Any, root: Path, seconds: float) -> ScanResult:
     from . import serial
 
-    sites, findings, errors, stats, scanned = stored
+    sites, findings, errors, stats, scanned, unchecked = stored
     return ScanResult(
         root=root,
         sites=tuple(serial.decode(Site, s) for s in sites),
@@ -314,4 +357,5 @@ def _decode_result(stored: Any, root: Path, seconds: float) -> ScanResult:
         errors=tuple(serial.decode(FileError, e) for e in errors),
         stats=Stats(files=stats[0], parsed=stats[1], parse_errors=stats[2], seconds=seconds, lines=stats[3]),
         scanned_paths=frozenset(scanned),
+        unchecked=tuple(serial.decode(FileError, e) for e in unchecked),
     )

@@ -55,6 +55,10 @@ class SourceFile:
 class Discovery:
     files: tuple[SourceFile, ...]
     errors: tuple[FileError, ...]
+    # source files found but not read (over the size limit, a name that is
+    # not UTF-8): their sites are unknown, so their allowlist entries are
+    # "not checked" rather than stale (see pipeline.ScanResult.unchecked)
+    unchecked: tuple[FileError, ...] = ()
 
 
 def language_of(path: str) -> Language | None:
@@ -77,15 +81,24 @@ def discover_files(config: Config, paths: Iterable[Path] = ()) -> Discovery:
     candidates: set[str] = set()
     for target in explicit:
         candidates.add(target.relative_to(root).as_posix())
+    explicit_rels = set(candidates)
     if directories:
         listed = _git_files(root, directories)
         candidates.update(listed if listed is not None else _walk(root, directories))
     files: list[SourceFile] = []
     errors: list[FileError] = []
-    named = {target.relative_to(root).as_posix() for target in explicit}
+    unchecked: list[FileError] = []
     for rel in sorted(candidates):
         lang = language_of(rel)
         if lang is None:
+            continue
+        if not _encodable(rel):
+            # git and os.walk hand undecodable bytes over as surrogates: such
+            # a path cannot be written to JSON, SARIF or the allowlist
+            shown = rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+            problem = FileError(shown, "file name is not valid UTF-8; not scanned (rename the file)")
+            errors.append(problem)
+            unchecked.append(problem)
             continue
         if include is not None and not include.match_file(rel):
             continue
@@ -96,33 +109,43 @@ def discover_files(config: Config, paths: Iterable[Path] = ()) -> Discovery:
             st = os.lstat(abspath)
         except OSError:
             continue  # deleted in the work tree but still in git's index
-        if os.path.islink(abspath) or not stat.S_ISREG(st.st_mode):
-            # skipped when found by walking; a file named on the command line is reported, never dropped silently
-            if rel in named:
-                errors.append(FileError(rel, f"{_what(abspath, st.st_mode)}; not scanned"))
+        if os.path.islink(abspath):
+            if rel in explicit_rels:
+                errors.append(FileError(rel, "a symbolic link; links are not followed (scan the file it points to)"))
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            # a FIFO, socket or device named on the command line is reported, never dropped silently
+            if rel in explicit_rels:
+                errors.append(FileError(rel, f"not a regular file ({_kind(st.st_mode)}); not scanned"))
             continue
         if st.st_size > config.max_file_size:
-            errors.append(
-                FileError(rel, f"larger than the {_mib(config.max_file_size)} limit ({_mib(st.st_size)}); "
-                               "skipped (raise max-file-size to scan it)")
-            )
+            problem = FileError(rel, f"larger than the {_mib(config.max_file_size)} limit ({_mib(st.st_size)}); "
+                                     "skipped (raise max-file-size to scan it)")
+            errors.append(problem)
+            unchecked.append(problem)
             continue
         files.append(SourceFile(rel, abspath, lang, st.st_size, st.st_mtime_ns, st.st_ino))
-    return Discovery(tuple(files), tuple(errors))
+    return Discovery(tuple(files), tuple(errors), tuple(unchecked))
 
 
-def _what(path: str, mode: int) -> str:
-    if os.path.islink(path):
-        return "a symbolic link (alloc-audit does not follow links: name the file it points to)"
+def _encodable(path: str) -> bool:
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device")):
         if test(mode):
-            return f"not a regular file ({name})"
-    return "not a regular file"
+            return name
+    return "not a file"
 
 
 def _mib(n: int) -> str:
-    return f"{n / 1024 / 1024:.1f} MiB"
+    return f"{n / 1024 / 1024:.1f} MiB" if n >= 100 * 1024 else f"{n:,} bytes"
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -144,3 +144,36 @@ def error_summary(parsed: Parsed) -> str | None:
         f"{what} at line {line}, column {col} ({parsed.grammar.value} grammar{more}); "
         "sites in the rest of the file are still reported"
     )
+
+
+# CPython refuses more than 100 indentation levels ("too many levels of
+# indentation"); tree-sitter-python's scanner keeps its indent stack in a
+# fixed buffer and crashes the whole process (SIGSEGV) past about 500 levels.
+# A file nested deeper than Python allows cannot be valid code: it is refused
+# before parsing, the same way in every process (--jobs 1 or N).
+MAX_INDENT_LEVELS = 100
+_DEEP_LINE = re.compile(rb"(?m)^[ \t\f]{%d,}\S" % MAX_INDENT_LEVELS)
+
+
+def nesting_problem(data: bytes, lang: Language) -> str | None:
+    """Why ``data`` must not be handed to the parser, or None. Linear: a
+    byte regex finds a line indented by 100 or more characters first (no
+    real file has one), and only then are the levels counted."""
+    if lang is not Language.PYTHON or _DEEP_LINE.search(data) is None:
+        return None
+    levels = [0]
+    deepest = 0
+    for line_no, line in enumerate(data.splitlines(), 1):
+        body = line.lstrip(b" \t\f")
+        if not body or body.startswith(b"#"):
+            continue
+        width = len(line) - len(body)
+        while width < levels[-1]:
+            levels.pop()
+        if width > levels[-1]:
+            levels.append(width)
+            deepest = max(deepest, len(levels) - 1)
+            if deepest > MAX_INDENT_LEVELS:
+                return (f"nested more than {MAX_INDENT_LEVELS} indentation levels deep (at line {line_no}); "
+                        "Python itself refuses this, and the parser would crash: not parsed")
+    return None

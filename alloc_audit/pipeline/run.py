@@ -29,6 +29,7 @@ from pathlib import Path
 from .. import __version__
 from ..catalog import Catalog
 from ..config import Config
+from ..errors import UsageError
 from ..model import FileError, FileFacts, Finding, ScanResult, Site, Stats
 from . import serial
 from .cache import Cache, RunCache, result_key
@@ -73,7 +74,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         if stored is not None:
             return _narrow(stored, options.report_paths)
 
-    outcomes = Outcomes(catalog, cache, files, discovery.errors, job_count(options.jobs, config.jobs))
+    outcomes = Outcomes(catalog, cache, files, discovery.errors, job_count(options.jobs, config.jobs),
+                        discovery.unchecked)
     skip_table = run_cache.skip_table()
     outcomes.read_all(files, digests, skip_table, options.progress)
     phases.mark("files")
@@ -98,6 +100,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         stats=_stats(files, facts, time.perf_counter() - started),
         files=facts,
         scanned_paths=frozenset(f.path for f in files),
+        unchecked=tuple(sorted(set(outcomes.unchecked), key=lambda e: (e.path, e.message))),
     )
     every_file_read = len(outcomes.digests) == len(files)
     run_cache.store(files, outcomes.digests, outcomes.new_skips, skip_table,
@@ -145,7 +148,11 @@ def _cache_for(config: Config, catalog: Catalog, options: ScanOptions) -> Cache:
                      catalog.digest, grammar_versions(), sys.version.split()[0]))
     if not options.use_cache:
         return Cache(None, salt)
-    return Cache(options.cache_dir or (config.root / config.cache_dir), salt)
+    directory = options.cache_dir or (config.root / config.cache_dir)
+    if directory.exists() and not directory.is_dir():
+        raise UsageError("the cache directory is not a directory (give --cache-dir a directory, or --no-cache)",
+                         str(directory))
+    return Cache(directory, salt)
 
 
 class _Phases:
@@ -171,4 +178,5 @@ def _narrow(result: ScanResult, report_paths: frozenset[str] | None) -> ScanResu
         findings=tuple(f for f in result.findings if f.path in keep),
         errors=tuple(e for e in result.errors if e.path in keep),
         scanned_paths=result.scanned_paths & keep,
+        unchecked=tuple(e for e in result.unchecked if e.path in keep),
     )

@@ -22,7 +22,7 @@ from . import expand, serial
 from .cache import Cache, content_digest
 from .classify import classify_sites
 from .discover import SourceFile
-from .parse import error_summary, parse_source
+from .parse import error_summary, nesting_problem, parse_source
 
 LOG = logging.getLogger("alloc_audit")
 
@@ -77,7 +77,9 @@ def _facts_or_skip(source: SourceFile, data: bytes, digest: str, catalog: Catalo
             return skipped_outcome(source.path, digest, payload, warning)
         return FileOutcome(source.path, digest, Status(status), facts=payload, message=warning)
     if b"\0" in data[:8192]:
-        return skipped_outcome(source.path, digest, (), "binary content (a NUL byte in the first 8 KiB); skipped")
+        # not analysed (FAILED, not SKIP): its allowlist entries are "not checked"
+        return FileOutcome(source.path, digest, Status.FAILED,
+                           message="binary content (a NUL byte in the first 8 KiB); skipped")
     warning = None
     try:
         data.decode("utf-8")
@@ -90,6 +92,9 @@ def _facts_or_skip(source: SourceFile, data: bytes, digest: str, catalog: Catalo
         # names it mentions (see expand.py); Python files are also wanted
         # by module name. Cached by the parent, in one table (Cache.load_skips).
         return skipped_outcome(source.path, digest, expand.identifiers(data), warning)
+    too_deep = nesting_problem(data, source.language)
+    if too_deep is not None:
+        return FileOutcome(source.path, digest, Status.FAILED, message=too_deep)
     apis = catalog.apis
     parsed = parse_source(data, source.language, apis.attribute_macros, apis.specifier_macros,
                           apis.lone_macro_lines)
@@ -170,14 +175,56 @@ def run_files(items: list[tuple[SourceFile, bool]], catalog: Catalog, cache: Cac
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
 
     context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     cache_dir = str(cache.directory) if cache.enabled and cache.directory is not None else None
+    initargs = (catalog, cache_dir, cache.salt)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_init_worker,
-                             initargs=(catalog, cache_dir, cache.salt)) as pool:
-        futures = [pool.submit(_process_batch, batch) for batch in _batches(items, jobs)]
-        for future in as_completed(futures):
+                             initargs=initargs) as pool:
+        pending = {pool.submit(_process_batch, batch): batch for batch in _batches(items, jobs)}
+        try:
+            for future in as_completed(list(pending)):
+                outcomes = future.result()
+                del pending[future]
+                yield from outcomes
+        except BrokenProcessPool:
+            LOG.debug("a worker died; %d batches are run again one file at a time", len(pending))
+    left: list[tuple[SourceFile, bool]] = []
+    for future, batch in pending.items():
+        if future.done() and not future.cancelled() and future.exception() is None:
             yield from future.result()
+        else:
+            left.extend(batch)
+    if left:
+        yield from _run_isolated(left, context, initargs)
+
+
+def _run_isolated(items: list[tuple[SourceFile, bool]], context: Any,
+                  initargs: tuple[Catalog, str | None, str]) -> Iterator[FileOutcome]:
+    """After a worker died (a native crash in a parser): the files of the
+    batches that did not finish, one at a time in a one-worker pool, so the
+    file that kills its worker is known and becomes a per-file error; the
+    rest of the scan is complete and the same as with --jobs 1."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool: ProcessPoolExecutor | None = None
+    try:
+        for source, force in sorted(items, key=lambda it: it[0].path):
+            if pool is None:
+                pool = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_init_worker,
+                                           initargs=initargs)
+            try:
+                yield from pool.submit(_process_batch, [(source, force)]).result()
+            except BrokenProcessPool:
+                pool.shutdown(wait=True)
+                pool = None
+                yield FileOutcome(source.path, "", Status.FAILED,
+                                  message="the parser crashed on this file (its worker process died); not analysed")
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 # ---------------------------------------------------------------- the parent's side
@@ -191,7 +238,7 @@ class Outcomes:
     and what the cache should learn."""
 
     def __init__(self, catalog: Catalog, cache: Cache, files: Sequence[SourceFile], errors: Sequence[FileError],
-                 jobs: int) -> None:
+                 jobs: int, unchecked: Sequence[FileError] = ()) -> None:
         self._catalog = catalog
         self._tiers = catalog.tiers
         self._cache = cache
@@ -200,6 +247,9 @@ class Outcomes:
         self.facts: dict[str, FileFacts] = {}
         self.skipped: dict[str, tuple[str, ...]] = {}  # path -> the identifiers it mentions
         self.errors: list[FileError] = list(errors)
+        # files not analysed (discovery's, and failed outcomes): their sites
+        # are unknown, their allowlist entries "not checked" (ScanResult.unchecked)
+        self.unchecked: list[FileError] = list(unchecked)
         self.digests: dict[str, str] = {}
         self.new_skips: dict[str, tuple[str, tuple[str, ...], str | None]] = {}  # for Cache.store_skips
 
@@ -221,6 +271,7 @@ class Outcomes:
                 self.errors.append(FileError(path, outcome.message))
         else:
             self.errors.append(FileError(path, outcome.message or ""))
+            self.unchecked.append(FileError(path, outcome.message or ""))
 
     def read_all(self, files: Sequence[SourceFile], digests: dict[str, str],
                  skip_table: dict[str, tuple[str, tuple[str, ...], str | None]],

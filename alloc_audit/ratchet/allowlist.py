@@ -25,11 +25,11 @@ import bisect
 import dataclasses
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..atomic import atomic_write_bytes
+from ..atomic import atomic_write_bytes, locked_directory
 from ..errors import UsageError, display_path
 from ..model import TIER_VALUES
 from .keys import escape, key_text, unescape
@@ -210,32 +210,68 @@ def _longest_shared_prefix(sorted_paths: list[str], path: str) -> int:
     return best
 
 
-def write_allowlist(directory: Path, root: Path, entries: Sequence[AllowlistEntry],
-                    split_top_level: bool = False) -> list[str]:
-    """Write entries to their files atomically; returns the files written.
-    Files whose content would not change are left untouched."""
-    directory.mkdir(parents=True, exist_ok=True)
-    existing = [display_path(p, root) for p in allowlist_files(directory)]
-    default = display_path(directory / DEFAULT_FILE, root)
-    if split_top_level and not existing:
-        groups: dict[str, list[AllowlistEntry]] = {}
-        for e in entries:
-            top = e.path.split("/", 1)[0] if "/" in e.path else "root"
-            name = display_path(directory / f"{_safe(top)}{SUFFIX}", root)
-            groups.setdefault(name, []).append(e)
-    else:
-        groups = assign_files(entries, existing, default)
-    written = []
-    for name, members in sorted(groups.items()):
-        path = root / name if not Path(name).is_absolute() else Path(name)
-        text = render_file(members)
+class AllowlistChanged(Exception):
+    """The allowlist files changed on disk since they were read (another
+    run or an editor wrote them): plan again from what is there now."""
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    """The allowlist files' bytes by file name, to tell later whether
+    anyone wrote them in between (compare-and-swap)."""
+    out = {}
+    for path in allowlist_files(directory):
         try:
-            if path.read_text(encoding="utf-8") == text:
-                continue
+            out[path.name] = path.read_bytes()
         except OSError:
-            pass
-        atomic_write_bytes(path, text.encode("utf-8"))
-        written.append(name)
+            out[path.name] = b""
+    return out
+
+
+def write_allowlist(directory: Path, root: Path, entries: Sequence[AllowlistEntry],
+                    split_top_level: bool = False, expected: Mapping[str, bytes] | None = None,
+                    replace: bool = False) -> list[str]:
+    """Write entries to their files atomically; returns the files written.
+    Files whose content would not change are left untouched.
+
+    Under a lock on the directory, and only if the files still hold
+    ``expected`` (what the caller planned from; None: no check), else
+    AllowlistChanged: a concurrent writer's entries are never overwritten.
+    ``replace`` (``init --force``): the entries go to new files as if none
+    existed, and the old files are removed only after every new one is
+    complete, so a failing write leaves the old allowlist whole."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with locked_directory(directory):
+        if expected is not None and snapshot(directory) != dict(expected):
+            raise AllowlistChanged(str(directory))
+        old = [display_path(p, root) for p in allowlist_files(directory)]
+        existing = [] if replace else old
+        default = display_path(directory / DEFAULT_FILE, root)
+        if split_top_level and not existing:
+            groups: dict[str, list[AllowlistEntry]] = {}
+            for e in entries:
+                top = e.path.split("/", 1)[0] if "/" in e.path else "root"
+                name = display_path(directory / f"{_safe(top)}{SUFFIX}", root)
+                groups.setdefault(name, []).append(e)
+        else:
+            plain = [dataclasses.replace(e, file="") for e in entries] if replace else list(entries)
+            groups = assign_files(plain, existing, default)
+        written = []
+        for name, members in sorted(groups.items()):
+            path = root / name if not Path(name).is_absolute() else Path(name)
+            text = render_file(members)
+            try:
+                if path.read_text(encoding="utf-8") == text:
+                    continue
+            except (OSError, UnicodeDecodeError):
+                pass
+            atomic_write_bytes(path, text.encode("utf-8"))
+            written.append(name)
+        if replace:
+            for name in old:
+                if name not in groups:
+                    path = root / name if not Path(name).is_absolute() else Path(name)
+                    path.unlink()
+                    written.append(name)
     return written
 
 

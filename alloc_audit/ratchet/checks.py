@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..model import Finding, Severity, Site
+from ..model import FileError, Finding, Severity, Site
 from .allowlist import AllowlistEntry
 from .baseline import BaselineEntry, BaselineGrowth, FindingsComparison, key_display
 from .compare import Comparison
@@ -79,6 +79,23 @@ def allowlist_problems(comparison: Comparison) -> list[Problem]:
             "picture of the remaining debt",
         ))
     return out
+
+
+def unchecked_problems(comparison: Comparison, fail: bool) -> list[Problem]:
+    """Entries of files the run could not analyse: their sites are unknown,
+    so the entry is neither confirmed nor stale. They fail unless the run
+    was told to accept them (``--unchecked warn``)."""
+    return [Problem(entry.file, entry.line, "error" if fail else "warning", "allowlist entry not checked",
+                    f"{key_text(entry.key)} was not checked: {entry.path} could not be analysed ({why}); "
+                    "fix the file problem, or pass --unchecked warn to accept it for now")
+            for entry, why in comparison.unchecked]
+
+
+def file_problems(unchecked: Iterable[FileError]) -> list[Problem]:
+    """Files that were not analysed: a skipped or failed file must never
+    look like a file without sites. (Files analysed around syntax errors
+    are counted in the summary line, not listed: there can be hundreds.)"""
+    return [Problem(e.path, 1, "warning", "file not analysed", e.message) for e in unchecked]
 
 
 def finding_problems(findings: Iterable[Finding], fail_warnings: bool) -> list[Problem]:

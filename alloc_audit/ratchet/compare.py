@@ -29,9 +29,14 @@ class Comparison:
     ok: tuple[tuple[AllowlistEntry, tuple[Site, ...]], ...]
     entries: tuple[AllowlistEntry, ...]
     covered_keys: frozenset[Key] = field(default_factory=frozenset)
+    # entries of files the run could not analyse completely, with the
+    # reason: neither confirmed nor stale, and never pruned
+    unchecked: tuple[tuple[AllowlistEntry, str], ...] = ()
 
     @property
     def failed(self) -> bool:
+        """New, grown, loose or stale; entries not checked are the caller's
+        call (``check --unchecked``)."""
         return bool(self.new or self.grown or self.loose or self.stale)
 
     def to_json(self) -> dict[str, Any]:
@@ -45,6 +50,8 @@ class Comparison:
                       for e, s in self.grown],
             "loose": [{"key": key_text(e.key), "allowed": e.count, "found": len(s)} for e, s in self.loose],
             "stale": [{"key": key_text(e.key), "file": e.file, "line": e.line} for e in self.stale],
+            "not_checked": [{"key": key_text(e.key), "file": e.file, "line": e.line, "reason": why}
+                            for e, why in self.unchecked],
         }
 
 
@@ -63,21 +70,32 @@ def coverage_test(coverage: Sequence[str]) -> Callable[[str], bool]:
 
 
 def compare(sites: Iterable[Site], entries: Sequence[AllowlistEntry], scanned: Iterable[str],
-            coverage: Sequence[str] = ("",), partial_apis: frozenset[str] | None = None) -> Comparison:
+            coverage: Sequence[str] = ("",), partial_apis: frozenset[str] | None = None,
+            unchecked: Mapping[str, str] | None = None) -> Comparison:
     """Entries are judged only where the run looked: a file that was scanned,
     or a path under the scanned roots that no longer exists (deleted or
     renamed: its entries are stale, not silently carried).
+
+    ``unchecked``: path -> why the run could not analyse that file
+    completely (too large, unreadable, a parser failure). A file that was
+    not analysed has unknown sites, not zero: its entries are set apart as
+    "not checked", never stale or loose, and its sites (if any) are not
+    judged either.
 
     ``partial_apis``: the run saw only some files (pre-commit), so a derived
     site (a call to a project factory defined elsewhere) may be invisible:
     entries whose api is not one of these direct-site apis can then be
     found grown or new, never loose or stale. Full runs judge them all."""
-    scanned_set = set(scanned)
+    unanalysed = dict(unchecked or {})
+    scanned_set = set(scanned) - set(unanalysed)
     by_key: dict[Key, list[Site]] = {}
     for site in sites:
         if site.acquires and site.path in scanned_set:  # releases pair with acquisitions, are not debt
             by_key.setdefault(site_key(site), []).append(site)
-    entry_by_key = {e.key: e for e in entries}
+    not_checked = tuple((e, unanalysed[e.path]) for e in sorted(entries, key=lambda e: e.key)
+                        if e.path in unanalysed)
+    entries_judged = [e for e in entries if e.path not in unanalysed]
+    entry_by_key = {e.key: e for e in entries_judged}
     new, grown, loose, ok = [], [], [], []
     covered: set[Key] = set()
     for key in sorted(by_key):
@@ -95,7 +113,7 @@ def compare(sites: Iterable[Site], entries: Sequence[AllowlistEntry], scanned: I
             covered.add(key)
     stale = []
     covers = coverage_test(coverage)
-    for entry in sorted(entries, key=lambda e: e.key):
+    for entry in sorted(entries_judged, key=lambda e: e.key):
         if entry.key in by_key:
             continue
         if partial_apis is not None and entry.api not in partial_apis:
@@ -103,7 +121,7 @@ def compare(sites: Iterable[Site], entries: Sequence[AllowlistEntry], scanned: I
         if entry.path in scanned_set or covers(entry.path):
             stale.append(entry)
     return Comparison(tuple(new), tuple(grown), tuple(loose), tuple(stale), tuple(ok), tuple(entries),
-                      frozenset(covered))
+                      frozenset(covered), not_checked)
 
 
 def apply_pins(sites: Sequence[Site], entries: Sequence[AllowlistEntry]) -> tuple[Site, ...]:
@@ -141,6 +159,7 @@ class UpdatePlan:
     renamed: tuple[Rename, ...]
     still_grown: tuple[tuple[AllowlistEntry, int], ...]
     not_added: tuple[tuple[Key, int], ...]
+    unchecked: tuple[tuple[AllowlistEntry, str], ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -212,6 +231,8 @@ def plan_update(comparison: Comparison, add_new: bool) -> UpdatePlan:
         if tier != entry.tier:
             retiered.append((entry, updated))
         kept[entry.key] = updated
+    for entry, _why in comparison.unchecked:
+        kept[entry.key] = entry  # not analysed: kept exactly as it is
     new = dict(comparison.new)
     renames = detect_renames(comparison.stale, new)
     moved_from: dict[Key, Key] = {}
@@ -245,4 +266,5 @@ def plan_update(comparison: Comparison, add_new: bool) -> UpdatePlan:
         renamed=tuple(renames),
         still_grown=tuple(still_grown),
         not_added=tuple(not_added),
+        unchecked=comparison.unchecked,
     )

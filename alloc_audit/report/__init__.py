@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..commands.join import JoinOutcome
     from .context import ReportContext
 
 
@@ -20,6 +21,15 @@ class Format(str, Enum):
     markdown = "markdown"
     html = "html"
     github = "github"
+
+
+class JoinFormat(str, Enum):
+    """The formats of ``alloc-audit join`` (modules ``join_text``, ``join_json``, ``join_html``)."""
+
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+    html = "html"
 
 
 class Pivot(str, Enum):
@@ -87,3 +97,20 @@ def render(fmt: str, ctx: ReportContext, command: str = "scan", color: bool = Fa
     if command == "report":
         return terminal.render_report(ctx, color)
     return terminal.render_scan(ctx, color)
+
+
+def render_join(fmt: str, outcome: JoinOutcome, color: bool = False, width: int | None = None) -> str:
+    """``alloc-audit join``'s outcome in ``fmt``: table, json, markdown or html."""
+    if fmt == "json":
+        from . import join_json
+
+        return join_json.render(outcome)
+    if fmt == "html":
+        from . import join_html
+
+        return join_html.render(outcome)
+    from . import join_text
+
+    if fmt == "markdown":
+        return join_text.render_markdown(outcome)
+    return join_text.render_terminal(outcome, color, width)

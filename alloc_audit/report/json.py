@@ -58,6 +58,7 @@ def finding_json(finding: Finding) -> dict[str, Any]:
 def document(ctx: ReportContext) -> dict[str, Any]:
     result = ctx.result
     known = sizes(ctx)
+    unanalysed = set(result.unchecked)
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "tool": {"name": "alloc-audit", "version": __version__},
@@ -68,7 +69,9 @@ def document(ctx: ReportContext) -> dict[str, Any]:
             "parse_errors": result.stats.parse_errors,
             "seconds": round(result.stats.seconds, 3),
         },
-        "errors": [{"path": e.path, "message": e.message} for e in result.errors],
+        # analysed: false when the file's sites are unknown (not read, or
+        # its analysis failed); true when it was read around the problem
+        "errors": [{"path": e.path, "message": e.message, "analysed": e not in unanalysed} for e in result.errors],
         "sites": [site_json(s, ctx.allowlisted(s), known.get(id(s))) for s in result.sites],
         "findings": [finding_json(f) for f in result.findings],
     }

@@ -55,13 +55,14 @@ class GPUModelRunner:
 
     def load_model(self) -> None:
         cfg = self.config
-        staging = torch.empty(cfg.vocab_size, cfg.hidden_size, dtype=cfg.dtype, pin_memory=True)
+        # random weights: the demo downloads nothing
+        staging = torch.empty(cfg.vocab_size, cfg.hidden_size, dtype=cfg.dtype, pin_memory=True).normal_()
         self.weights["embed"] = torch.empty(cfg.vocab_size, cfg.hidden_size, dtype=cfg.dtype, device=self.device)
         self.weights["embed"].copy_(staging, non_blocking=True)
-        for layer in range(cfg.num_layers):
-            self.weights[f"qkv.{layer}"] = torch.empty(
-                3 * cfg.hidden_size, cfg.hidden_size, dtype=cfg.dtype, device=self.device
-            )
+        torch.cuda.current_stream().synchronize()  # the staging buffer is freed on return
+        with torch.device(self.device):
+            for layer in range(cfg.num_layers):
+                self.weights[f"qkv.{layer}"] = torch.empty(3 * cfg.hidden_size, cfg.hidden_size, dtype=cfg.dtype).normal_()
 
     def _dummy_run(self, num_tokens: int) -> torch.Tensor:
         hidden = torch.empty(num_tokens, self.config.hidden_size, dtype=self.config.dtype, device=self.device)
@@ -69,15 +70,17 @@ class GPUModelRunner:
 
     def forward(self, input_ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         residual = torch.empty_like(hidden)
+        gated = hidden * self.weights["qkv.0"][0, : hidden.shape[1]]  # an op output: an implicit point
         out = sparse_attention(hidden, self.scratch, rows=input_ids.shape[0])
-        return out + residual
+        return out + residual + gated
 
     def capture_model(self) -> None:
         """Capture one graph per batch size into the shared pool."""
         for wrapper in self.wrappers:
             wrapper.graph_pool = self.graph_pool
-            with torch.cuda.graph(torch.cuda.CUDAGraph(), pool=self.graph_pool):
-                self._dummy_run(wrapper.batch_size)
+            wrapper.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(wrapper.graph, pool=self.graph_pool):
+                wrapper.output = self._dummy_run(wrapper.batch_size)
 
     def profile_cudagraph_memory(self) -> int:
         """Estimate what capturing costs, then throw the graphs away."""
@@ -95,6 +98,8 @@ class GPUModelRunner:
 
     def execute_model(self, batch) -> torch.Tensor:
         self.input_ids[: batch.num_tokens].copy_(self.input_ids_cpu[: batch.num_tokens], non_blocking=True)
+        wrapper = next(w for w in self.wrappers if w.batch_size >= batch.num_tokens)
+        wrapper.graph.replay()  # the captured decode step
         logits = torch.empty(batch.num_seqs, self.config.vocab_size, dtype=torch.float32, device=self.device)
         return logits
 

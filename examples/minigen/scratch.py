@@ -33,7 +33,7 @@ class ScratchPlan:
 
     def get_indices(self, rows: int) -> torch.Tensor:
         start = self._offsets["indices"]
-        return self.slab[start : start + rows * self.topk * 4].view(torch.int32).view(rows, self.topk)
+        return self.slab[start : start + rows * self.topk * 8].view(torch.int64).view(rows, self.topk)
 
     def overflow(self, numel: int) -> torch.Tensor:
         """Rare large requests: keep one buffer and grow it when it is too small."""

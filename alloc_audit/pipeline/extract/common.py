@@ -155,11 +155,45 @@ _HEADERS = {"function_definition": ("parameters", "declarator", "name"), "class_
             "class_specifier": ("name",), "struct_specifier": ("name",)}
 
 
-def inside_error(node: Any) -> bool:
+class Ancestry:
+    """Parents of the nodes an extractor asks about, mostly in document
+    order, in amortised constant time. tree-sitter's ``Node.parent`` walks
+    down from the root on every call, O(depth); in a 20,000-branch
+    ``else if`` chain the depth is the chain's length, and asking for every
+    site's parent made extraction quadratic (231 s, issue 14). This keeps
+    the path from the root to the last node asked about and moves along it:
+    up to the first ancestor that contains the next node, then down."""
+
+    __slots__ = ("_path", "steps")
+
+    def __init__(self, root: Any) -> None:
+        self._path = [root]
+        self.steps = 0  # nodes walked down to, in total (linear in the tree: tests/test_nodes.py)
+
+    def parent(self, node: Any) -> Any | None:
+        path = self._path
+        # walking up from the last node: it is on the path already
+        for i in range(len(path) - 1, max(-1, len(path) - 32), -1):
+            if path[i] == node:
+                return path[i - 1] if i > 0 else None
+        start, end = node.start_byte, node.end_byte
+        while len(path) > 1 and not (path[-1].start_byte <= start and end <= path[-1].end_byte):
+            path.pop()
+        while path[-1] != node:
+            child = path[-1].child_with_descendant(node)
+            if child is None:  # not below the path (an empty node at a boundary)
+                return node.parent
+            path.append(child)
+            self.steps += 1
+        return path[-2] if len(path) > 1 else None
+
+
+def inside_error(node: Any, parent_of: Callable[[Any], Any | None] | None = None) -> bool:
     """Whether a node lies inside an ERROR node, or inside a definition whose
     header the parser had to repair (its scope boundaries are then guesses).
     Walks up the tree: use sparingly."""
-    parent = node.parent
+    up = parent_of or _parent
+    parent = up(node)
     while parent is not None:
         if parent.type == "ERROR":
             return True
@@ -169,8 +203,12 @@ def inside_error(node: Any) -> bool:
                 part = parent.child_by_field_name(name)
                 if part is not None and part.has_error:
                     return True
-        parent = parent.parent
+        parent = up(parent)
     return False
+
+
+def _parent(node: Any) -> Any | None:
+    return node.parent
 
 
 def annotation_comments(src: Source, comments: list[Any], comment_starts: bytes | tuple[bytes, ...],
@@ -195,13 +233,15 @@ def annotation_comments(src: Source, comments: list[Any], comment_starts: bytes 
     return out
 
 
-def statement_line(node: Any, statement_parents: Collection[str]) -> int:
+def statement_line(node: Any, statement_parents: Collection[str],
+                   parent_of: Callable[[Any], Any | None] | None = None) -> int:
     """The first line of the statement holding ``node`` (the child of the
     nearest block-like parent)."""
+    up = parent_of or _parent
     child = node
-    parent = node.parent
+    parent = up(node)
     while parent is not None and parent.type not in statement_parents:
-        child, parent = parent, parent.parent
+        child, parent = parent, up(parent)
     return int(child.start_point[0]) + 1
 
 
@@ -226,16 +266,16 @@ def mark_exported(sites: list[Site], exported: Mapping[str, Collection[str]],
     return out
 
 
-def wrapping_call(node: Any, call_type: str, keyword_type: str | None = None) -> Any | None:
+def wrapping_call(node: Any, call_type: str, keyword_type: str | None = None,
+                  parent_of: Callable[[Any], Any | None] | None = None) -> Any | None:
     """The function node of the call ``node`` is an argument of (directly,
     or as a keyword argument's value), if any."""
-    parent = node.parent
+    up = parent_of or _parent
+    parent = up(node)
     if keyword_type is not None and parent is not None and parent.type == keyword_type:
-        parent = parent.parent
-    if parent is None or parent.type != "argument_list" or parent.parent is None:
-        return None
-    outer = parent.parent
-    if outer.type != call_type:
+        parent = up(parent)
+    outer = up(parent) if parent is not None and parent.type == "argument_list" else None
+    if outer is None or outer.type != call_type:
         return None
     return outer.child_by_field_name("function")
 
@@ -249,6 +289,9 @@ class SiteAt:
     language: Language
     statement_parents: Collection[str]
     damaged: bool
+    # how to find a node's parent: an extractor's Ancestry (Node.parent is
+    # O(depth) per call)
+    parent_of: Callable[[Any], Any | None] | None = None
 
     def site(self, node: Any, api: str, kind: SiteKind, scope: str, span: Span, size: str | None,
              shape: tuple[str, ...], device: str | None, target: str | None, wrapper: str | None,
@@ -256,8 +299,8 @@ class SiteAt:
         """The census site of the call ``node``."""
         return Site(path=self.path, span=span, language=self.language, api=api, kind=kind, scope=scope,
                     size=size, shape=shape, dtype=dtype, device=device, target=target, wrapper=wrapper,
-                    stmt_line=statement_line(node, self.statement_parents),
-                    recovered=self.damaged and inside_error(node))
+                    stmt_line=statement_line(node, self.statement_parents, self.parent_of),
+                    recovered=self.damaged and inside_error(node, self.parent_of))
 
 
 class Blocks:

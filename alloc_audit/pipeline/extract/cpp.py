@@ -68,7 +68,8 @@ class CppExtractor:
         self.src = Source(source)
         self.tree = tree
         self.apis = apis
-        self.at = common.SiteAt(path, lang, _STATEMENT_PARENTS, tree.root_node.has_error)
+        self.up = common.Ancestry(tree.root_node)
+        self.at = common.SiteAt(path, lang, _STATEMENT_PARENTS, tree.root_node.has_error, self.up.parent)
 
     def run(self, grammar: Language) -> FileFacts:
         caps = common.ordered_captures(_query(grammar), self.tree.root_node)

@@ -269,7 +269,7 @@ def add_site(ext: CppExtractor, sites: list[Site], node: Any, spec: ApiSpec, sco
 
 
 def wrapper(ext: CppExtractor, node: Any) -> str | None:
-    fn = common.wrapping_call(node, "call_expression")
+    fn = common.wrapping_call(node, "call_expression", parent_of=ext.up.parent)
     return callee_of(ext, fn)[0] if fn is not None else None
 
 

@@ -79,7 +79,8 @@ class PythonExtractor:
         self.apis = apis
         self.module = module_name(path)
         self.aliases: dict[str, str] = {}
-        self.at = common.SiteAt(path, Language.PYTHON, _STATEMENT_PARENTS, tree.root_node.has_error)
+        self.up = common.Ancestry(tree.root_node)
+        self.at = common.SiteAt(path, Language.PYTHON, _STATEMENT_PARENTS, tree.root_node.has_error, self.up.parent)
 
     # ------------------------------------------------------------ entry point
     def run(self) -> FileFacts:
@@ -291,7 +292,9 @@ class PythonExtractor:
             # `torch.empty` as written, mostly; else without spaces and line breaks
             flat = raw if _DOTTED.fullmatch(raw) else \
                 raw.replace(" ", "").replace("\n", "").replace("\t", "").replace("\\", "")
-            if flat is raw or _DOTTED.fullmatch(flat):
+            # a name longer than the 200-byte cap is cut: its last name comes
+            # from the attribute node below, not from the cut text
+            if (flat is raw or _DOTTED.fullmatch(flat)) and "." in flat:
                 dotted = self.resolve(flat)
                 return dotted, dotted, flat.rsplit(".", 1)[1]
             obj = fn.child_by_field_name("object")

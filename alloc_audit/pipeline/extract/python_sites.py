@@ -5,8 +5,10 @@ Part of the Python extractor (``python.py``)."""
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...arglists import split_args, split_top_level
@@ -82,12 +84,12 @@ def _strip_byref(arg: str) -> str:
     return m.group(1).strip() if m else arg.strip()
 
 
-def _target_of(node: Any, src: Source) -> str | None:
+def _target_of(node: Any, src: Source, parent_of: Callable[[Any], Any | None]) -> str | None:
     """The assignment target that receives a call's value: the call may be the
     right-hand side itself or the start of a method chain on it
     (``self.buf = torch.empty(n).view(a, b)``)."""
     child = node
-    parent = node.parent
+    parent = parent_of(node)
     while parent is not None:
         t = parent.type
         if t == "assignment":
@@ -97,13 +99,13 @@ def _target_of(node: Any, src: Source) -> str | None:
             return None
         if t == "attribute" and parent.child_by_field_name("object") == child:
             child = parent
-            parent = parent.parent
+            parent = parent_of(parent)
             if parent is not None and parent.type == "call" and parent.child_by_field_name("function") == child:
                 child = parent
-                parent = parent.parent
+                parent = parent_of(parent)
             continue
         if t in ("parenthesized_expression", "await"):
-            child, parent = parent, parent.parent
+            child, parent = parent, parent_of(parent)
             continue
         return None
     return None
@@ -171,7 +173,7 @@ def calls(ext: PythonExtractor, call_nodes: list[Any], with_nodes: list[Any]) ->
             continue
         args = call_args(src, args_node) if args_node.type == "argument_list" else ()
         if target is None:
-            target = _target_of(node, src)  # a method chain on the allocation
+            target = _target_of(node, src, ext.up.parent)  # a method chain on the allocation
         site = make_site(ext, node, spec, scope, span_of(node), args, target, device_ranges)
         if site is not None:
             sites.append(site)
@@ -239,7 +241,7 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
 
 def wrapper(ext: PythonExtractor, node: Any) -> str | None:
     """The callee the allocation is passed to as an argument, if any."""
-    fn = common.wrapping_call(node, "call", "keyword_argument")
+    fn = common.wrapping_call(node, "call", "keyword_argument", parent_of=ext.up.parent)
     return ext.callee_of(fn)[0] if fn is not None else None
 
 
@@ -252,22 +254,47 @@ def mark_handed(ext: PythonExtractor, sites: list[Site], calls: CallTable) -> li
     pending = [s for s in sites if s.wrapper is None and s.target and s.target.isidentifier()]
     if not pending:
         return sites
-    wanted = {s.scope for s in pending}
-    by_scope: dict[str, list[int]] = {}
+    wanted: dict[str, set[str]] = {}
+    for site in pending:
+        wanted.setdefault(site.scope, set()).add(site.target or "")
+    # Per (scope, name): the calls taking that name as a whole argument,
+    # in call order, found in one pass over the calls; each site then
+    # bisects for the first one after it. (Looping over the scope's calls
+    # per site was quadratic: 20 s for a function of 8,000 allocations.)
+    takers: dict[tuple[str, str], list[int]] = {}
     for i, scope in enumerate(calls.scopes):
-        if scope in wanted:
-            by_scope.setdefault(scope, []).append(i)
+        targets = wanted.get(scope)
+        if not targets:
+            continue
+        arglist = calls.arglists[i]
+        words = targets.intersection(_WORDS.findall(arglist))
+        if words:
+            for word in words.intersection(a.text for a in split_args(arglist, False)):
+                takers.setdefault((scope, word), []).append(i)
+    lines = {key: [calls.line(i) for i in found] for key, found in takers.items()}
+    ordered = {key: all(a <= b for a, b in zip(ln, ln[1:])) for key, ln in lines.items()}
     handed: dict[int, str] = {}
     for site in pending:
-        target = site.target or ""
-        for i in by_scope.get(site.scope, ()):
-            arglist = calls.arglists[i]
-            if target not in arglist or calls.line(i) <= site.span.end_line:
-                continue
-            if target in {a.text for a in split_args(arglist, False)}:
-                handed[id(site)] = calls.callees[i]
-                break
+        key = (site.scope, site.target or "")
+        found = takers.get(key)
+        if not found:
+            continue
+        at = _first_after(lines[key], site.span.end_line, ordered[key])
+        if at is not None:
+            handed[id(site)] = calls.callees[found[at]]
     return [dataclasses.replace(s, wrapper=handed[id(s)]) if id(s) in handed else s for s in sites]
+
+
+_WORDS = re.compile(r"\w+")
+
+
+def _first_after(lines: list[int], line: int, ordered: bool) -> int | None:
+    """The index of the first entry greater than ``line``: bisect when the
+    lines are in order (calls come in document order), else scan."""
+    if ordered:
+        at = bisect.bisect_right(lines, line)
+        return at if at < len(lines) else None
+    return next((i for i, value in enumerate(lines) if value > line), None)
 
 
 def mark_exports(ext: PythonExtractor, sites: list[Site], calls: CallTable) -> list[Site]:

@@ -1,9 +1,27 @@
 """The communication pool: IPC slabs shared with the other ranks."""
 
 import ctypes
+import glob
+import os
 from contextlib import contextmanager
 
-libcudart = ctypes.CDLL("libcudart.so")
+
+def _load_cudart() -> ctypes.CDLL:
+    """The CUDA runtime: the system's, else the one the PyTorch wheel ships
+    (``MINIGEN_CUDART`` names another, e.g. a recording shim)."""
+    names = [os.environ.get("MINIGEN_CUDART", "libcudart.so")]
+    import torch
+
+    names += sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "*", "lib", "libcudart.so*")))
+    for name in names:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise OSError("no CUDA runtime library found")
+
+
+libcudart = _load_cudart()
 
 CHANNEL_BYTES = 12 * 1024 * 1024
 
