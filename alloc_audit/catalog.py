@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .config import API_ENTRY_KEYS, MAX_DEPTH, TIER_CRITERIA, TIERS, Config, toml_error_line
+from .config import API_ENTRY_KEYS, TIER_CRITERIA, TIERS, Config, integer_ceiling, toml_error_line
 from .errors import UsageError
 from .model import SiteKind
 from .pack import PACK_FIELDS, RulePack
@@ -102,12 +102,23 @@ class TierPattern:
 
 
 @dataclass(frozen=True)
+class CallerGlobs:
+    """Who calls a function decides its tier over its name (rules/tiers.toml
+    [callers]): ``per_step`` functions run on every step; ``load`` functions
+    run while weights or checkpoints load."""
+
+    per_step: tuple[str, ...] = ()
+    load: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Catalog:
     apis: ApiCatalog
     pack: RulePack
     tiers: tuple[TierPattern, ...]
     digest: str
     prefilter: Prefilter  # compiled from the APIs and the pack
+    callers: CallerGlobs = CallerGlobs()
 
 
 # ---------------------------------------------------------------- loading
@@ -130,7 +141,11 @@ def load_catalog(config: Config) -> Catalog:
     for path in config.rule_packs:
         packs.append((str(path), _read_toml(path)))
     pack = _build_pack(packs, config)
-    tiers = _build_tiers(config, _read_toml(base / "tiers.toml"))
+    shipped_tiers = _read_toml(base / "tiers.toml")
+    tiers = _build_tiers(config, shipped_tiers)
+    callers_table = shipped_tiers.get("callers", {})
+    callers = CallerGlobs(per_step=_str_tuple("rules/tiers.toml", callers_table, "per-step"),
+                          load=_str_tuple("rules/tiers.toml", callers_table, "load"))
     digest_src = json.dumps(
         {
             "version": __version__,
@@ -151,6 +166,7 @@ def load_catalog(config: Config) -> Catalog:
         tiers=tiers,
         digest=digest,
         prefilter=compile_prefilter(apis, pack),
+        callers=callers,
     )
 
 
@@ -321,8 +337,9 @@ def _build_pack(packs: list[tuple[str, Mapping[str, Any]]], config: Config) -> R
                 if isinstance(value, bool) or not isinstance(value, (int, list)):
                     raise UsageError(f"[{section}] {key} must be a list of strings or an integer", where)
                 if isinstance(value, int):
-                    if not 0 <= value <= MAX_DEPTH:
-                        raise UsageError(f"[{section}] {key} must be between 0 and {MAX_DEPTH}, got {value}", where)
+                    if not 0 <= value <= integer_ceiling(key):
+                        raise UsageError(f"[{section}] {key} must be between 0 and {integer_ceiling(key)}, got {value}",
+                                         where)
                     values[name] = value
                 else:
                     values[name] = tuple(dict.fromkeys((*values.get(name, ()), *_str_tuple(where, table, key))))

@@ -52,8 +52,7 @@ def main(version: bool = typer.Option(False, "--version", "-V", callback=_versio
 
 
 PATHS = typer.Argument(None, help="Files or directories to scan (default: the current directory).", show_default=False)
-CONFIG = typer.Option(None, "--config", help="Configuration file (alloc-audit.toml or pyproject.toml).",
-                      show_default=False)
+CONFIG = typer.Option(None, "--config", help="Config file (alloc-audit.toml or pyproject.toml).", show_default=False)
 JOBS = typer.Option(None, "--jobs", "-j", min=1, help="Worker processes (1 or more; default: the CPUs).",
                     show_default=False)
 NO_CACHE = typer.Option(False, "--no-cache", help="Neither read nor write the facts cache.")
@@ -68,6 +67,7 @@ PROGRESS = typer.Option(True, "--progress/--no-progress", help="Progress bar on 
 FORMAT = typer.Option(None, "--format", "-f", show_default=False, help="table, json, sarif, markdown, html or github.")
 UNCHECKED = typer.Option(None, "--unchecked", show_default=False, help="Entries of files not analysed (too large, "
                          "unreadable, a parser failure): fail (default; config 'unchecked') or warn; never pruned.")
+ROLE = typer.Option(None, "--role", help="Only this code role: production, test, benchmark, example, tooling.")
 
 
 def _guard(fn: Callable[..., None]) -> Callable[..., None]:
@@ -123,12 +123,12 @@ def scan_command(
     changed_since: Optional[str] = CHANGED,
     progress: bool = PROGRESS,
     debug: bool = DEBUG,
-    with_rules: bool = typer.Option(True, "--rules/--no-rules",
-                                    help="Run the hazard rules (--no-rules: the census only)."),
+    with_rules: bool = typer.Option(True, "--rules/--no-rules", help="Run the hazard rules (--no-rules: census only)."),
+    role: Optional[List[str]] = ROLE,
 ) -> None:
     fmt = report.format_for(fmt, output)  # refused before the scan, not after
     outcome = scan.scan(paths, _options(config_path, jobs, no_cache, cache_dir, changed_since, progress, debug),
-                        fail_on, verbose, with_rules)
+                        fail_on, verbose, with_rules, role)
     _emit(outcome, fmt, output, "scan")
 
 
@@ -139,9 +139,8 @@ def report_command(
     by: Pivot = typer.Option(Pivot.dir, "--by", help="Pivot the main table by directory, file, tier, rule or API."),
     fmt: Optional[Format] = FORMAT,
     output: Optional[Path] = OUTPUT,
-    base: Optional[str] = typer.Option(None, "--base", metavar="REF",
-                                       help="Also scan REF (through git, no checkout) and show the delta: sites "
-                                            "added/removed by tier, findings new/fixed.", show_default=False),
+    base: Optional[str] = typer.Option(None, "--base", metavar="REF", show_default=False, help="Also scan REF "
+                                       "(through git, no checkout): sites added/removed by tier, findings new/fixed."),
     bind: Optional[List[str]] = typer.Option(None, "--bind", metavar="NAME=VALUE", show_default=False,
                                              help="A value for a size symbol, for estimated bytes "
                                                   "(repeatable; adds to [tool.alloc-audit] bindings)."),
@@ -151,10 +150,11 @@ def report_command(
     changed_since: Optional[str] = CHANGED,
     progress: bool = PROGRESS,
     debug: bool = DEBUG,
+    role: Optional[List[str]] = ROLE,
 ) -> None:
     fmt = report.format_for(fmt, output)  # refused before the scan, not after
     options = _options(config_path, jobs, no_cache, cache_dir, changed_since, progress, debug)
-    _emit(report_cmd.report(paths, options, by.value, base, bind, verbose), fmt, output, "report")
+    _emit(report_cmd.report(paths, options, by.value, base, bind, verbose, role), fmt, output, "report")
 
 
 @rules_app.command("list", help=rules.list_rules.__doc__)

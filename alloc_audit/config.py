@@ -38,6 +38,17 @@ MAX_FILE_SIZE_CEILING = 32 * 1024 * 1024
 # walk, so a depth in the millions would never finish; real chains from a
 # capture to an allocation are a handful of calls deep.
 MAX_DEPTH = 32
+# Byte thresholds among the integer knobs (capture-info-bytes) are sizes, not
+# depths: any size up to 1 TiB.
+MAX_BYTES = 1 << 40
+
+
+def integer_ceiling(key: str) -> int:
+    """The largest value of an integer pack knob (pack or configuration key):
+    a byte threshold, or else a call depth."""
+    return MAX_BYTES if key.endswith("bytes") else MAX_DEPTH
+
+
 TIERS = TIER_VALUES
 
 _STR_LISTS = (
@@ -65,6 +76,8 @@ _KNOWN = (
     "default-pack",
     "bindings",
     "unchecked",
+    "roles",
+    "fail-roles",
 )
 
 
@@ -72,7 +85,7 @@ _KNOWN = (
 # reads the entries; both check against these sets).
 API_ENTRY_KEYS = ("names", "leaf", "methods", "types", "prefix", "kind", "device", "shape", "size", "target",
                   "language")
-TIER_CRITERIA = ("kind", "function", "class", "scope", "path", "role", "api", "wrapper", "target")
+TIER_CRITERIA = ("kind", "function", "class", "scope", "path", "role", "api", "wrapper", "target", "kept")
 TIER_ENTRY_KEYS = ("tier", "reason", *TIER_CRITERIA)
 
 
@@ -104,6 +117,9 @@ class Config:
     # allowlist entries of files that could not be analysed: "fail" the
     # check and the gate (default) or "warn"
     unchecked: str = "fail"
+    # code roles (roles.py): role -> path globs that override the conventions
+    roles: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    fail_roles: tuple[str, ...] = ("production",)
 
     @property
     def allowlist_dir(self) -> Path:
@@ -208,7 +224,7 @@ def _validate(
                 raise fail(key, f"'{key}' must be a list of strings; it holds {_type_name(item)} ({item!r})")
         return tuple(value)
 
-    def globs(key: str) -> tuple[str, ...]:
+    def glob_list(key: str) -> tuple[str, ...]:
         values = str_list(key)
         for glob in values:
             problem = glob_problem(glob)
@@ -258,9 +274,8 @@ def _validate(
     for key in PACK_KNOBS:
         str_list(key)
     extensions = tuple((sec, k, str_list(key)) for key, (sec, k) in PACK_KNOBS.items() if key in table)
-    depths = tuple(
-        (sec, k, integer(key, None, 0, MAX_DEPTH) or 0) for key, (sec, k) in PACK_DEPTHS.items() if key in table
-    )
+    depths = tuple((sec, k, integer(key, None, 0, integer_ceiling(key)) or 0)
+                   for key, (sec, k) in PACK_DEPTHS.items() if key in table)
 
     class_tiers_raw = table.get("class-tiers", {})
     if not isinstance(class_tiers_raw, dict):
@@ -297,6 +312,21 @@ def _validate(
         if isinstance(number, bool) or not isinstance(number, int):
             raise fail("bindings", f"'bindings': '{name}' must be an integer, got {_type_name(number)}", name)
 
+    from .model import ROLES
+
+    roles_raw = table.get("roles", {})
+    if not isinstance(roles_raw, dict):
+        raise fail("roles", f"'roles' must be a table of role = [path globs], got {_type_name(roles_raw)}")
+    for role, globs in roles_raw.items():
+        if role not in ROLES:
+            raise fail("roles", f"'roles': unknown role {role!r}; use one of {', '.join(ROLES)}", role)
+        if not isinstance(globs, list) or not all(isinstance(g, str) for g in globs):
+            raise fail("roles", f"'roles': '{role}' must be a list of path globs, got {_type_name(globs)}", role)
+    fail_roles = str_list("fail-roles") if "fail-roles" in table else ("production",)
+    for role in fail_roles:
+        if role not in ROLES:
+            raise fail("fail-roles", f"'fail-roles': unknown role {role!r}; use one of {', '.join(ROLES)}", role)
+
     default_pack = table.get("default-pack", True)
     if not isinstance(default_pack, bool):
         raise fail("default-pack", f"'default-pack' must be true or false, got {_type_name(default_pack)}")
@@ -310,8 +340,8 @@ def _validate(
     return Config(
         root=root,
         source=display,
-        include=globs("include"),
-        exclude=globs("exclude"),
+        include=glob_list("include"),
+        exclude=glob_list("exclude"),
         max_file_size=max_size,
         allowlist=string("allowlist", "allowlists"),
         cache_dir=string("cache-dir", ".alloc-audit-cache"),
@@ -331,6 +361,8 @@ def _validate(
         severity=tuple(sorted(severity_raw.items())),
         bindings=tuple(sorted(bindings_raw.items())),
         unchecked=unchecked,
+        roles=tuple((role, tuple(globs)) for role, globs in sorted(roles_raw.items())),
+        fail_roles=tuple(fail_roles),
     )
 
 

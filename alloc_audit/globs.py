@@ -69,3 +69,11 @@ def matcher(patterns: Iterable[str]) -> Callable[[str], bool]:
 
 def matches(name: str, patterns: Iterable[str]) -> bool:
     return _compile(tuple(patterns))(name)
+
+
+def test_path(path: str) -> bool:
+    """Test code by path convention (tests/, test_*.py, *_test.py, conftest.py)."""
+    parts = path.split("/")
+    name = parts[-1]
+    return any(p in ("tests", "test", "testing", "unit_tests") for p in parts[:-1]) or name.startswith("test_") \
+        or name.rsplit(".", 1)[0].endswith("_test") or name == "conftest.py"

@@ -56,9 +56,17 @@ TIER_NAMES = {
 }
 
 
+# Code roles (DESIGN.md "Code roles"): what a file is, from path conventions
+# (pipeline/roles.py); reports list production first.
+PRODUCTION, TEST, BENCHMARK, EXAMPLE, TOOLING = "production", "test", "benchmark", "example", "tooling"
+ROLES = (PRODUCTION, TEST, BENCHMARK, EXAMPLE, TOOLING)
+ROLE_ORDER = {role: i for i, role in enumerate(ROLES)}
+
+
 class Severity(str, Enum):
     ERROR = "error"
     WARNING = "warning"
+    INFO = "info"  # shown, never fails by default: findings in test/benchmark code, tiny cases
 
 
 class FailOn(str, Enum):
@@ -69,7 +77,7 @@ class FailOn(str, Enum):
     ERROR = "error"
 
     def fails(self, severity: Severity) -> bool:
-        if self is FailOn.NEVER:
+        if self is FailOn.NEVER or severity is Severity.INFO:
             return False
         return severity is Severity.ERROR or self is FailOn.WARNING
 
@@ -136,9 +144,14 @@ class Site:
     wrapper: str | None = None
     stmt_line: int = 0
     recovered: bool = False  # inside a region the parser had to recover from a syntax error
+    # where the memory goes: "self.x", "self.pool[]", "return", "handed:f", "static", "local"; "" unknown
+    kept: str = ""
+    # no device given, but under a default-device context: which one, and how it is reached
+    device_context: str = ""
     tier: Tier = Tier.UNKNOWN
     tier_reason: str = ""
     via: Via | None = None
+    role: str = "production"  # code role of the file (roles.py): production, test, benchmark, example, tooling
 
     @property
     def derived(self) -> bool:
@@ -178,6 +191,7 @@ class Scope:
     owner: str | None = None
     params: tuple[str, ...] = ()
     param_types: tuple[str, ...] = ()
+    param_defaults: tuple[str, ...] = ()  # each parameter's default's source text, "" for none (Python)
     decorators: tuple[str, ...] = ()
     bases: tuple[str, ...] = ()
     yields: tuple[int, ...] = ()
@@ -346,6 +360,7 @@ class FileFacts:
     returns: tuple[Return, ...] = ()
     blocks: tuple[Block, ...] = ()
     withs: tuple[With, ...] = ()
+    default_sites: tuple[Site, ...] = ()  # factories without a device: sites only under a default-device context
     imports: tuple[Import, ...] = ()
     fields: tuple[Field, ...] = ()
     annotations: tuple[Annotation, ...] = ()
@@ -384,6 +399,7 @@ class Finding:
     key: str = ""
     suppressed: str | None = None
     stmt_line: int = 0  # where the statement holding ``line`` starts (for suppressions)
+    role: str = "production"  # code role of the finding's file (roles.py)
 
     @property
     def sort_key(self) -> tuple[str, int, int, str]:

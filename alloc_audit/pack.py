@@ -28,6 +28,8 @@ class RulePack:
     capture_begin: tuple[str, ...] = knob("capture", "begin", "capture-begin")
     capture_end: tuple[str, ...] = knob("capture", "end", "capture-end")
     capture_depth: int = knob("capture", "depth", "capture-depth", 3)
+    # allocator tensors under capture known to be smaller than this are info (0: off)
+    capture_info_bytes: int = knob("capture", "info-bytes", "capture-info-bytes", 0)
     captured: tuple[str, ...] = knob("capture", "captured", "captured")
     capture_checks: tuple[str, ...] = knob("capture", "checks", "capture-checks")
     scratch_accessors: tuple[str, ...] = knob("plan", "accessors", "scratch-accessors")
@@ -50,7 +52,8 @@ class RulePack:
 
 
 def _is_depth(name: str) -> bool:
-    return name.endswith("_depth")
+    """An integer knob (a depth, a byte threshold): set, not extended."""
+    return name.endswith(("_depth", "_bytes"))
 
 
 # pack (section, key) -> RulePack field

@@ -347,6 +347,8 @@ def test_the_pool_survives_a_worker_that_dies(monkeypatch: pytest.MonkeyPatch, t
                  id="api = 5 in a catalogue"),
     pytest.param("capture-depth = 100000000\n", ("scan",), "'capture-depth' must be an integer from 0 to 32",
                  id="capture-depth 1e8"),
+    pytest.param("capture-info-bytes = 2000000000000\n", ("scan",),
+                 "'capture-info-bytes' must be an integer from 0 to 1099511627776", id="capture-info-bytes 2 TB"),
     pytest.param("max-file-size = 100000000\n", ("scan",), "'max-file-size' must be an integer from 1 to 33554432",
                  id="max-file-size 100 MB"),
 ])

@@ -149,8 +149,8 @@ def test_terminal_report_fits_the_width_and_has_no_escape_codes_when_piped(width
     text = result.out
     for heading in ("Sites by tier", "Sites by directory", "Hazards", "Allowlist", "Next"):
         assert heading in text
-    assert "alloc-in-capture 5 in 3 files" in text
-    assert "↳ examples/minigen/model_runner.py:82 capture starts here (torch.cuda.graph)" in text
+    assert "alloc-in-capture 6 in 3 files" in text
+    assert "↳ examples/minigen/csrc/allocator.cu:113 capture starts here" in text
     assert "Allowlist clean: 40 entries" in text
     # sizes come from the demo's [tool.alloc-audit.bindings]
     assert re.search(r"T1 model-resident\s+│\s+2 │\s+│\s+1\.9 GiB", text), text

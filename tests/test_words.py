@@ -36,7 +36,7 @@ def test_singulars_everywhere(one_site: Path, tmp_path: Path) -> None:
                        r"open rule findings|file problems)\b")
     for name, text in texts.items():
         assert not wrong.search(text), f"{name}: {wrong.search(text).group(0)!r}"  # type: ignore[union-attr]
-    assert "Findings: 1 error, 0 warnings" in texts["scan"]
+    assert "Findings: 0 errors, 1 warning" in texts["scan"]
     assert "Sites by directory (1 directory)" in texts["report"]
     assert "1 entry accept 1 site;" in texts["report"]
     assert "1 allowlist entry," in texts["check"] and "1 open rule finding;" in texts["check"]

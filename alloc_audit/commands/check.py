@@ -118,11 +118,13 @@ def check(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.E
     judged = judge_findings(project, result, covered, options.changed_since is not None)
     open_findings = judged.open_findings() if judged is not None else [f for f in result.findings if not f.suppressed]
     findings = [f for f in open_findings if fail_on is not FailOn.NEVER]
-    problems += finding_problems(findings, fail_on is FailOn.WARNING)
+    fail_roles = project.config.fail_roles
+    problems += finding_problems(findings, fail_on is FailOn.WARNING, fail_roles)
     if judged is not None and fail_on is not FailOn.NEVER:
         problems += fixed_debt_problems(judged)
     problems.sort(key=lambda p: (p.path, p.line, p.title))
-    failed = any(p.level == "error" for p in problems) or any(fail_on.fails(f.severity) for f in findings)
+    failed = any(p.level == "error" for p in problems) or any(
+        fail_on.fails(f.severity) and f.role in fail_roles for f in findings)
     if fmt == "json":
         import json
 

@@ -177,3 +177,19 @@ def file_counts(result: ScanResult) -> str:
         parts.append(f"{plural(partly, 'file with problems', 'files with problems')} (`alloc-audit scan --format json` "
                      "lists them)")
     return "; " + ", ".join(parts) if parts else ""
+
+
+def only_roles(result: ScanResult, roles: list[str] | None) -> ScanResult:
+    """The result narrowed to the given code roles (`--role`); unchanged without."""
+    if not roles:
+        return result
+    import dataclasses
+
+    from ..model import ROLES
+
+    unknown = sorted(set(roles) - set(ROLES))
+    if unknown:
+        raise UsageError(f"--role: unknown role {unknown[0]!r}; use one of {', '.join(ROLES)}")
+    wanted = set(roles)
+    return dataclasses.replace(result, sites=tuple(s for s in result.sites if s.role in wanted),
+                               findings=tuple(f for f in result.findings if f.role in wanted))

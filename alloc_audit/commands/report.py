@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from .outcome import Report
-from .project import Options, Project, comparison_if_present, load_project, report_context, scan_project
+from .project import Options, Project, comparison_if_present, load_project, only_roles, report_context, scan_project
 from .scan import one_line_summary
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def report(paths: list[Path] | None, options: Options, pivot: str = "dir", base: str | None = None,
-           bind: list[str] | None = None, verbose: bool = False) -> Report:
+           bind: list[str] | None = None, verbose: bool = False, roles: list[str] | None = None) -> Report:
     """The developer report: totals by tier and kind, top directories, hazards by rule, allowlist status, next steps.
 
     Examples:
@@ -45,6 +45,7 @@ def report(paths: list[Path] | None, options: Options, pivot: str = "dir", base:
     project = load_project(paths, options.config_path)
     result = scan_project(project, paths, options, with_rules=True)
     comparison = comparison_if_present(project.config, result)
+    result = only_roles(result, roles)
     delta = None if base is None else delta_against(base, project, paths, result, options)
     ctx = report_context(project, result, options, comparison, verbose, pivot, delta, tuple(bindings))
     return Report(ctx, one_line_summary(result))

@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING
 
 from ..model import FailOn
 from .outcome import Report
-from .project import Options, comparison_if_present, load_project, report_context, scan_project
+from .project import Options, comparison_if_present, load_project, only_roles, report_context, scan_project
 
 if TYPE_CHECKING:
     from ..model import ScanResult
 
 
 def scan(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.NEVER, verbose: bool = False,
-         with_rules: bool = True) -> Report:
+         with_rules: bool = True, roles: list[str] | None = None) -> Report:
     """Census of allocation sites (tier, kind, reason) and hazard findings.
 
     Examples:
@@ -28,8 +28,9 @@ def scan(paths: list[Path] | None, options: Options, fail_on: FailOn = FailOn.NE
     project = load_project(paths, options.config_path)
     result = scan_project(project, paths, options, with_rules=with_rules)
     comparison = comparison_if_present(project.config, result)
+    result = only_roles(result, roles)
     ctx = report_context(project, result, options, comparison, verbose)
-    return Report(ctx, one_line_summary(result), fails(result, fail_on))
+    return Report(ctx, one_line_summary(result), fails(result, fail_on, project.config.fail_roles))
 
 
 def one_line_summary(result: ScanResult) -> str:
@@ -43,6 +44,8 @@ def one_line_summary(result: ScanResult) -> str:
             f"{plural(len(result.errors), 'file with problems', 'files with problems')}")
 
 
-def fails(result: ScanResult, fail_on: FailOn) -> bool:
-    """Whether unsuppressed findings at or above ``fail_on`` remain."""
-    return any(fail_on.fails(f.severity) and not f.suppressed for f in result.findings)
+def fails(result: ScanResult, fail_on: FailOn, fail_roles: tuple[str, ...] = ("production",)) -> bool:
+    """Whether unsuppressed findings at or above ``fail_on`` remain in the
+    roles that fail (configuration `fail-roles`, production by default);
+    `info` never fails."""
+    return any(fail_on.fails(f.severity) and not f.suppressed and f.role in fail_roles for f in result.findings)

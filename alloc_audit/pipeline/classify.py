@@ -10,13 +10,15 @@ that says so: tiers are never guessed silently.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 from ..catalog import TierPattern
-from ..globs import matcher
+from ..globs import matcher, test_path
 from ..model import Annotation, FileFacts, Scope, Site, Tier
+from .default_device import MODEL_BUILD as _MODEL_BUILD
 from .extract.annotations import annotation_applies
 
 
@@ -78,9 +80,19 @@ class TierMatcher:
         self.patterns = list(patterns)
         self.tests = [tuple((key, matcher(globs)) for key, globs in p.criteria) for p in self.patterns]
         self.used = tuple(sorted({key for p in self.patterns for key, _globs in p.criteria}))
+        # patterns that decide T1-T3 from a name (function, class, scope,
+        # path globs) and nothing about the buffer itself: they classify the
+        # buffers a function keeps, never its temporaries or test code
+        # (and patterns that decide them from the role alone, `constructor`:
+        # a constructor's temporaries die when it returns)
+        about_buffer = [any(k in _BUFFER_KEYS for k, _g in p.criteria) for p in self.patterns]
+        self.by_name = [p.tier in _NAMED_TIERS and any(k in _NAME_KEYS for k, _g in p.criteria) and not b
+                        for p, b in zip(self.patterns, about_buffer)]
+        self.by_role = [p.tier in _NAMED_TIERS and not b and any(k == "role" for k, _g in p.criteria)
+                        for p, b in zip(self.patterns, about_buffer)]
         self._memo: dict[tuple[object, ...], int] = {}
 
-    def first(self, site: Site, ctx: SiteContext) -> TierPattern | None:
+    def first(self, site: Site, ctx: SiteContext, names: bool = True, roles: bool = True) -> TierPattern | None:
         values = {
             "kind": (site.kind.value,),
             "function": ctx.functions,
@@ -90,16 +102,26 @@ class TierMatcher:
             "role": (ctx.role,),
             "api": (site.api,),
             "wrapper": (site.wrapper,) if site.wrapper else (),
-            "target": (site.target,) if site.target else (),
+            # a local that ends up on an object counts as kept there
+            "target": tuple(t for t in (site.target, _kept_place(site.kept)) if t),
+            "kept": (site.kept,) if site.kept else (),
         }
-        key = tuple(values[k] for k in self.used)
+        key = (*(values[k] for k in self.used), names, roles)
         found = self._memo.get(key)
         if found is None:
-            found = self._memo[key] = self._match(values)
+            found = self._memo[key] = self._match(values, names, roles)
         return self.patterns[found] if found >= 0 else None
 
-    def _match(self, values: Mapping[str, tuple[str, ...]]) -> int:
+    def named(self, pattern: TierPattern) -> bool:
+        return self.by_name[self.patterns.index(pattern)]
+
+    def role_only(self, pattern: TierPattern) -> bool:
+        return self.by_role[self.patterns.index(pattern)]
+
+    def _match(self, values: Mapping[str, tuple[str, ...]], names: bool = True, roles: bool = True) -> int:
         for i, tests in enumerate(self.tests):
+            if (not names and self.by_name[i]) or (not roles and self.by_role[i]):
+                continue
             for key, test in tests:
                 for value in values[key]:
                     if test(value):
@@ -131,6 +153,21 @@ def classify_sites(sites: Iterable[Site], files: Mapping[str, FileFacts],
     return tuple(out)
 
 
+_NAMED_TIERS = frozenset({"T1", "T2", "T3"})
+_NAME_KEYS = frozenset({"function", "class", "scope", "path"})
+_BUFFER_KEYS = frozenset({"kind", "wrapper", "target", "api", "kept"})
+
+
+def _kept_place(kept: str) -> str:
+    """The attribute a local ends up in (`self._storage`), else ""."""
+    return kept if kept and kept not in ("local", "return", "static") and not kept.startswith("handed:") else ""
+
+
+def _kept_on_object(target: str | None) -> bool:
+    """`self.x`, `layer.x`, `self.x[i]`: an attribute of an object, not a local."""
+    return bool(target) and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+(\[[^\]]*\])?", target or "") is not None
+
+
 def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation], compiled: TierMatcher) -> Site:
     ann = annotation_for(site, annotations, "tier")
     if ann is not None and not ann.problem and ann.tier:
@@ -140,12 +177,37 @@ def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation
         return dataclasses.replace(site, tier=Tier.UNKNOWN, tier_reason=(
             "inside code the parser could not read (a syntax error around it): its enclosing scope, "
             "and so its lifetime, cannot be told; fix the syntax or annotate a tier"))
+    if site.device_context and _MODEL_BUILD in site.device_context and site.wrapper is None \
+            and _kept_on_object(site.target):
+        # kept on a module while the model is built (`self.bias = ...` in a
+        # constructor, `layer.k_scale = ...` in a helper it calls): it lives
+        # as long as the model, whatever the function is called
+        return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+            f"model-resident: kept in {site.target} by {site.scope}; no device given, {site.device_context}"))
     pattern = compiled.first(site, ctx)
+    note = ""
+    temporary = site.kept == "local" and ctx.role not in ("module", "class")
+    if pattern is not None and temporary and (compiled.named(pattern) or compiled.role_only(pattern)):
+        # the name (or the constructor) speaks for what the function keeps,
+        # not for a buffer it drops
+        note = f"; a temporary (not kept, returned or handed on): the pattern for {pattern.tier} does not apply"
+        pattern = compiled.first(site, ctx, names=False, roles=False)
+        if pattern is None:
+            return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
+                f"temporary in {site.scope}: not kept, returned or handed on, it dies when the call returns"
+                + (f"; no device given, {site.device_context}" if site.device_context else "")))
+    elif pattern is not None and compiled.named(pattern) and test_path(site.path):
+        note = f"; test code: the name pattern for {pattern.tier} does not apply"
+        pattern = compiled.first(site, ctx, names=False)
     if pattern is not None:
         reason = pattern.reason.format(
             scope=site.scope, function=ctx.function, **{"class": ctx.class_name or "?"},
             path=site.path, api=site.api, target=site.target or "?",
         )
+        reason += note
+        if site.device_context:
+            reason = f"{reason}; no device given, {site.device_context}"
         return dataclasses.replace(site, tier=Tier(pattern.tier), tier_reason=reason)
     return dataclasses.replace(site, tier=Tier.UNKNOWN,
                                tier_reason=f"no tier pattern matches {ctx.role} {site.scope}")
+

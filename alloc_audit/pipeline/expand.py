@@ -83,9 +83,16 @@ def identifiers(data: bytes) -> tuple[str, ...]:
 
 
 def native_definitions(data: bytes) -> frozenset[str]:
-    """The functions and classes a native file defines (see ``_CPP_DEFINITION``)."""
+    """The functions and classes a native file defines (see ``_CPP_DEFINITION``),
+    and the classes whose methods it defines out of line (``void
+    Engine::decode_step(...) {``: a call through an ``Engine*`` needs this file)."""
     found = {a or b for a, b in _CPP_DEFINITION.findall(data)}
+    found.update(_CPP_OUT_OF_LINE.findall(data))
     return frozenset(n.decode("ascii", "replace") for n in found if n)
+
+
+_CPP_OUT_OF_LINE = re.compile(
+    rb"^(?:template\s*<[^>\n]*>\s*)?[A-Za-z_][\w:<>,*& ]*?\b([A-Za-z_]\w*)::~?[A-Za-z_]\w*\s*\(", re.M)
 
 
 def python_keeps_call(data: bytes, names: tuple[str, ...], modules: tuple[str, ...] = ()) -> bool:
@@ -306,12 +313,20 @@ def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Fu
 # ---------------------------------------------------------------- the rounds
 
 
-def expand_skipped(index: ProjectIndex, files: Outcomes, pack: RulePack) -> None:
+def expand_skipped(index: ProjectIndex, files: Outcomes, pack: RulePack,
+                   contexts: Collection[str] = ()) -> None:
     """Parse the skipped files the rules or the derived sites need, round by
-    round up to the configured depth, adding each round to the index."""
+    round up to the configured depth, adding each round to the index. The
+    functions that enter a default-device context (``contexts``) are roots
+    too: what they call must be analysed to be followed."""
     from ..rules import root_finder
+    from .default_device import context_functions
 
-    roots = root_finder(pack)
+    rule_roots = root_finder(pack)
+
+    def roots(idx: ProjectIndex) -> list[Func]:
+        return [*rule_roots(idx), *context_functions(idx, contexts)]
+
     depth = max(pack.capture_depth, pack.flow_depth, 1)
     looks: dict[str, SkippedFile] = {}  # skipped files read again, once
 

@@ -71,7 +71,142 @@ def parse_source(data: bytes, lang: Language, attribute_macros: tuple[str, ...] 
     if lang is Language.PYTHON:
         return Parsed(_parser(Language.PYTHON).parse(data), Language.PYTHON, data)
     masked = mask_macros(data, attribute_macros, specifier_macros, lone_macro_lines)
-    return Parsed(_parser(Language.CUDA).parse(masked), Language.CUDA, masked)
+    tree = _parser(Language.CUDA).parse(masked)
+    if tree.root_node.has_error:
+        # idioms the grammar cannot read (statement macros without `;`,
+        # `#if` inside a parameter list, ...): blank them and keep the tree
+        # with fewer errors. Only files with errors pay for the second parse.
+        best, best_source, best_errors = tree, masked, error_bytes(tree.root_node)
+        repaired = repair_idioms(masked)
+        if repaired != masked:
+            second = _parser(Language.CUDA).parse(repaired)
+            errors = error_bytes(second.root_node)
+            if errors < best_errors:
+                best, best_source, best_errors = second, repaired, errors
+        if best.root_node.has_error:
+            # conditionals that cut through a statement (`} else\n#endif\n{`):
+            # every branch kept, the directive lines blanked
+            flat = _DIRECTIVE.sub(_blank, repaired)
+            if flat != repaired:
+                third = _parser(Language.CUDA).parse(flat)
+                if error_bytes(third.root_node) < best_errors:
+                    best, best_source = third, flat
+        return Parsed(best, Language.CUDA, best_source)
+    return Parsed(tree, Language.CUDA, masked)
+
+
+_DIRECTIVE = re.compile(rb"(?m)^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|endif)\b[^\n]*")
+
+
+_STATEMENT_MACRO = re.compile(rb"(?m)^[ \t]*_*[A-Z][A-Z0-9_]*[ \t]*\(")
+_COMMENT_LINES = re.compile(rb"(?:[ \t]*(?://[^\n]*)?\n)*[ \t]*")
+_TYPENAME_BRACE = re.compile(rb"\btypename(?=\s+[\w:]+(?:<[^<>;{}()]*>)?(?:::\w+)*\s*\{)")
+_EMPTY_DEFAULT = re.compile(rb"[ \t]*=[ \t]*\{[ \t]*\}(?=[ \t]*[,)])")  # `T::Args args = {}` in a parameter list
+_LAMBDA_QUALIFIER = re.compile(rb"(?<=\])[ \t]*(?:__device__|__host__)(?:[ \t]+(?:__device__|__host__))*")
+_NOT_AFTER_STATEMENT = b";.{-:?&|+*/,)=<>["
+
+
+def repair_idioms(data: bytes) -> bytes:
+    """Blank (same length, newlines kept) what tree-sitter-cuda cannot read:
+    a statement macro invocation without `;` alone on its lines
+    (`REGISTER_EXTENSION(NAME)`, `CALL_IF(8, 8, 256)`), the `typename` of a
+    braced construction (`typename T::Args{...}`), an empty-brace default
+    argument (`Args args = {}`), the `__device__` of a
+    lambda, and the `#else` branches of conditionals inside a parenthesised
+    list (`void f(int a,\n#ifndef USE_ROCM\n...#else\n...#endif`). Positions
+    do not move, so every span is still a span of the file."""
+    out = bytearray(data)
+    for m in _STATEMENT_MACRO.finditer(data):
+        end = _close_paren(data, m.end() - 1)
+        if end < 0:
+            continue
+        line_end = data.find(b"\n", end)
+        line_end = len(data) if line_end < 0 else line_end
+        rest = data[end:line_end].strip()
+        if rest and not rest.startswith(b"//"):
+            continue
+        skip = _COMMENT_LINES.match(data, line_end)
+        following = data[skip.end() if skip else line_end:][:200]
+        if following[:1] and following[:1] in _NOT_AFTER_STATEMENT:
+            continue
+        if b"{" in data[m.start():end]:  # a lambda or a body: keep what it holds
+            continue
+        _blank_range(out, m.start(), end)
+    for m in _TYPENAME_BRACE.finditer(data):
+        _blank_range(out, m.start(), m.end())
+    for m in _EMPTY_DEFAULT.finditer(data):
+        _blank_range(out, m.start(), m.end())
+    for m in _LAMBDA_QUALIFIER.finditer(data):
+        _blank_range(out, m.start(), m.end())
+    _blank_conditionals_in_parens(data, out)
+    return bytes(out)
+
+
+def _close_paren(data: bytes, start: int, limit: int = 4000) -> int:
+    """The index after the `)` matching the `(` at ``start``, or -1."""
+    depth = 0
+    stop = min(len(data), start + limit)
+    i = start
+    while i < stop:
+        c = data[i]
+        if c == 40:
+            depth += 1
+        elif c == 41:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        elif c in (34, 39):  # skip a string or char literal
+            j = i + 1
+            while j < stop and data[j] != c and data[j] != 10:
+                j += 2 if data[j] == 92 else 1
+            i = j
+        i += 1
+    return -1
+
+
+def _blank_range(out: bytearray, start: int, end: int) -> None:
+    for i in range(start, end):
+        if out[i] not in (10, 13):
+            out[i] = 32
+
+
+def _blank_conditionals_in_parens(data: bytes, out: bytearray) -> None:
+    """Inside an open parenthesis, keep the first branch of `#if...#endif`
+    and blank the directives and the other branches."""
+    if b"#" not in data:
+        return
+    depth = 0
+    skipping = 0  # nesting level of the conditional being handled (0: none)
+    blank_body = False
+    pos = 0
+    for line in data.split(b"\n"):
+        start, pos = pos, pos + len(line) + 1
+        stripped = line.lstrip()
+        if stripped.startswith(b"#"):
+            word = stripped[1:].lstrip().split(b" ", 1)[0].split(b"\t", 1)[0].split(b"(", 1)[0]
+            if skipping:
+                if word.startswith(b"if"):
+                    skipping += 1
+                elif word == b"endif":
+                    skipping -= 1
+                    if skipping == 0:
+                        _blank_range(out, start, start + len(line))
+                        blank_body = False
+                        continue
+                elif word in (b"else", b"elif") and skipping == 1:
+                    blank_body = True
+                if skipping == 1 or blank_body:
+                    _blank_range(out, start, start + len(line))
+                continue
+            if depth > 0 and word in (b"if", b"ifdef", b"ifndef"):
+                skipping, blank_body = 1, False
+                _blank_range(out, start, start + len(line))
+            continue
+        if blank_body:
+            _blank_range(out, start, start + len(line))
+            continue
+        code = line.split(b"//", 1)[0]
+        depth = max(0, depth + code.count(b"(") - code.count(b")"))
 
 
 @lru_cache(maxsize=16)
@@ -86,10 +221,13 @@ def _mask_regex(attribute_macros: tuple[str, ...], specifier_macros: tuple[str, 
     if attribute_macros:
         names = alternation(attribute_macros)
         # NAME(...) with one level of nested parentheses, on one line
-        parts.append(rb"\b(?:" + names + rb")\s*\((?:[^()\n]|\([^()\n]*\))*\)(?:\s*;)?")
+        # never the name a `#define` gives (`#define __launch_bounds__(x, y)`):
+        # blanking it leaves an empty directive
+        parts.append(rb"(?<!define )(?<!define\t)\b(?:" + names
+                     + rb")\s*\((?:[^()\n]|\((?:[^()\n]|\((?:[^()\n]|\([^()\n]*\))*\))*\))*\)(?:\s*;)?")
     if specifier_macros:
         names = alternation(specifier_macros)
-        parts.append(rb"\b(?:" + names + rb")\b(?!\s*\()")
+        parts.append(rb"(?<!define )(?<!define\t)\b(?:" + names + rb")\b(?!\s*\()")
     if lone_macro_lines:
         parts.append(rb"(?m)^[ \t]*[A-Z][A-Z0-9_]*_[A-Z0-9_]+[ \t]*$")
     if not parts:

@@ -74,7 +74,12 @@ def _py_needles(apis: ApiCatalog, pack: RulePack) -> set[tuple[str, ...]]:
         # the module must be imported too (`import cupy as cp` still says cupy)
         needles.add((name.partition(".")[0], f"{name.rsplit('.', 1)[-1]}("))
     needles |= {(f"{leaf}(",) for leaf in (*apis.py_leaf, *apis.py_exports)}
+    # a ctypes function table: `self.funcs["cudaMalloc"](...)`
+    needles |= {(f"{leaf}{q}]",) for leaf in apis.py_leaf for q in "\"'"}
     needles |= {(f".{m}(",) for m in apis.py_methods if m != "to"}
+    # default-device contexts (a file that enters one decides where the
+    # factories without a device that it calls allocate)
+    needles |= {(f"{c}(",) for c in apis.py_device_contexts} | {("set_default_device(",)}
     # `Tensor.to(...)` and `device=...` name a CUDA device literally, and
     # `pin_memory=` is a keyword.
     needles |= {('"cuda',), ("'cuda",), ("current_device(",), ("pin_memory",)}

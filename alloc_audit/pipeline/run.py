@@ -33,11 +33,15 @@ from ..errors import UsageError
 from ..model import FileError, FileFacts, Finding, ScanResult, Site, Stats
 from . import serial
 from .cache import Cache, RunCache, result_key
+from .classify import classify_sites
+from .classify_callers import tiers_from_callers
+from .default_device import promote_default_sites
 from .derive import derive_sites
 from .discover import discover_files
 from .expand import expand_skipped
 from .index import ProjectIndex, build_index
 from .parse import grammar_versions
+from .roles import with_roles
 from .workers import Outcomes, job_count
 
 LOG = logging.getLogger("alloc_audit")
@@ -66,7 +70,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     cache = run_cache.cache
     # what discovery reported (too large, a named link or FIFO) is part of the stored result
     inputs = (catalog.tiers, config.enable, config.disable, config.severity, options.with_rules,
-              config.max_file_size, sorted((e.path, e.message) for e in discovery.errors))
+              config.max_file_size, config.roles, sorted((e.path, e.message) for e in discovery.errors))
     digests, misses = run_cache.known_digests(files)
     if cache.enabled and len(digests) == len(files):
         stored = run_cache.stored_result(result_key(cache, inputs, files, digests), files, digests, misses,
@@ -82,12 +86,20 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     index = build_index(outcomes.in_path_order())
     phases.mark("index")
     if options.with_rules and outcomes.skipped:
-        expand_skipped(index, outcomes, catalog.pack)
+        expand_skipped(index, outcomes, catalog.pack, catalog.apis.py_device_contexts)
     facts = outcomes.in_path_order()
     phases.mark("expansion")
+    # factories without a device that run under a default-device context
+    promoted = classify_sites(promote_default_sites(index, facts, catalog.apis.py_device_contexts), facts,
+                              catalog.tiers)
+    if promoted:
+        index.add_sites(promoted)
+        facts = {path: index.files.get(path, f) for path, f in facts.items()}
+    phases.mark("default-device")
     errors = outcomes.errors + [FileError(path, e) for path, f in facts.items() for e in f.errors]
-    sites = [s for f in facts.values() for s in f.sites]
-    sites += derive_sites(index, facts, catalog.tiers, sites)
+    sites = tiers_from_callers([s for f in facts.values() for s in f.sites], index, catalog.callers)
+    sites += derive_sites(index, facts, catalog.tiers, sites, catalog.apis)
+    sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
     findings = _findings(index, facts, sites, config, catalog, options) if options.with_rules else ()

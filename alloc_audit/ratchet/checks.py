@@ -98,12 +98,19 @@ def file_problems(unchecked: Iterable[FileError]) -> list[Problem]:
     return [Problem(e.path, 1, "warning", "file not analysed", e.message) for e in unchecked]
 
 
-def finding_problems(findings: Iterable[Finding], fail_warnings: bool) -> list[Problem]:
+def finding_problems(findings: Iterable[Finding], fail_warnings: bool,
+                     fail_roles: tuple[str, ...] = ("production",)) -> list[Problem]:
+    """Open findings as check problems: errors (and warnings with
+    ``fail_warnings``) in a failing role fail; `info` and findings in other
+    roles (tests, benchmarks) are notices."""
     out = []
     for f in findings:
         if f.suppressed:
             continue
-        level = "error" if f.severity is Severity.ERROR or fail_warnings else "warning"
+        if f.severity is Severity.INFO or f.role not in fail_roles:
+            level = "notice"
+        else:
+            level = "error" if f.severity is Severity.ERROR or fail_warnings else "warning"
         out.append(Problem(f.path, f.line, level, f.rule, f.message))
     return out
 

@@ -175,8 +175,11 @@ def _findings(groups: list[summary.RuleGroup]) -> str:
         for f in g.findings:
             related = "".join(f"<li><code>{escape(r.path)}:{r.line}</code> {_inline_code(r.note)}</li>"
                               for r in f.related)
+            badge = "" if f.role == "production" else f' <span class="role">{escape(f.role)}</span>'
+            level = "" if f.severity is g.severity else \
+                f' <span class="sev-{f.severity.value}">{f.severity.value}</span>'
             out.append(f'<div class="finding"><code>{escape(f.path)}:{f.line}</code> in <code>{escape(f.scope)}</code>'
-                       f'<div class="msg">{_inline_code(f.message)}</div>'
+                       f'{level}{badge}<div class="msg">{_inline_code(f.message)}</div>'
                        + (f"<ul>{related}</ul>" if related else "") + "</div>")
         out.append("</details>")
     out.append("</section>")

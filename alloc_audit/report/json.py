@@ -36,6 +36,7 @@ def site_json(site: Site, allowlisted: bool | None, size: int | None = None) -> 
         "bytes": size,
         "key": key_text(site_key(site)),
         "allowlisted": allowlisted,
+        "role": site.role,
         "via": None if site.via is None else {"api": site.via.api, "path": site.via.path, "line": site.via.line},
     }
 
@@ -52,6 +53,7 @@ def finding_json(finding: Finding) -> dict[str, Any]:
         "related": [{"path": r.path, "line": r.line, "note": r.note} for r in finding.related],
         "key": finding.key,
         "suppressed": finding.suppressed,
+        "role": finding.role,
     }
 
 

@@ -77,7 +77,7 @@ def _first_paragraph(doc: str) -> str:
 
 
 def _level(severity: Severity) -> str:
-    return "error" if severity is Severity.ERROR else "warning"
+    return {Severity.ERROR: "error", Severity.WARNING: "warning"}.get(severity, "note")
 
 
 def rule_descriptors() -> list[dict[str, Any]]:
@@ -150,6 +150,14 @@ class _Builder:
                 {"id": i, **self.location(r.path, r.line), "message": {"text": r.note}}
                 for i, r in enumerate(f.related, 1)
             ]
+            # the witness path, trigger first, ending at the finding: a code
+            # flow a SARIF viewer can step through (issue 16)
+            steps = [{"location": {**self.location(r.path, r.line), "message": {"text": r.note}}}
+                     for r in f.related]
+            steps.append({"location": {**self.location(f.path, f.line, f.col), "message": {"text": f.rule}}})
+            out["codeFlows"] = [{"threadFlows": [{"locations": steps}]}]
+        if f.role != "production":
+            out["properties"] = {"role": f.role}
         if f.suppressed is not None:
             out["suppressions"] = [{"kind": "inSource", "status": "accepted", "justification": f.suppressed}]
         return out

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..model import TIER_NAMES, TIER_ORDER, Finding, Severity, Site, SiteKind, Tier
+from ..model import ROLE_ORDER, TIER_NAMES, TIER_ORDER, Finding, Severity, Site, SiteKind, Tier
 from .context import ReportContext
 from .sizes import estimate_bytes, human
 
@@ -27,6 +27,7 @@ class Row:
     bytes: int  # the sum of the estimates that are known
     sized: int  # how many of the sites have an estimate
     findings: int
+    role: str = "production"  # the code role of the row's sites (dir and file pivots), production first
 
 
 @dataclass(frozen=True)
@@ -118,26 +119,30 @@ def pivot(ctx: ReportContext, by: str, known: dict[int, int]) -> list[Row]:
     for name, members in groups.items():
         tiers = Counter(s.tier for s in members)
         sized = [known[id(s)] for s in members if id(s) in known]
+        role = min((s.role for s in members), key=lambda r: ROLE_ORDER.get(r, 0))
         rows.append(Row(name, len(members), tuple(tiers[t] for t in TIER_ORDER), sum(sized), len(sized),
-                        finding_counts[name]))
+                        finding_counts[name], role))
     if by == "tier":
         order = {t.value: i for i, t in enumerate(TIER_ORDER)}
         return sorted(rows, key=lambda r: order[r.name])
+    if by in ("dir", "file"):  # production code leads (issue 16): tests and benchmarks after it
+        return sorted(rows, key=lambda r: (ROLE_ORDER.get(r.role, 0), -r.sites, r.name))
     return sorted(rows, key=lambda r: (-r.sites, r.name))
 
 
 def rule_groups(ctx: ReportContext) -> list[RuleGroup]:
-    """Findings by rule, errors first, then by count."""
+    """Findings by rule, errors first, then by count; production code's
+    findings first within a rule."""
     from ..rules import ALL_RULES
 
     summaries = {r.name: r.summary for r in ALL_RULES}
     open_: dict[str, list[Finding]] = {}
     suppressed: Counter[str] = Counter()
     severity: dict[str, Severity] = {}
-    for f in ctx.result.findings:
-        severity.setdefault(f.rule, f.severity)
-        if f.severity is Severity.ERROR:
-            severity[f.rule] = Severity.ERROR
+    rank = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+    for f in sorted(ctx.result.findings, key=lambda f: ROLE_ORDER.get(f.role, 0)):  # production code first
+        if f.rule not in severity or rank[f.severity] < rank[severity[f.rule]]:
+            severity[f.rule] = f.severity
         if f.suppressed:
             suppressed[f.rule] += 1
         else:

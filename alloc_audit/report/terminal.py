@@ -150,12 +150,17 @@ def sites_table(sites: list[Site]):  # type: ignore[no-untyped-def]
 
 
 def finding_lines(findings: Iterable[Finding], limit: int | None = None) -> list[str]:
+    from ..model import ROLE_ORDER
+
     lines = []
-    for i, f in enumerate(findings):
+    # production code first (issue 16); the given order within a role
+    ordered = sorted(findings, key=lambda f: ROLE_ORDER.get(f.role, 0))
+    for i, f in enumerate(ordered):
         if limit is not None and i >= limit:
             break
-        colour = "red" if f.severity is Severity.ERROR else "yellow"
-        lines.append(f"[{colour}]{f.severity.value}[/] [bold]{f.rule}[/] {f.path}:{f.line} ({f.scope})")
+        colour = {Severity.ERROR: "red", Severity.WARNING: "yellow"}.get(f.severity, "blue")
+        role = "" if f.role == "production" else f" [dim]\\[{f.role}][/]"
+        lines.append(f"[{colour}]{f.severity.value}[/] [bold]{f.rule}[/] {f.path}:{f.line} ({f.scope}){role}")
         lines.append(f"    {_escape(f.message)}")
         for r in f.related:
             lines.append(f"    [dim]{r.path}:{r.line}: {_escape(r.note)}[/]")

@@ -101,15 +101,28 @@ def enabled_names(config: Config) -> frozenset[str]:
 
 
 def run_rules(index: ProjectIndex, pack: RulePack, config: Config, sites: Sequence[Site]) -> tuple[Finding, ...]:
+    """Every enabled rule's findings, each with its file's code role. A rule
+    may set a finding's severity from its consequence (alloc-in-capture: a
+    driver allocation is an error, an allocator tensor a warning); a
+    severity the configuration names for the rule wins. Findings outside
+    production code are `info` (DESIGN.md, "Code roles")."""
+    import dataclasses
+
+    from ..model import PRODUCTION
+    from ..pipeline.roles import role_finder
+
     severities = dict(config.severity)
-    ctx = RuleContext(index=index, pack=pack, sites=tuple(sites))
+    role_of = role_finder(config.roles)
+    ctx = RuleContext(index=index, pack=pack, sites=tuple(sites), role_of=role_of)
     out: list[Finding] = []
     for rule in enabled_rules(config):
-        severity = Severity(severities.get(rule.name, rule.severity.value))
+        configured = severities.get(rule.name)
         for finding in rule.check(ctx):
-            if finding.severity is not severity:
-                import dataclasses
-
-                finding = dataclasses.replace(finding, severity=severity)
+            severity = Severity(configured) if configured else finding.severity
+            role = role_of(finding.path)
+            if role != PRODUCTION:
+                severity = Severity.INFO
+            if severity is not finding.severity or role != finding.role:
+                finding = dataclasses.replace(finding, severity=severity, role=role)
             out.append(finding)
     return tuple(sorted(set(out), key=lambda f: f.sort_key))

@@ -48,6 +48,7 @@ from collections.abc import Iterator
 from ..globs import matcher
 from ..model import Finding, Related, Severity
 from ..pack import RulePack
+from ._lib.allocation import holds_no_memory, is_one_time_init, returned_views
 from ._lib.findings import is_buffer_allocation, is_returned, returned_names, site_finding
 from .base import Rule, RuleContext, StartPoints
 
@@ -67,8 +68,13 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
         if not planned:
             continue
         # the op's output is the caller's, not scratch: only scratch belongs in the plan
-        returned = ({r.line for r in func.returns}, returned_names(func))
-        direct = [s for s in direct if not is_returned(returned, s)]
+        names_out = returned_names(func)
+        returned = ({r.line for r in func.returns}, names_out)
+        views = returned_views(func, names_out)
+        # outputs (also through a view or alias), zero-element tensors and
+        # one-time initialisation are not per-call scratch (issue 16)
+        direct = [s for s in direct if not is_returned(returned, s) and not (s.target and s.target in views)
+                  and not holds_no_memory(s) and is_one_time_init(func, s) is None]
         names = ", ".join(sorted({c.callee for c in planned}))
         related = tuple(Related(func.path, c.span.line, f"planned buffer from {c.callee}") for c in planned[:5])
         for site in direct:

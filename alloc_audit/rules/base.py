@@ -9,6 +9,15 @@ from dataclasses import dataclass, field
 from ..model import Finding, Language, Severity, Site
 from ..pack import RulePack
 from ..pipeline.index import ProjectIndex
+from ..pipeline.roles import conventional_role
+from ..report.sizes import estimate_bytes, human
+
+
+def site_bytes(site: Site) -> tuple[int, str] | None:
+    """A site's size in bytes when its arguments are literals, and that size
+    for people (``16 B``); None when it is not known."""
+    size = estimate_bytes(site, ())
+    return (size, human(size)) if size else None
 
 
 @dataclass(frozen=True)
@@ -16,6 +25,8 @@ class RuleContext:
     index: ProjectIndex
     pack: RulePack
     sites: tuple[Site, ...]  # classified, direct and derived
+    role_of: Callable[[str], str] = conventional_role  # a path's code role (pipeline/roles.py)
+    bytes_of: Callable[[Site], tuple[int, str] | None] = site_bytes  # a site's size when its arguments say it
 
 
 @dataclass(frozen=True)

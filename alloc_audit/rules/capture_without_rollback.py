@@ -40,8 +40,10 @@ on the `with` line or the line above.
 A minting context that already releases on exit is still reported unless
 its name is removed from `minting-contexts`.
 
-A rollback in a helper called from the `finally` is only recognised when the
-helper's name matches `rollback-names`.
+A release in a helper called from the `finally` is recognised when the
+helper (or a helper it calls) rolls back (`rollback-names`), resets a pool,
+or calls `gc.collect()` and `torch.cuda.empty_cache()`; other ways of
+releasing are not.
 
 ## Known false negatives
 A throwaway capture whose minting context is entered in a helper
@@ -51,17 +53,35 @@ connected.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 
 from ..globs import matcher
 from ..model import Finding, Language, Related, Severity
 from ..pack import RulePack
+from ..pipeline.index import Func, ProjectIndex
 from ._lib.findings import finding_at
 from ._lib.regions import with_items
 from ._lib.throwaway import inside_finally, throwaway_evidence
 from .base import Rule, RuleContext, StartPoints, Triggers
 
 NAME = "capture-without-rollback"
+
+
+def _releases(index: ProjectIndex, func: Func, is_rollback: Callable[[str], bool], depth: int) -> bool:
+    """A helper that releases what the capture minted: it rolls back, resets
+    a pool, or drops references and returns the memory (`gc.collect()` with
+    `torch.cuda.empty_cache()`), itself or through a helper of its own."""
+    callees = func.callees
+    if any(is_rollback(c) or _POOL_RESET.search(c) for c in callees):
+        return True
+    if "gc.collect" in callees and any(c.endswith("empty_cache") for c in callees):
+        return True
+    return depth > 0 and any(_releases(index, t, is_rollback, depth - 1)
+                             for c in func.calls for t in index.resolve(func, c) if t is not func)
+
+
+_POOL_RESET = re.compile(r"(?:pool|Pool)\w*\.(?:reset|release|clear)\w*$|\.reset_pool\w*$")
 
 
 def check(ctx: RuleContext) -> Iterator[Finding]:
@@ -77,7 +97,8 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
         evidence = throwaway_evidence(func, pack)
         if evidence is None:
             continue
-        guarded = any(is_rollback(c.callee) and inside_finally(func, c.span) for c in func.calls) or any(
+        guarded = any(inside_finally(func, c.span) and (is_rollback(c.callee) or any(
+            _releases(ctx.index, t, is_rollback, 2) for t in ctx.index.resolve(func, c))) for c in func.calls) or any(
             is_rollback(item.callee) for w in func.withs for item in w.items)
         if guarded:
             continue

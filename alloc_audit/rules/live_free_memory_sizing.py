@@ -6,7 +6,13 @@ memory (`torch.cuda.mem_get_info()`, `cudaMemGetInfo(&free, &total)`, the
 `free-memory-attributes`). The value is followed through assignments and
 arithmetic, into the parameters of project functions and constructors it is
 passed to, and back out of functions that return it, up to `flow-depth`
-calls away (default 3); the finding lists each hop.
+calls away (default 3); the finding lists each hop. A tensor filled with
+values derived from a reading (`torch.ones(bs) * max_tokens`, a block
+table passed on as contents) does not have a shape derived from it:
+`x.shape[0]`, `x.size(0)`, `len(x)` and `x.numel()` of it are not tainted,
+while `torch.arange(max_tokens)` and `[0] * max_tokens` are. Branches that
+a call rules out by what it passes (`prefill=None` into `if prefill is not
+None:`) are not followed; a value the call does not know keeps the branch.
 
 ## Why it matters
 Capacity discovered from whatever happens to be free at startup is not
@@ -36,7 +42,10 @@ A reading used only to clamp a planned size (`min(planned, free)`) is
 reported as if it sized the allocation.
 
 ## Known false negatives
-Values carried in object attributes from one method to another
+A shape taken from a tensor whose shape the analysis judged untainted but
+that a call outside the short lists of shape-keeping operations changed
+(a project helper returning `x.repeat(n)` is followed; a library call that
+resizes from a tensor argument's values is not). Values carried in object attributes from one method to another
 (`self.budget` set in one method, used in another), and flows deeper than
 `flow-depth`, are not followed.
 """

@@ -2,8 +2,8 @@
 ## What it flags
 A memory measurement that is taken and kept (`self.init_snapshot =
 MemorySnapshot(...)`, `free, total = torch.cuda.mem_get_info()`,
-`base = torch.cuda.memory_allocated()`, `torch.cuda.reset_peak_memory_stats()`,
-`cudaMemGetInfo(&free, &total)`; the list is `measurements`), followed later in
+`base = torch.cuda.memory_allocated()`, `cudaMemGetInfo(&free, &total)`; the
+list is `measurements`), followed later in
 the same function by the construction of an object whose constructor
 allocates device memory, directly or through helper methods and factories
 (`self._make_buffer(...)` -> `torch.zeros`). Constructions in either branch
@@ -33,7 +33,9 @@ On the measurement's line or the line above:
 
 A measurement counts when it is kept: stored on an object, or read again
 after the construction. A local reading used only before it (a test's skip
-check) is not a baseline and is not reported.
+check) is not a baseline and is not reported. A counter reset
+(`torch.cuda.reset_peak_memory_stats()`) stores no value, and a later peak
+reading does include the constructor's buffers, so a reset is not reported.
 
 ## Known false positives
 A measurement kept only for logging, or retaken under another name after
@@ -73,11 +75,8 @@ def _measured_names(call: Call) -> list[str]:
 
 def _kept_after(func: Func, snap: Call, line: int) -> bool:
     """A measurement is a baseline when it outlives the construction: stored
-    on an object (or reset, for the peak counters), or read after ``line``.
-    A local reading used only before (a skip check) is not."""
-    leaf = last_name(snap.callee)
-    if leaf in _RESETS:
-        return True
+    on an object, or read after ``line``. A local reading used only before
+    (a skip check) is not."""
     names = _measured_names(snap)
     if any(n.startswith(("self.", "cls.", "this->")) for n in names):
         return True
@@ -101,8 +100,8 @@ def check(ctx: RuleContext) -> Iterator[Finding]:
             continue
         calls = sorted(func.calls, key=lambda c: (c.span.line, c.span.col))
         for i, snap in enumerate(calls):
-            if not is_measurement(snap.callee):
-                continue
+            if not is_measurement(snap.callee) or last_name(snap.callee) in _RESETS:
+                continue  # a reset keeps no value; a later peak reading sees the constructions
             if snap.target and any(is_measurement(c.callee) and c.target == snap.target for c in calls[i + 1:]):
                 continue  # measured again into the same place: that later baseline sees the constructions
             hidden: list[tuple[Call, Reach]] = []

@@ -92,7 +92,7 @@ class CppExtractor:
             path=self.path,
             language=self.lang,
             digest="",
-            sites=tuple(cpp_sites.mark_exports(self, sites, calls)),
+            sites=tuple(cpp_sites.mark_static(cpp_sites.mark_exports(self, sites, calls), assigns)),
             scopes=tuple(self._scope_facts()),
             calls=CallTable.of(calls),
             assigns=tuple(assigns),

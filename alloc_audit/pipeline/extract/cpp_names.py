@@ -54,7 +54,10 @@ def function_declarator(node: Any | None) -> Any | None:
             return None
         if node.type == "function_declarator":
             return node
-        node = node.child_by_field_name("declarator")
+        inner = node.child_by_field_name("declarator")
+        if inner is None and node.type == "reference_declarator" and node.named_child_count:
+            inner = node.named_children[-1]  # `T& f(...)`: the grammar gives it no field name
+        node = inner
     return None
 
 

@@ -5,13 +5,14 @@ sites. Part of the C++ extractor (``cpp.py``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import TYPE_CHECKING, Any
 
 from ...catalog import ApiSpec
 from ...model import Arg, Assign, Call, Site, SiteKind
 from . import common
-from .common import Source
+from .common import Source, zero_elements
 from .cpp_names import MAKERS, PRIMITIVE_LIKE, declared_name, strip_templates, unwrap_type
 
 if TYPE_CHECKING:
@@ -232,6 +233,8 @@ def declarations(ext: CppExtractor, nodes: list[Any], calls: list[Call], sites: 
             targets = tuple(n.strip() for n in name.split(",")) if declarator.type == "structured_binding_declarator" \
                 else (name,)
             declared = unwrap_type(type_text)
+            if _is_reference(declarator):
+                declared += "&"  # a reference aliases what it is bound to (a member's element...)
             assigns.append(Assign(scope, line, targets, value, "=", f"static {declared}" if static else declared))
             constructs = args is not None or (value == "" and declarator.type in ("identifier",))
             if class_like and constructs and type_node.type != "primitive_type":
@@ -258,6 +261,8 @@ def add_site(ext: CppExtractor, sites: list[Site], node: Any, spec: ApiSpec, sco
     elif spec.device == "cuda":
         device = "cuda"
     size_parts = tuple(args[i].text for i in spec.size if i < len(args))
+    if zero_elements(spec.api, size_parts):
+        return  # `at::empty({0}, ...)`: no elements, no memory
     if spec.target.startswith("arg:"):
         index = int(spec.target[4:])
         if index < len(args):
@@ -284,3 +289,24 @@ def mark_exports(ext: CppExtractor, sites: list[Site], calls: list[Call]) -> lis
                 {strip_this(w) for w in re.findall(r"[A-Za-z_][\w.>-]*", call.arglist)}
             )
     return common.mark_exported(sites, exported, lambda target: target.lstrip("*"))
+
+
+def _is_reference(declarator: Any) -> bool:
+    """Whether a declarator declares a reference (`T& x = ...`, `T*& p = ...`)."""
+    node = declarator.child_by_field_name("declarator") if declarator.type == "init_declarator" else declarator
+    while node is not None:
+        if node.type == "reference_declarator":
+            return True
+        if node.type != "pointer_declarator":
+            return False
+        node = node.child_by_field_name("declarator")
+    return False
+
+
+def mark_static(sites: list[Site], assigns: list[Assign]) -> list[Site]:
+    """A site whose memory goes to a function-local `static` is made once per
+    process, however often the function runs (``Site.kept`` = ``static``)."""
+    statics = {(a.scope, t) for a in assigns if a.type and a.type.startswith("static ") for t in a.targets}
+    if not statics:
+        return sites
+    return [dataclasses.replace(s, kept="static") if s.target and (s.scope, s.target) in statics else s for s in sites]

@@ -23,7 +23,7 @@ from ...model import (
     Scope,
 )
 from ..parse import language
-from . import common, python_sites, python_statements
+from . import common, python_kept, python_sites, python_statements
 from .common import Containers, Source
 
 _QUERY_TEXT = """
@@ -80,7 +80,10 @@ class PythonExtractor:
         self.module = module_name(path)
         self.aliases: dict[str, str] = {}
         self.up = common.Ancestry(tree.root_node)
+        self.kept_memo = python_kept.SourceIndex()
         self.at = common.SiteAt(path, Language.PYTHON, _STATEMENT_PARENTS, tree.root_node.has_error, self.up.parent)
+        # (scope, name) of locals holding only a literal "cpu" device (python_statements.host_locals)
+        self.host_locals: frozenset[tuple[str, str]] = frozenset()
 
     # ------------------------------------------------------------ entry point
     def run(self) -> FileFacts:
@@ -91,7 +94,14 @@ class PythonExtractor:
         self._yields(get("yield", []))
         self.rhs_targets: dict[int, str] = {}
         assigns = python_statements.assigns(self, get("assign", []), get("augassign", []), get("del", []))
+        self.host_locals = python_statements.host_locals(assigns, set(self.rhs_targets.values()))
         calls, sites = python_sites.calls(self, get("call", []), get("with", []))
+        returns = python_statements.returns(self, get("return", []))
+        sites = python_kept.mark_kept(self, sites, assigns, returns, calls)
+        # factories without a device: host tensors, unless a default-device
+        # context is in force where they run (decided by stage default_device)
+        defaults = [s for s in sites if s.device == python_sites.DEFAULT_DEVICE]
+        sites = [s for s in sites if s.device != python_sites.DEFAULT_DEVICE]
         comments = common.comment_nodes(self.tree.root_node, self.src.data)
         facts = FileFacts(
             path=self.path,
@@ -103,9 +113,11 @@ class PythonExtractor:
             scopes=tuple(self._scope_facts()),
             calls=calls,
             assigns=tuple(assigns),
-            returns=tuple(python_statements.returns(self, get("return", []))),
+            returns=tuple(returns),
             blocks=tuple(python_statements.blocks(self, caps)),
             withs=tuple(python_statements.withs(self, get("with", []))),
+            default_sites=tuple(sorted(python_sites.mark_handed(self, defaults, calls),
+                                       key=lambda s: (s.span.line, s.span.col))),
             imports=tuple(imports),
             annotations=tuple(common.annotation_comments(self.src, comments, b"#")),
             lines_of_code=self.src.data.count(b"\n") + (0 if self.src.data.endswith(b"\n") or not self.src.data else 1),
@@ -231,6 +243,7 @@ class PythonExtractor:
         for i, (node, kind) in enumerate(self.scope_nodes):
             params: list[str] = []
             types: list[str] = []
+            defaults: list[str] = []
             decorators: list[str] = []
             bases: list[str] = []
             doc = ""
@@ -242,6 +255,8 @@ class PythonExtractor:
                     if name:
                         params.append(name)
                         types.append(type_text)
+                        value = p.child_by_field_name("value") if p.type.endswith("default_parameter") else None
+                        defaults.append(self.src.text(value) if value is not None else "")
                 if kind == "function":
                     rt = node.child_by_field_name("return_type")
                     returns_type = self.src.text(rt) if rt is not None else None
@@ -270,6 +285,7 @@ class PythonExtractor:
                     owner=self._owner(i),
                     params=tuple(params),
                     param_types=tuple(types),
+                    param_defaults=tuple(defaults) if any(defaults) else (),
                     decorators=tuple(decorators),
                     bases=tuple(bases),
                     yields=tuple(self.yield_lines.get(i, ())),
@@ -307,6 +323,13 @@ class PythonExtractor:
             if obj is not None and obj.type in ("identifier", "attribute") :
                 return f"{self.src.text(obj, 80)}.{leaf}", None, leaf
             return f"(...).{leaf}", None, leaf
+        if fn.type == "subscript":
+            # a ctypes function table: `self.funcs["cudaMalloc"](...)` calls
+            # the function the string names
+            key = fn.child_by_field_name("subscript")
+            literal = python_sites.STRING_LITERAL.match(self.src.raw(key, 80)) if key is not None else None
+            if literal is not None and literal.group(2).isidentifier():
+                return self.src.text(fn, 80), None, literal.group(2)
         return self.src.text(fn, 80), None, ""
 
     # ------------------------------------------------------------ other facts

@@ -15,7 +15,7 @@ from ...arglists import split_args, split_top_level
 from ...catalog import ApiSpec
 from ...model import Arg, CallTable, Site, SiteKind
 from . import common
-from .common import Source
+from .common import Source, zero_elements
 
 if TYPE_CHECKING:
     from .python import PythonExtractor
@@ -23,6 +23,30 @@ if TYPE_CHECKING:
 ARGLIST_CAP = 400
 _STRING_LITERAL = re.compile(r"""^[rbuRBU]{0,2}(['"])(.*)\1$""", re.S)
 _FSTRING = re.compile(r"""^[fF][rR]?(['"])(.*)\1$""", re.S)
+STRING_LITERAL = _STRING_LITERAL
+DEFAULT_DEVICE = "default"  # no device given: the default device where the call runs
+_DICT_DEVICE = re.compile(r"""(?:\bdevice\s*=|["']device["']\s*:)\s*([^,)}\n]+)""")
+# `.to(x)` copies to a device when x names one: `device`, `self.device`,
+# `target_dev`, `x.device`, `torch.device(...)` (never a dtype or a tensor)
+_DEVICE_NAME = re.compile(r"(?:^|[._])(?:[a-z_]*_)?(?:device|dev)s?(?:\[[^\]]*\])?(?:\(\))?$|^torch\.device\(")
+_REGISTRATION = re.compile(r"(?:Parameter|register_buffer|register_parameter)$")
+
+
+def _copy_device(candidates: list[str]) -> str | None:
+    """The device a `.to(...)` copy goes to: ``cuda`` for a literal CUDA
+    device, ``unknown`` for a device held in a variable, attribute or
+    parameter, None when it is not a device copy (a dtype, the CPU, a
+    tensor)."""
+    found = None
+    for text in candidates:
+        if not text:
+            continue
+        device = classify_device(text)
+        if device == "cuda":
+            return "cuda"
+        if device == "unknown" and _DEVICE_NAME.search(text.strip()) and "cpu" not in text:
+            found = "unknown"
+    return found
 
 
 def classify_device(arg: str) -> str:
@@ -120,7 +144,6 @@ def calls(ext: PythonExtractor, call_nodes: list[Any], with_nodes: list[Any]) ->
     sites: list[Site] = []
     apis = ext.apis
     names, leaves, methods = apis.py_names, apis.py_leaf, apis.py_methods
-    device_ranges = default_device_ranges(ext, with_nodes)
     src = ext.src
     data = src.data
     innermost = ext.containers.innermost
@@ -174,30 +197,16 @@ def calls(ext: PythonExtractor, call_nodes: list[Any], with_nodes: list[Any]) ->
         args = call_args(src, args_node) if args_node.type == "argument_list" else ()
         if target is None:
             target = _target_of(node, src, ext.up.parent)  # a method chain on the allocation
-        site = make_site(ext, node, spec, scope, span_of(node), args, target, device_ranges)
+        site = make_site(ext, node, spec, scope, span_of(node), args, target)
         if site is not None:
             sites.append(site)
     return CallTable(tuple(scopes), tuple(callees), tuple(arglists), tuple(targets), tuple(positions)), sites
 
 
-def default_device_ranges(ext: PythonExtractor, with_nodes: list[Any]) -> list[tuple[int, int, str]]:
-    """Bodies of `with torch.device("cuda"):` and the device they set."""
-    out = []
-    contexts = ext.apis.py_device_contexts
-    for node in with_nodes:
-        for callee, args, _alias in ext.with_items(node):
-            positional = [a.text for a in args if a.keyword is None]
-            if callee in contexts and positional:
-                body = node.child_by_field_name("body")
-                if body is not None:
-                    out.append((body.start_byte, body.end_byte, classify_device(positional[0])))
-    return out
-
-
 def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: Any, args: tuple[Arg, ...],
-          target: str | None, device_ranges: list[tuple[int, int, str]]) -> Site | None:
+              target: str | None) -> Site | None:
     kwargs = {a.keyword: ext.resolve_text(a.text) for a in args if a.keyword}
-    positional = [ext.resolve_text(a.text) for a in args if a.keyword is None]
+    positional = [ext.resolve_text(a.text) for a in args if a.keyword is None and not a.text.startswith("**")]
     kind = spec.kind
     device: str | None = None
     mode = spec.device
@@ -208,25 +217,34 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
             kind = SiteKind.PINNED_HOST
             device = "cpu" if pin.strip() == "True" else "cpu (pinned if " + pin.strip() + ")"
         elif dev_text is None:
-            ctx = [d for s, e, d in device_ranges if s <= node.start_byte < e]
-            if ctx:
-                device = ctx[-1]
+            spread = [a.text[2:].strip() for a in args if a.keyword is None and a.text.startswith("**")]
+            if spread:
+                # `torch.empty(n, **factory_kwargs)`: the device the dict holds
+                device = _spread_device(ext, spread[-1], node.start_byte)
             else:
-                device = None if mode == "keyword" else "unknown"
+                device = DEFAULT_DEVICE if mode == "keyword" else "unknown"
             if device in (None, "cpu", "meta"):
                 return None
         else:
             device = classify_device(dev_text)
-            if device in ("cpu", "meta"):
+            if device in ("cpu", "meta") or (scope, dev_text.strip()) in ext.host_locals:
+                return None
+            if under_cpu_branch(ext.src, node, dev_text.strip()):
                 return None
     elif mode == "to-args":
-        candidates = [*positional[:1], kwargs.get("device", "")]
-        if not any(classify_device(c) == "cuda" for c in candidates if c):
+        fn = node.children[0]
+        receiver = fn.child_by_field_name("object") if fn.type == "attribute" else None
+        own = f"{ext.src.text(receiver, 80)}.device" if receiver is not None else ""
+        # `x.to(x.device)` stays where it is: no copy
+        wanted = [c for c in (*positional[:1], kwargs.get("device", "")) if c != own]
+        device = _copy_device(wanted)
+        if device is None or (wanted and under_cpu_branch(ext.src, node, wanted[0].strip())):
             return None
-        device = "cuda"
     elif mode == "cuda":
         device = "cuda"
     shape, size = _shape(spec.shape, positional, kwargs)
+    if zero_elements(spec.api, shape):
+        return None  # `torch.empty(0)`, `torch.empty(0).set_(storage)`: holds no memory
     if spec.target.startswith("arg:"):
         index = int(spec.target[4:])
         if len(positional) > max(index, 1):
@@ -239,10 +257,82 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
                         dtype=kwargs.get("dtype"))
 
 
+def _cpu_test(name: str) -> re.Pattern[str]:
+    dev = re.escape(name)
+    return re.compile(rf"""(?<![\w.]){dev}(?:\.type)?\s*==\s*(?:torch\.device\(\s*)?["']cpu["']""")
+
+
+def under_cpu_branch(src: Source, node: Any, device: str) -> bool:
+    """Whether ``node`` sits in the body of an ``if``/``elif`` whose test
+    says ``device`` is the CPU (``if device.type == "cpu":``, ``elif SYSTEM
+    == "ipex" and device == torch.device("cpu"):``): a host tensor. The test
+    must hold as a whole: a test with ``or`` or ``not`` proves nothing."""
+    if not device.isidentifier() and not re.fullmatch(r"[\w.]+", device):
+        return False
+    pattern = _cpu_test(device)
+    child = node
+    parent = node.parent
+    while parent is not None and parent.type not in ("function_definition", "class_definition", "module"):
+        if parent.type in ("if_statement", "elif_clause"):
+            body = parent.child_by_field_name("consequence")
+            test = parent.child_by_field_name("condition")
+            if (body is not None and test is not None and body.start_byte <= child.start_byte
+                    and child.end_byte <= body.end_byte):
+                text = src.text(test, 400)
+                if pattern.search(text) and not re.search(r"\b(?:or|not)\b", text):
+                    return True
+        child = parent
+        parent = parent.parent
+    return False
+
+
+def _spread_device(ext: PythonExtractor, name: str, before: int) -> str | None:
+    """The device a `**name` spread carries: from the last
+    `name = dict(device=...)` / `name = {"device": ...}` above the call;
+    a dict without a device adds none (None: a host tensor); a name bound
+    nowhere in the file (a `**kwargs` parameter) may carry one (unknown)."""
+    if not name.isidentifier():
+        return "unknown"
+    data = ext.src.data
+    found = None
+    for m in re.finditer(rb"\b" + name.encode() + rb"\s*(?::[^=\n]*)?=\s*(dict\(|\{)", data[:before]):
+        found = m
+    if found is None:
+        return "unknown"
+    body = data[found.end():found.end() + 400].decode("utf-8", "replace")
+    dev = _DICT_DEVICE.search(body)
+    if dev is None:
+        return None
+    return classify_device(ext.resolve_text(dev.group(1)))
+
+
 def wrapper(ext: PythonExtractor, node: Any) -> str | None:
     """The callee the allocation is passed to as an argument, if any."""
-    fn = common.wrapping_call(node, "call", "keyword_argument", parent_of=ext.up.parent)
-    return ext.callee_of(fn)[0] if fn is not None else None
+    up = ext.up.parent
+    fn = common.wrapping_call(node, "call", "keyword_argument", parent_of=up)
+    if fn is not None:
+        return ext.callee_of(fn)[0]
+    # through the expression that makes the registered tensor:
+    # `nn.Parameter(scale * torch.ones(n))`,
+    # `self.register_buffer("ids", torch.arange(n).expand((1, -1)))`
+    inner = node
+    for _ in range(6):
+        parent = up(inner)
+        if parent is None:
+            return None
+        if parent.type in ("binary_operator", "parenthesized_expression", "unary_operator"):
+            inner = parent
+        elif parent.type == "attribute" and (call := up(parent)) is not None and call.type == "call":
+            inner = call  # a method chain on it
+        else:
+            break
+    if inner is node:
+        return None
+    fn = common.wrapping_call(inner, "call", "keyword_argument", parent_of=up)
+    if fn is None:
+        return None
+    callee = ext.callee_of(fn)[0]
+    return callee if _REGISTRATION.search(callee) else None
 
 
 def mark_handed(ext: PythonExtractor, sites: list[Site], calls: CallTable) -> list[Site]:

@@ -20,11 +20,29 @@ def assigns(ext: PythonExtractor, assigns: list[Any], augs: list[Any], dels: lis
     call's target instead (asking a node for its parent walks the tree)."""
     out: list[Assign] = []
     rhs = ext.rhs_targets
+    chained: set[int] = set()  # inner links of `a = b = value`, handled with the outermost
     for node in assigns:
+        if node.start_byte in chained:
+            continue
         left = node.child_by_field_name("left")
         right = node.child_by_field_name("right")
         type_node = node.child_by_field_name("type")
         if left is None:
+            continue
+        lefts = [left]
+        while right is not None and right.type == "assignment" and right.child_by_field_name("left") is not None:
+            # `self.init_snapshot = snapshot = MemorySnapshot(...)`: every target is a target
+            chained.add(right.start_byte)
+            lefts.append(right.child_by_field_name("left"))
+            right = right.child_by_field_name("right")
+        if len(lefts) > 1:
+            names = [ext.src.text(n) for n in lefts]
+            kept = next((n for n in names if n.startswith(("self.", "cls."))), names[-1])
+            if right is not None and right.type == "call":
+                rhs[right.start_byte] = kept  # recorded as the call's target, like `x = call()`
+                continue
+            out.append(Assign(scope=ext.scope_name(ext.scope_of(node)), line=node.start_point[0] + 1,
+                              targets=tuple(names), value=ext.src.text(right) if right is not None else ""))
             continue
         if right is not None and right.type == "call":
             rhs[right.start_byte] = ext.src.text(left)
@@ -119,3 +137,17 @@ def withs(ext: PythonExtractor, nodes: list[Any]) -> list[With]:
         items = tuple(WithItem(callee, args, alias) for callee, args, alias in ext.with_items(node))
         out.append(With(ext.scope_name(ext.scope_of(node)), ext.src.span(node), ext.src.span(body), items))
     return out
+
+
+def host_locals(assigns: list[Assign], call_targets: set[str]) -> frozenset[tuple[str, str]]:
+    """(scope, name) of locals only ever assigned a literal "cpu"/"meta"
+    device string (`dev = "cpu"`): a tensor made with `device=dev` is host
+    memory. A name also bound from a call anywhere in the file is not."""
+    from .python_sites import classify_device
+
+    values: dict[tuple[str, str], set[str]] = {}
+    for a in assigns:
+        for target in a.targets:
+            values.setdefault((a.scope, target), set()).add(
+                classify_device(a.value) if len(a.targets) == 1 and a.op == "=" else "unknown")
+    return frozenset(k for k, v in values.items() if k[1] not in call_targets and v and v <= {"cpu", "meta"})

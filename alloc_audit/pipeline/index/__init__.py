@@ -25,6 +25,7 @@ from .factories import Factories, Factory
 from .python import PythonResolution
 from .symbols import ClassInfo, Func, Hop, Reach, Symbols, last_name, split_callee
 from .types import Types
+from .values import Env, Value, bind_edge, module_constants
 
 __all__ = ["ClassInfo", "Factory", "Func", "Hop", "ProjectIndex", "Reach", "build_index", "last_name",
            "split_callee"]
@@ -41,16 +42,40 @@ class ProjectIndex:
         self._calls = CallGraph(self._symbols, self.resolve)
         self._factories = Factories(self._symbols, self._calls, self.resolve, self.constructed_class)
         self._resolved: dict[tuple[str, str], tuple[Func, ...]] = {}
+        self._constants: dict[str, dict[str, Value]] = {}
         self.add(files)
 
     def add(self, files: Mapping[str, FileFacts]) -> None:
         """Add files (the on-demand expansion adds them round by round)."""
         self._resolved = {}
+        self._constants = {}
         for part in (self._types, self._python, self._calls, self._factories):
             part.reset()
         self._symbols.add(files)
 
+    def add_sites(self, sites: Iterable[Site]) -> None:
+        """Add sites found after indexing (stage default_device)."""
+        self._resolved = {}
+        for part in (self._types, self._python, self._calls, self._factories):
+            part.reset()
+        self._symbols.add_sites(sites)
+
     # ------------------------------------------------------------ symbols
+    @property
+    def files(self) -> Mapping[str, FileFacts]:
+        """Every indexed file's facts, by path."""
+        return self._symbols.files
+
+    def functions(self) -> Iterator[Func]:
+        return self._symbols.functions()
+
+    def classes_named(self, name: str) -> list[ClassInfo]:
+        """The classes whose last name is ``name``."""
+        return self._symbols.classes_by_name.get(name, [])
+
+    def constructors(self, cls: ClassInfo) -> list[Func]:
+        return self._symbols.constructors(cls)
+
     @property
     def funcs(self) -> Mapping[str, Func]:
         """Every function by id (``path::qualname``), module levels included."""
@@ -58,6 +83,10 @@ class ProjectIndex:
 
     def func(self, path: str, scope: str) -> Func | None:
         return self._symbols.func(path, scope)
+
+    def functions_in(self, path: str) -> Iterable[Func]:
+        """The functions of one file, its module level included."""
+        return self._symbols.by_path.get(path, {}).values()
 
     def method_lookup(self, cls: ClassInfo, name: str) -> list[Func]:
         """A method of ``cls`` or of its nearest base that defines it."""
@@ -99,6 +128,20 @@ class ProjectIndex:
         return self._cpp.missing_names(func, callee)
 
     # ------------------------------------------------------------ call graph
+    # ------------------------------------------------------------ values
+    def module_constants(self, path: str) -> Mapping[str, Value]:
+        """Literal constants a Python module assigns once (``USE_SPLIT = False``)."""
+        found = self._constants.get(path)
+        if found is None:
+            found = self._constants[path] = module_constants(self._symbols, path)
+        return found
+
+    def edge_values(self, caller: Func, call: Call, target: Func, known: Env) -> dict[str, Value]:
+        """What ``call`` in ``caller`` passes for each parameter of ``target``
+        that it determines (a literal, None, not None, a forwarded parameter
+        whose value ``known`` holds); parameters it leaves unknown are absent."""
+        return bind_edge(caller, call, target, known, self.module_constants(caller.path))
+
     def callers_matching(self, predicate: Callable[[str], bool]) -> frozenset[str]:
         return self._calls.callers_matching(predicate)
 

@@ -5,6 +5,7 @@ caller's scope (api = the factory, via = the underlying allocation)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,8 +37,11 @@ class Factories:
             return self._class_alloc[key]
         self._class_alloc[key] = None  # cycle guard
         found: Reach | None = None
+        # weights are counted where they are allocated; temporaries (a
+        # helper's per-call buffers, a buffer the constructor drops) die
+        # before the construction returns: neither makes it a buffer factory
         reached = [r for ctor in self._symbols.constructors(cls) for r in self._calls.reach(ctor, depth)
-                   if not _weight(r.site)]
+                   if not _weight(r.site) and not (r.site.tier is Tier.T4 and (r.hops or r.site.kept == "local"))]
         if reached:
             found = min(reached, key=_significance)
         self._class_alloc[key] = found
@@ -60,10 +64,13 @@ class Factories:
             return None
         returned_lines = {r.line for r in func.returns}
         returned_names = {r.value for r in func.returns if r.value}
+        # handed back inside another object: `return SharedBuffer(ptr, handle)`, `return cls(owner)`
+        wrapped = {n for r in func.returns for n in _wrapped_names(r.value)}
         for site in func.sites:
             if not site.acquires or _weight(site):
                 continue
-            if site.stmt_line in returned_lines or (site.target and site.target in returned_names):
+            if site.stmt_line in returned_lines or (site.target and (site.target in returned_names
+                                                                     or site.target in wrapped)):
                 return Reach(site, ())
             if site.target and site.target.startswith("*") and \
                     site.target[1:] in {p.lstrip("*&") for p in scope.params}:
@@ -71,8 +78,10 @@ class Factories:
         if depth <= 0:
             return None
         for ret in func.returns:
+            inside = _wrapped_names(ret.value)
             for call in func.calls:
-                if call.span.line != ret.line and not (call.target and call.target == ret.value):
+                if call.span.line != ret.line and not (call.target and (call.target == ret.value
+                                                                        or call.target in inside)):
                     continue
                 for target in self._resolve(func, call):
                     inner = self.factory_allocation(target, depth - 1)
@@ -230,16 +239,31 @@ _KIND_RANK = {SiteKind.DEVICE: 0, SiteKind.IPC: 1, SiteKind.MANAGED: 2, SiteKind
               SiteKind.WORKSPACE: 4, SiteKind.GRAPH_POOL: 5, SiteKind.PINNED_HOST: 6, SiteKind.RELEASE: 9}
 
 
-def _significance(reach: Reach) -> tuple[int, int, str, int]:
+def _significance(reach: Reach) -> tuple[int, bool, int, str, int]:
     """Which of a construction's allocations stands for it: device memory
-    before host memory, then the nearest, then the first in the source."""
-    return (_KIND_RANK[reach.site.kind], len(reach.hops), reach.site.path, reach.site.span.line)
+    before host memory, persistent before per-call (the real cost of the
+    construction), then the nearest, then the first in the source."""
+    transient = reach.site.tier is Tier.T4
+    return (_KIND_RANK[reach.site.kind], transient, len(reach.hops), reach.site.path, reach.site.span.line)
 
 
 def _weight(site: Site) -> bool:
     """Model weights (T1) are counted where they are allocated; constructing a
     layer that owns weights is not a derived site."""
     return site.tier is Tier.T1
+
+
+_WRAPPING_CALL = re.compile(r"^[A-Za-z_][\w.]*\s*\((.*)\)$", re.S)
+
+
+def _wrapped_names(value: str) -> frozenset[str]:
+    """Plain names passed to the call a return statement returns
+    (``SharedBuffer(ptr, handle)`` -> ptr, handle): an allocation handed back
+    inside the object it constructs."""
+    m = _WRAPPING_CALL.match(value.strip())
+    if m is None or "=" in value.split("(", 1)[0]:
+        return frozenset()
+    return frozenset(a.text.strip() for a in split_args(m.group(1)) if a.text.strip().isidentifier())
 
 
 def _kept(func: Func, call: Call) -> bool:

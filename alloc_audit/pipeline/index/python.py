@@ -67,7 +67,7 @@ class PythonResolution:
             symbol = symbols.module_symbols.get(func.path, {}).get(parts[0])
             if isinstance(symbol, ClassInfo):
                 return symbols.method_lookup(symbol, parts[1])
-        symbol = symbols.resolve_symbol(callee)
+        symbol = symbols.resolve_symbol(callee, near=func.path)
         if isinstance(symbol, Func):
             return [symbol]
         if isinstance(symbol, ClassInfo):
@@ -80,7 +80,7 @@ class PythonResolution:
         if "." not in callee:
             symbol = self._symbols.module_symbols.get(func.path, {}).get(callee)
             return symbol if isinstance(symbol, ClassInfo) else None
-        symbol = self._symbols.resolve_symbol(callee)
+        symbol = self._symbols.resolve_symbol(callee, near=func.path)
         return symbol if isinstance(symbol, ClassInfo) else None
 
     def missing_modules(self, func: Func, callee: str) -> set[str]:
@@ -122,16 +122,16 @@ class PythonResolution:
             return module_of(callee)
         # callee names are alias-resolved, so a dotted callee names a module
         # only when its head is a package this file imports from
-        return dotted_modules(callee) | self._reexported_from(callee) if parts[0] in roots else set()
+        return dotted_modules(callee) | self._reexported_from(callee, near=func.path) if parts[0] in roots else set()
 
-    def _reexported_from(self, dotted: str, depth: int = 0) -> set[str]:
+    def _reexported_from(self, dotted: str, depth: int = 0, near: str = "") -> set[str]:
         """Modules a dotted name reaches through re-exports in modules
         already analysed (`pkg/__init__.py`: `from .impl import run`), as
         ``resolve_symbol`` would follow them once they are analysed too."""
         symbols = self._symbols
         parts = dotted.split(".")
         for i in range(len(parts) - 1, 0, -1):
-            path = symbols.module_path(".".join(parts[:i]))
+            path = symbols.module_path(".".join(parts[:i]), near)
             if path is None:
                 continue
             if parts[i] in symbols.module_symbols.get(path, {}) or depth > 4:
@@ -140,7 +140,7 @@ class PythonResolution:
             if target is None or target == dotted:
                 return set()
             full = ".".join([target, *parts[i + 1:]])
-            return dotted_modules(full) | self._reexported_from(full, depth + 1)
+            return dotted_modules(full) | self._reexported_from(full, depth + 1, path)
         return set()
 
 

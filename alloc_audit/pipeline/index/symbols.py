@@ -6,7 +6,8 @@ the bases, the constructors of a class, a Python dotted name)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ...model import Assign, Block, Call, CallTable, FileFacts, Language, Return, Scope, Site, Span, With
@@ -244,6 +245,20 @@ class Symbols:
             for w in facts.withs:
                 self._func_for(table, path, w.scope, facts).withs.append(w)
 
+    def add_sites(self, sites: Iterable[Site]) -> None:
+        """Add sites found after the files were indexed (allocations without a
+        device found to run under a default-device context); their files'
+        facts are updated to match."""
+        added: dict[str, list[Site]] = {}
+        for site in sites:
+            facts = self.files[site.path]
+            self._func_for(self.by_path[site.path], site.path, site.scope, facts).sites.append(site)
+            added.setdefault(site.path, []).append(site)
+        for path, extra in added.items():
+            facts = self.files[path]
+            merged = sorted((*facts.sites, *extra), key=lambda s: (s.span.line, s.span.col))
+            self.files[path] = dataclasses.replace(facts, sites=tuple(merged))
+
     def _func_for(self, table: dict[str, Func], path: str, scope: str, facts: FileFacts) -> Func:
         found = table.get(scope)
         if found is None:  # a C++ namespace-level scope, or a class body
@@ -305,22 +320,34 @@ class Symbols:
     def func(self, path: str, scope: str) -> Func | None:
         return self.by_path.get(path, {}).get(scope)
 
-    def module_path(self, module: str) -> str | None:
+    def module_path(self, module: str, near: str = "") -> str | None:
+        """The file of a dotted module. When several copies of a package
+        match (a tree that vendors `server/pkg` and `backends/x/server/pkg`),
+        the one that shares the most leading directories with ``near`` (the
+        importing file) is meant; a tie is ambiguous."""
         found = self.modules.get(module)
         if found is not None:
             return found
         leaf = module.rsplit(".", 1)[-1]
         candidates = [m for m in self.modules_by_leaf.get(leaf, ()) if m.endswith("." + module)]
-        return self.modules[candidates[0]] if len(candidates) == 1 else None
+        if len(candidates) == 1:
+            return self.modules[candidates[0]]
+        if not candidates or not near:
+            return None
+        shared = [(_shared_dirs(self.modules[m], near), m) for m in candidates]
+        best = max(n for n, _m in shared)
+        winners = [m for n, m in shared if n == best]
+        return self.modules[winners[0]] if len(winners) == 1 and best > 0 else None
 
-    def resolve_symbol(self, dotted: str, depth: int = 0) -> Func | ClassInfo | None:
+    def resolve_symbol(self, dotted: str, depth: int = 0, near: str = "") -> Func | ClassInfo | None:
         """A Python dotted name -> a project function or class, following
-        re-exports (`from .x import y` in a package `__init__`)."""
+        re-exports (`from .x import y` in a package `__init__`); ``near``:
+        the file that names it (see ``module_path``)."""
         if depth > 4:
             return None
         parts = dotted.split(".")
         for i in range(len(parts) - 1, 0, -1):
-            path = self.module_path(".".join(parts[:i]))
+            path = self.module_path(".".join(parts[:i]), near)
             if path is None:
                 continue
             rest = parts[i:]
@@ -328,8 +355,8 @@ class Symbols:
             if symbol is None:
                 target = self.module_imports.get(path, {}).get(rest[0])
                 if target is not None and target != dotted:
-                    symbol = self.resolve_symbol(".".join([target, *rest[1:]]), depth + 1) if len(rest) > 1 \
-                        else self.resolve_symbol(target, depth + 1)
+                    symbol = self.resolve_symbol(".".join([target, *rest[1:]]), depth + 1, path) if len(rest) > 1 \
+                        else self.resolve_symbol(target, depth + 1, path)
                     return symbol
                 return None
             if len(rest) == 1:
@@ -390,3 +417,13 @@ class Symbols:
                 out += self.method_lookup(cls, name)
             return out
         return list(cls.methods.get(cls.name, ()))
+
+
+def _shared_dirs(a: str, b: str) -> int:
+    """How many leading directories two relative paths share."""
+    n = 0
+    for x, y in zip(a.split("/")[:-1], b.split("/")[:-1]):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ...globs import matcher
-from ...model import Call, Span, With
+from ...model import Call, Language, Span, With
 from ...pipeline.index import Func, ProjectIndex
 
 
@@ -42,9 +42,15 @@ def capture_regions(index: ProjectIndex, contexts: tuple[str, ...], begin: tuple
     is_captured = matcher(captured)
     regions: list[CaptureRegion] = []
     beginning = index.callers_matching(is_begin)
+    memo: dict[str, bool] = {}
     for func in index.funcs.values():
-        for w, name in with_items(func, is_context):
-            regions.append(CaptureRegion(func, w.span, w.body, name))
+        for w in func.withs:
+            for item in w.items:
+                named = is_context(item.callee)
+                # a project context manager is read, not guessed from its name
+                begins = _project_context_begins(index, func, item.callee, is_context, is_begin, memo)
+                if begins is True or (named and begins is None):
+                    regions.append(CaptureRegion(func, w.span, w.body, item.callee))
         if func.id in beginning:
             calls = sorted(func.calls, key=lambda c: (c.span.line, c.span.col))
             for i, call in enumerate(calls):
@@ -65,6 +71,38 @@ def capture_regions(index: ProjectIndex, contexts: tuple[str, ...], begin: tuple
             regions.append(CaptureRegion(func, scope.span, scope.span, "captured by configuration"))
     regions.sort(key=lambda r: (r.func.path, r.start.line, r.start.col))
     return regions
+
+
+def _project_context_begins(index: ProjectIndex, func: Func, callee: str, is_context: Callable[[str], bool],
+                            is_begin: Callable[[str], bool], memo: dict[str, bool]) -> bool | None:
+    """Whether the project context manager a ``with`` item calls begins a
+    capture (a `@contextmanager` generator whose body enters a capture
+    context or calls a begin-capture); None when the item is not a project
+    context manager (a library's, or one that cannot be resolved)."""
+    if func.language is not Language.PYTHON or callee.startswith("torch."):
+        return None
+    targets = [t for t in index.resolve(func, callee) if t.scope is not None and t.scope.yields]
+    if not targets:
+        return None
+    return any(_begins_capture(index, t, is_context, is_begin, memo, 2) for t in targets)
+
+
+def _begins_capture(index: ProjectIndex, func: Func, is_context: Callable[[str], bool],
+                    is_begin: Callable[[str], bool], memo: dict[str, bool], depth: int) -> bool:
+    found = memo.get(func.id)
+    if found is not None:
+        return found
+    memo[func.id] = False  # cycle guard
+    found = any(is_begin(c) for c in func.callees)
+    if not found:
+        for w in func.withs:
+            for item in w.items:
+                inner = _project_context_begins(index, func, item.callee, is_context, is_begin, memo) \
+                    if depth > 0 else None
+                if inner is True or (inner is None and is_context(item.callee)):
+                    found = True
+    memo[func.id] = found
+    return found
 
 
 def dotted_id(func: Func) -> str:

@@ -1,0 +1,241 @@
+"""Stage 3, extract (Python): where each allocation's memory goes.
+
+``Site.kept`` is read from the allocation's scope: an attribute or a
+container of an object (`self.x = buf`, `self.slots[i] = buf`,
+`self.pool.append(buf)`, followed through one local and views of it), the
+return value, a call it is handed to (a closure counts), nowhere (``local``:
+a temporary that dies with the call), or "" when it cannot be told (another
+name may hold it; a use the capped facts do not show in full). Classify
+reads it: name patterns speak for what a function keeps, not for its
+temporaries (rules/tiers.toml). Pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import TYPE_CHECKING
+
+from ...arglists import split_args
+from ...model import Assign, CallTable, Return, Site
+
+if TYPE_CHECKING:
+    from .python import PythonExtractor
+
+_LOCAL = re.compile(r"[A-Za-z_]\w*")
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+# tensor methods that read it or compute a new tensor (not a view of it)
+_READS = frozenset({"sum", "item", "all", "any", "tolist", "numel", "size", "dim", "max", "min", "mean", "norm",
+                    "cpu", "clone", "float", "half", "int", "long", "bool", "argmax", "argmin", "abs", "nonzero",
+                    "cumsum", "prod", "std", "var", "eq", "ne", "lt", "gt", "le", "ge", "isnan", "count_nonzero"})
+# builtins that read a tensor and keep nothing of it
+_READS_ONLY = frozenset({"int", "float", "bool", "len", "str", "repr", "print", "isinstance", "id", "hash", "type",
+                         "min", "max", "sum", "abs", "round", "range", "enumerate", "zip", "format"})
+_KEPT_PLACE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\[[^\]]*\])?|[A-Za-z_]\w*\[[^\]]*\]")
+_CONTAINER_ADD = re.compile(r"^(?P<owner>[A-Za-z_][\w.]*)\.(?:append|extend|insert|add|setdefault|update|put)$")
+
+
+def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: list[int], calls: CallTable) -> str:
+    """Where a local allocation goes after its line: ``self.x`` (kept on an
+    object or in its container), ``return``, ``handed:<callee>``, or
+    ``local`` when it goes nowhere (a temporary)."""
+    name = site.target or ""
+    after = site.span.end_line
+    aliased = False  # another name may hold it: where it goes is not told here
+    for a in assigns:
+        if a.line > after and _same_memory(a.value, name):
+            for t in a.targets:
+                if _KEPT_PLACE.fullmatch(t.strip()):
+                    return t.strip()
+            aliased = True
+    for r in returns:
+        if r.line >= site.span.line and _same_memory(r.value, name):
+            return "return"
+    handed = ""
+    method = name + "."
+    for i in call_ix:
+        if calls.line(i) <= after:
+            continue
+        callee = calls.callees[i]
+        if callee.startswith(method) and calls.targets[i] and callee[len(method):] not in _READS:
+            aliased = True  # `a, b = buf.split(...)`, `v = buf.view(...)`: views kept under other names
+            continue
+        if not _count_word(calls.arglists[i], name):
+            continue
+        args = [a.text.strip() for a in split_args(calls.arglists[i], False)]
+        if any(_same_memory(arg, name) for arg in args):
+            if callee in _READS_ONLY:
+                continue
+            m = _CONTAINER_ADD.match(callee)
+            if m is not None and "." in m.group("owner"):
+                return f"{m.group('owner')}[]"
+            handed = handed or f"handed:{callee}"
+    if handed:
+        return handed
+    return "" if aliased else "local"
+
+
+_VIEW_METHODS = ("view|reshape|narrow|flatten|unflatten|unsqueeze|squeeze|transpose|permute|contiguous|as_strided"
+                 "|t|T|detach|view_as")
+_VIEW = r"(?:\.(?:" + _VIEW_METHODS + r")\b(?:\([^()]*\))?|\[[^\]]*\])*"
+
+
+_VIEW_TAIL = re.compile(_VIEW + r"\s*")
+
+
+def _count_word(text: str | bytes, name: str | bytes, start: int = 0, end: int | None = None) -> int:
+    """How often ``name`` occurs in ``text[start:end]`` as a whole name that
+    is not an attribute (`buf`, `buf.sum()`, `buf[0]`; not `self.buf`,
+    `buffer`, `buf(`). A scan of the occurrences: no pattern per name."""
+    stop = len(text) if end is None else end
+    size = len(name)
+    count = 0
+    at = text.find(name, start, stop)  # type: ignore[arg-type]
+    while at >= 0:
+        before = text[at - 1:at] if at > 0 else b""
+        after = text[at + size:at + size + 1]
+        if not _is_name_char(before, dot=True) and not _is_name_char(after, paren=True):
+            count += 1
+        at = text.find(name, at + 1, stop)  # type: ignore[arg-type]
+    return count
+
+
+def _is_name_char(ch: str | bytes, dot: bool = False, paren: bool = False) -> bool:
+    if not ch:
+        return False
+    c = ch if isinstance(ch, str) else ch.decode("latin-1")
+    return c.isalnum() or c == "_" or (dot and c == ".") or (paren and c == "(")
+
+
+def _same_memory(value: str, name: str) -> bool:
+    """True when an expression (or one element of a tuple, list or dict) is
+    ``name`` or a view of it (`buf`, `buf[:n]`, `buf.view(-1)`), not a new
+    tensor computed from it (`buf.sum()`, `buf * 2`). Read with one search,
+    no splitting: an element inside a call's arguments counts too, which
+    errs on the side of "kept"."""
+    at = value.find(name)
+    while at >= 0:
+        before = value[:at].rstrip()
+        if not before or before[-1] in ",([{:":
+            tail = _VIEW_TAIL.match(value, at + len(name))
+            end = tail.end() if tail is not None else at + len(name)
+            if end >= len(value) or value[end] in ",)]}":
+                return True
+        at = value.find(name, at + 1)
+    return False
+
+
+DEFAULT_DEVICE = "default"  # no device given: the default device where the call runs
+
+
+class SourceIndex:
+    """Line starts and scope ends of one file, computed on first use."""
+
+    def __init__(self) -> None:
+        self.line_starts: list[int] | None = None
+        self.scope_ends: dict[str, int] = {}
+
+
+def mark_kept(ext: PythonExtractor, sites: list[Site], assigns: list[Assign], returns: list[Return],
+          calls: CallTable) -> list[Site]:
+    """Where each allocation's memory goes (``Site.kept``), read from its
+    scope: an attribute or container of an object (`self.x = buf`,
+    `self.slots[i] = buf`, `self.pool.append(buf)`), the return value,
+    a call it is handed to, or nowhere (``local``: a temporary that dies
+    with the call). Followed through one local."""
+    wanted = {s.scope for s in sites if s.target is None or _LOCAL.fullmatch(s.target)}
+    if not wanted:
+        return [_kept_direct(s) for s in sites]
+    # the local names to follow, per scope: statements that never name
+    # one are never looked at again (a long test function has thousands)
+    names: dict[str, set[str]] = {}
+    for site in sites:
+        if site.target and _LOCAL.fullmatch(site.target) and not site.wrapper:
+            names.setdefault(site.scope, set()).add(site.target)
+    # per scope, its returns; per (scope, local name), the statements naming it
+    scope_returns: dict[str, list[Return]] = {w: [] for w in wanted}
+    by_name: dict[tuple[str, str], tuple[list[Assign], list[int]]] = {}
+    # a nested function or lambda sees the local too (a closure)
+    homes: dict[str, list[str]] = {}
+
+    def owners(scope: str) -> list[str]:
+        found = homes.get(scope)
+        if found is None:
+            parts = scope.split(".")
+            found = homes[scope] = [w for w in (".".join(parts[:i]) for i in range(len(parts), 0, -1))
+                                    if w in names]
+        return found
+
+    def entry(w: str, name: str) -> tuple[list[Assign], list[int]]:
+        found = by_name.get((w, name))
+        if found is None:
+            found = by_name[(w, name)] = ([], [])
+        return found
+
+    for a in assigns:
+        for w in owners(a.scope):
+            text = f"{a.value} {' '.join(a.targets)}"
+            for name in names[w]:
+                if name in text:  # a substring test first: most statements name none of them
+                    entry(w, name)[0].append(a)
+    for r in returns:
+        if r.scope in scope_returns:
+            scope_returns[r.scope].append(r)
+    callees, arglists = calls.callees, calls.arglists
+    for i, scope in enumerate(calls.scopes):
+        for w in owners(scope):
+            head = callees[i].partition(".")[0]
+            for name in names[w]:
+                if name in arglists[i] or head == name:
+                    entry(w, name)[1].append(i)
+    out = []
+    for site in sites:
+        site = _kept_direct(site)
+        if site.kept or site.scope not in scope_returns:
+            out.append(site)
+            continue
+        rets = scope_returns[site.scope]
+        if site.target is None:
+            if any(r.line == site.stmt_line for r in rets):
+                site = dataclasses.replace(site, kept="return")
+            out.append(site)
+            continue
+        if not _LOCAL.fullmatch(site.target) or site.scope not in names:
+            out.append(site)
+            continue
+        named_assigns, named_calls = by_name.get((site.scope, site.target), ([], []))
+        kept = _escape(site, named_assigns, rets, named_calls, calls)
+        if kept == "local" and not _all_uses_seen(ext, site, named_assigns, rets, named_calls, calls):
+            kept = ""  # a use the facts do not show in full (a long return, a capped argument list)
+        out.append(dataclasses.replace(site, kept=kept))
+    return out
+
+def _all_uses_seen(ext: PythonExtractor, site: Site, assigns: list[Assign], returns: list[Return],
+               call_ix: list[int], calls: CallTable) -> bool:
+    """True when every later use of a local in the source of its scope
+    was among the (capped) texts the kept analysis read."""
+    name = site.target or ""
+    if ext.kept_memo.line_starts is None:
+        ext.kept_memo.line_starts = [0] + [m.end() for m in re.finditer(b"\n", ext.src.data)]
+        ext.kept_memo.scope_ends = {}
+        for i, qual in enumerate(ext.qualnames):
+            ext.kept_memo.scope_ends.setdefault(qual, ext.containers.ranges[i][1])
+    starts = ext.kept_memo.line_starts
+    begin = starts[site.span.end_line] if site.span.end_line < len(starts) else len(ext.src.data)
+    end = ext.kept_memo.scope_ends.get(site.scope, len(ext.src.data))
+    in_source = _count_word(ext.src.data, name.encode(), begin, end)
+    seen = sum(_count_word(a.value, name) + sum(_count_word(t, name) for t in a.targets)
+               for a in assigns if a.line > site.span.end_line)
+    seen += sum(_count_word(r.value, name) for r in returns if r.line > site.span.end_line)
+    for i in call_ix:
+        if calls.line(i) > site.span.end_line:
+            seen += _count_word(calls.arglists[i], name) + (calls.callees[i].partition(".")[0] == name)
+    return seen >= in_source
+
+def _kept_direct(site: Site) -> Site:
+    target = site.target
+    if site.wrapper:
+        return dataclasses.replace(site, kept=f"handed:{site.wrapper}")
+    if target and not _LOCAL.fullmatch(target) and _KEPT_PLACE.fullmatch(target):
+        return dataclasses.replace(site, kept=target)
+    return site

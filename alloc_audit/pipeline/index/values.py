@@ -1,0 +1,196 @@
+"""Stage 4, index, values: what a call edge passes for each parameter of the
+function it calls (issue 16), and the literal constants a module defines.
+
+A value is a literal, ``None``, something that is not ``None`` (a buffer the
+caller allocates, an address in C++), a parameter forwarded from the caller
+(carried through the caller's own known values), or unknown. Only what the
+call states is known: a ``*args``/``**kwargs`` at the call, a value read from
+object state or returned by a call, and a C++ parameter left to its default
+(declarations are not read) are unknown, so the rules keep every branch they
+could take (sound). Pure: facts in, values out; module constants memoised.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ...arglists import split_args
+from ...model import Call, Language, SiteKind
+from .symbols import Func, Symbols
+
+# What a value is known to be.
+LITERAL, NONE, NOT_NONE, UNKNOWN = "literal", "none", "not-none", "unknown"
+
+
+@dataclass(frozen=True)
+class Value:
+    kind: str
+    literal: object = None
+    why: str = ""  # "the call passes 16", "default None"
+
+    @property
+    def known(self) -> bool:
+        return self.kind != UNKNOWN
+
+
+UNKNOWN_VALUE = Value(UNKNOWN)
+Env = Mapping[str, Value]
+
+
+_LITERAL_HEAD = re.compile(r"^[-+]?(?:\d|\.\d|True\b|False\b|None\b|['\"])")
+# expressions that are never None: tensors made or viewed, arithmetic, displays
+_NOT_NONE_CALL = re.compile(r"^(?:torch|at|np|numpy)\.\w|\.(?:view|reshape|flatten|narrow|contiguous|to|cuda|"
+                            r"clone|expand|select|slice|unsqueeze|squeeze|transpose|permute|new_\w+)\(")
+
+
+def module_constants(symbols: Symbols, path: str) -> dict[str, Value]:
+    """Names a Python module assigns exactly once, at module level, to a
+    literal (``USE_SPLIT_K = False``), and never rebinds in a function."""
+    found: dict[str, Value] = {}
+    module = symbols.func(path, "<module>")
+    if module is None or module.language is not Language.PYTHON:
+        return found
+    counts: dict[str, int] = {}
+    for assign in module.assigns:
+        for target in assign.targets:
+            counts[target] = counts.get(target, 0) + 1
+    rebound = {t for f in symbols.by_path.get(path, {}).values() if f is not module for a in f.assigns
+               for t in a.targets}
+    for assign in module.assigns:
+        if len(assign.targets) != 1 or assign.op != "=":
+            continue
+        name = assign.targets[0]
+        if counts.get(name) != 1 or name in rebound or not name.isidentifier():
+            continue
+        value = literal_value(assign.value, f"module constant {name} = {assign.value.strip()}")
+        if value is not None:
+            found[name] = value
+    return found
+
+
+def literal_value(text: str, why: str) -> Value | None:
+    """A Python literal's value (``None``, numbers, strings, booleans)."""
+    text = text.strip()
+    if not text or not _LITERAL_HEAD.match(text):
+        return None
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if value is None:
+        return Value(NONE, None, why)
+    return Value(LITERAL, value, why)
+
+
+def value_of(func: Func, text: str, env: Env, constants: Env, why: str) -> Value:
+    """What an argument expression in ``func`` is known to be."""
+    text = text.strip()
+    found = literal_value(text, why)
+    if found is not None:
+        return found
+    if text.isidentifier():
+        if text in env:
+            inner = env[text]
+            if not inner.known:
+                return UNKNOWN_VALUE
+            return Value(inner.kind, inner.literal, f"{why}, forwarded from {inner.why}")
+        constant = constants.get(text)
+        if constant is not None:
+            return constant
+        return _local_value(func, text, why)
+    if text.startswith(("[", "{", "f\"", "f'", "lambda ")) or _NOT_NONE_CALL.search(text):
+        return Value(NOT_NONE, None, why)
+    return UNKNOWN_VALUE
+
+
+def _local_value(func: Func, name: str, why: str) -> Value:
+    """A local whose every assignment in the function is an allocation (a
+    site's target) is not None: the caller hands over a buffer it made."""
+    if func.scope is not None and name in func.scope.params:
+        return UNKNOWN_VALUE
+    made = any(s.target == name for s in func.sites if s.kind is not SiteKind.RELEASE)
+    if not made:
+        return UNKNOWN_VALUE
+    for assign in func.assigns:
+        if name in assign.targets and literal_value(assign.value, "") is not None and assign.value.strip() == "None":
+            return UNKNOWN_VALUE
+        if name in assign.targets and not _NOT_NONE_CALL.search(assign.value):
+            return UNKNOWN_VALUE
+    return Value(NOT_NONE, None, f"{why} (a buffer {func.qualname} allocates)")
+
+
+def bind_edge(caller: Func, call: Call, target: Func, env: Env, constants: Env) -> dict[str, Value]:
+    """The values the call gives the target's parameters. Parameters the call
+    leaves out take their default; a ``*args``/``**kwargs`` at the call makes
+    every parameter it could fill unknown (sound)."""
+    scope = target.scope
+    if scope is None or (target.language is Language.PYTHON) != (caller.language is Language.PYTHON):
+        return {}
+    if target.language is not Language.PYTHON:
+        return _bind_native(caller, call, scope.params, env)
+    params = list(scope.params)
+    defaults = list(scope.param_defaults) or [""] * len(params)
+    if params and params[0] in ("self", "cls") and "staticmethod" not in scope.decorators:
+        params, defaults = params[1:], defaults[1:]
+    args = split_args(call.arglist)
+    if any(a.keyword is None and a.text.startswith("*") for a in args):
+        return {}
+    spread = any(a.keyword is None and a.text.startswith("**") for a in args) or \
+        any((a.keyword or "").startswith("**") for a in args)
+    out: dict[str, Value] = {}
+    positional = [a for a in args if a.keyword is None]
+    keywords = {a.keyword: a for a in args if a.keyword is not None}
+    where = f"{caller.path}:{call.span.line}"
+    i = 0
+    for name, default in zip(params, defaults):
+        if name.startswith("*"):
+            break
+        if i < len(positional):
+            out[name] = value_of(caller, positional[i].text, env, constants, f"{where} passes {positional[i].text}")
+            i += 1
+        elif name in keywords:
+            text = keywords[name].text
+            out[name] = value_of(caller, text, env, constants, f"{where} passes {name}={text}")
+        elif spread:
+            out[name] = UNKNOWN_VALUE
+        elif default:
+            value = literal_value(default, f"{where} passes no {name} (default {default})")
+            out[name] = value if value is not None else UNKNOWN_VALUE
+    for name in params:
+        if name in keywords and name not in out:
+            out[name] = value_of(caller, keywords[name].text, env, constants, f"{where} passes {name}=...")
+    return {k: v for k, v in out.items() if v.known}
+
+
+_NATIVE_INT = re.compile(r"^[-+]?\d+[uUlL]*$")
+
+
+def _bind_native(caller: Func, call: Call, params: tuple[str, ...], env: Env) -> dict[str, Value]:
+    """C++/CUDA edges: positional arguments only (default arguments live in
+    declarations, which are not read: a parameter the call leaves out is
+    unknown). ``nullptr``/``NULL``/``0`` for a pointer, ``true``/``false``,
+    integer literals, ``&x`` (never null) and forwarded parameters are known."""
+    out: dict[str, Value] = {}
+    where = f"{caller.path}:{call.span.line}"
+    args = split_args(call.arglist, True)
+    for name, arg in zip(params, args):
+        text = arg.text.strip()
+        why = f"{where} passes {text}"
+        name = name.lstrip("*&")
+        if text in ("nullptr", "NULL"):
+            out[name] = Value(NONE, None, why)
+        elif text in ("true", "false"):
+            out[name] = Value(LITERAL, text == "true", why)
+        elif _NATIVE_INT.match(text):
+            out[name] = Value(LITERAL, int(text.rstrip("uUlL")), why)
+        elif re.fullmatch(r"&\s*[A-Za-z_][\w.>-]*", text):
+            out[name] = Value(LITERAL, True, f"{why} (an address, never null)")
+        elif text.isidentifier() and text in env and env[text].known:
+            inner = env[text]
+            out[name] = Value(inner.kind, inner.literal, f"{why}, forwarded from {inner.why}")
+    return out
+
+
