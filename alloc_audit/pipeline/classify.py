@@ -17,7 +17,7 @@ from functools import lru_cache
 
 from ..catalog import TierPattern
 from ..globs import matcher, test_path
-from ..model import Annotation, FileFacts, Scope, Site, Tier
+from ..model import Annotation, FileFacts, Scope, Site, SiteKind, Tier
 from .default_device import MODEL_BUILD as _MODEL_BUILD
 from .extract.annotations import annotation_applies
 
@@ -30,6 +30,7 @@ class SiteContext:
     functions: tuple[str, ...]  # enclosing function names, innermost first, lambdas skipped
     class_name: str
     function: str  # the innermost function name, or the scope for module/class level
+    params: tuple[str, ...] = ()  # the parameters of the site's own scope
 
 
 def scope_context(scope: str, scopes: Mapping[str, Scope]) -> SiteContext:
@@ -56,6 +57,7 @@ def scope_context(scope: str, scopes: Mapping[str, Scope]) -> SiteContext:
         functions=tuple(functions),
         class_name=class_name,
         function=functions[0] if functions else own.name,
+        params=own.params,
     )
 
 
@@ -168,6 +170,15 @@ def _kept_on_object(target: str | None) -> bool:
     return bool(target) and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+(\[[^\]]*\])?", target or "") is not None
 
 
+def _held_by_caller(site: Site, ctx: SiteContext) -> str:
+    """The parameter whose container (`d[k]`, `d[i][k]`) receives a pinned
+    host buffer, else ""."""
+    if site.kind is not SiteKind.PINNED_HOST or not site.target or ctx.role in ("module", "class"):
+        return ""
+    m = re.fullmatch(r"([A-Za-z_]\w*)(?:\[[^\]]+\])+", site.target.strip())
+    return m.group(1) if m is not None and m.group(1) in ctx.params and m.group(1) != "self" else ""
+
+
 def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation], compiled: TierMatcher) -> Site:
     ann = annotation_for(site, annotations, "tier")
     if ann is not None and not ann.problem and ann.tier:
@@ -184,6 +195,12 @@ def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation
         # as long as the model, whatever the function is called
         return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
             f"model-resident: kept in {site.target} by {site.scope}; no device given, {site.device_context}"))
+    held = _held_by_caller(site, ctx)
+    if held:
+        # `pinned[k] = torch.empty_like(v, pin_memory=True)` into a container
+        # the caller hands in: it outlives the call, kept by whoever holds it
+        return dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
+            f"persistent pinned host buffer kept in the container {held} that the caller hands to {site.scope}"))
     pattern = compiled.first(site, ctx)
     note = ""
     temporary = site.kept == "local" and ctx.role not in ("module", "class")

@@ -32,6 +32,8 @@ _READS = frozenset({"sum", "item", "all", "any", "tolist", "numel", "size", "dim
 _READS_ONLY = frozenset({"int", "float", "bool", "len", "str", "repr", "print", "isinstance", "id", "hash", "type",
                          "min", "max", "sum", "abs", "round", "range", "enumerate", "zip", "format"})
 _KEPT_PLACE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\[[^\]]*\])?|[A-Za-z_]\w*\[[^\]]*\]")
+# a store into a slice (`x[:n] = buf`, `x[i, :n] = buf`): a copy of the values
+_SLICE_STORE = re.compile(r"[A-Za-z_][\w.]*\[[^\]]*:[^\]]*\]")
 _CONTAINER_ADD = re.compile(r"^(?P<owner>[A-Za-z_][\w.]*)\.(?:append|extend|insert|add|setdefault|update|put)$")
 
 
@@ -44,10 +46,12 @@ def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: l
     aliased = False  # another name may hold it: where it goes is not told here
     for a in assigns:
         if a.line > after and _same_memory(a.value, name):
-            for t in a.targets:
-                if _KEPT_PLACE.fullmatch(t.strip()):
-                    return t.strip()
-            aliased = True
+            # `table[:n] = buf`: its values are copied in, the memory is not kept
+            held = [t.strip() for t in a.targets if not _SLICE_STORE.fullmatch(t.strip())]
+            for t in held:
+                if _KEPT_PLACE.fullmatch(t):
+                    return t
+            aliased = aliased or bool(held)
     for r in returns:
         if r.line >= site.span.line and _same_memory(r.value, name):
             return "return"
@@ -57,7 +61,8 @@ def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: l
         if calls.line(i) <= after:
             continue
         callee = calls.callees[i]
-        if callee.startswith(method) and calls.targets[i] and callee[len(method):] not in _READS:
+        on_it = callee.startswith(method) or (_receiver(callee) == name and "." in callee)
+        if on_it and calls.targets[i] and callee.rsplit(".", 1)[-1] not in _READS:
             aliased = True  # `a, b = buf.split(...)`, `v = buf.view(...)`: views kept under other names
             continue
         if not _count_word(calls.arglists[i], name):
@@ -184,7 +189,7 @@ def mark_kept(ext: PythonExtractor, sites: list[Site], assigns: list[Assign], re
     callees, arglists = calls.callees, calls.arglists
     for i, scope in enumerate(calls.scopes):
         for w in owners(scope):
-            head = callees[i].partition(".")[0]
+            head = _receiver(callees[i])
             for name in names[w]:
                 if name in arglists[i] or head == name:
                     entry(w, name)[1].append(i)
@@ -210,6 +215,12 @@ def mark_kept(ext: PythonExtractor, sites: list[Site], assigns: list[Assign], re
         out.append(dataclasses.replace(site, kept=kept))
     return out
 
+def _receiver(callee: str) -> str:
+    """The name a method call is made on, subscripts dropped
+    (`buf[-1].item` -> `buf`)."""
+    return callee.partition(".")[0].partition("[")[0]
+
+
 def _all_uses_seen(ext: PythonExtractor, site: Site, assigns: list[Assign], returns: list[Return],
                call_ix: list[int], calls: CallTable) -> bool:
     """True when every later use of a local in the source of its scope
@@ -229,7 +240,8 @@ def _all_uses_seen(ext: PythonExtractor, site: Site, assigns: list[Assign], retu
     seen += sum(_count_word(r.value, name) for r in returns if r.line > site.span.end_line)
     for i in call_ix:
         if calls.line(i) > site.span.end_line:
-            seen += _count_word(calls.arglists[i], name) + (calls.callees[i].partition(".")[0] == name)
+            # `buf.sum()`, `buf[-1].item()`: a method of it or of an element
+            seen += _count_word(calls.arglists[i], name) + (_receiver(calls.callees[i]) == name)
     return seen >= in_source
 
 def _kept_direct(site: Site) -> Site:

@@ -16,6 +16,7 @@ from ...catalog import ApiSpec
 from ...model import Arg, CallTable, Site, SiteKind
 from . import common
 from .common import Source, zero_elements
+from .python_module_move import moves_module
 
 if TYPE_CHECKING:
     from .python import PythonExtractor
@@ -253,7 +254,10 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
             shape, size = ((positional[-1],), positional[-1]) if positional else ((), None)
             if target and "," in target:
                 target = target.rsplit(",", 1)[1].strip()
-    return ext.at.site(node, spec.api, kind, scope, span, size, shape, device, target, wrapper(ext, node),
+    api = spec.api
+    if mode in ("to-args", "cuda") and api.startswith("Tensor.") and moves_module(ext, node):
+        api = "Module." + api[len("Tensor."):]  # the whole model or layer: a weight upload (rules/tiers.toml)
+    return ext.at.site(node, api, kind, scope, span, size, shape, device, target, wrapper(ext, node),
                         dtype=kwargs.get("dtype"))
 
 
