@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .config import TIERS, Config, integer_ceiling, toml_error_line
+from .config import API_ENTRY_KEYS, TIER_CRITERIA, TIERS, Config, integer_ceiling, toml_error_line
 from .errors import UsageError
 from .model import SiteKind
 from .pack import PACK_FIELDS, RulePack
@@ -98,7 +98,7 @@ class TierPattern:
     origin: str = ""
 
 
-TIER_CRITERIA = ("kind", "function", "class", "scope", "path", "role", "api", "wrapper", "target", "kept")
+# TIER_CRITERIA: the keys of a tier pattern (config.py, which checks configured ones)
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ def _str_tuple(where: str, entry: Mapping[str, Any], key: str) -> tuple[str, ...
     return tuple(value)
 
 
-_API_KEYS = {"names", "leaf", "methods", "types", "prefix", "kind", "device", "shape", "size", "target", "language"}
+_API_KEYS = set(API_ENTRY_KEYS)
 
 
 def _spec(where: str, entry: Mapping[str, Any], api: str, cpp: bool) -> ApiSpec:

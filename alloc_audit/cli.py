@@ -53,7 +53,8 @@ def main(version: bool = typer.Option(False, "--version", "-V", callback=_versio
 
 PATHS = typer.Argument(None, help="Files or directories to scan (default: the current directory).", show_default=False)
 CONFIG = typer.Option(None, "--config", help="Config file (alloc-audit.toml or pyproject.toml).", show_default=False)
-JOBS = typer.Option(None, "--jobs", "-j", help="Worker processes (default: the number of CPUs).", show_default=False)
+JOBS = typer.Option(None, "--jobs", "-j", min=1, help="Worker processes (1 or more; default: the CPUs).",
+                    show_default=False)
 NO_CACHE = typer.Option(False, "--no-cache", help="Neither read nor write the facts cache.")
 CACHE_DIR = typer.Option(None, "--cache-dir", help="Cache directory (default: .alloc-audit-cache/ in the root).",
                          show_default=False)
@@ -63,6 +64,7 @@ DEBUG = typer.Option(False, "--debug", help="Show internal tracebacks for files 
 OUTPUT = typer.Option(None, "--output", "-o", help="Write the report to a file (atomically).", show_default=False)
 VERBOSE = typer.Option(False, "--verbose", "-v", help="List every site and finding.")
 PROGRESS = typer.Option(True, "--progress/--no-progress", help="Progress bar on a terminal for long scans.")
+FORMAT = typer.Option(None, "--format", "-f", show_default=False, help="table, json, sarif, markdown, html or github.")
 UNCHECKED = typer.Option(None, "--unchecked", show_default=False, help="Entries of files not analysed (too large, "
                          "unreadable, a parser failure): fail (default; config 'unchecked') or warn; never pruned.")
 ROLE = typer.Option(None, "--role", help="Only this code role: production, test, benchmark, example, tooling.")
@@ -94,12 +96,12 @@ def _options(config_path: Path | None, jobs: int | None = None, no_cache: bool =
 
 
 def _print(outcome: Text) -> None:
-    """Write an outcome; the one exit policy: 1 when the command failed (usage errors: 2, in ``_guard``)."""
+    """Write an outcome; the one exit policy: 130 when interrupted, 1 when failed (usage errors: 2, ``_guard``)."""
     sys.stdout.write(outcome.out)
     sys.stdout.flush()
     sys.stderr.write(outcome.err)
-    if outcome.failed:
-        raise typer.Exit(1)
+    if outcome.interrupted or outcome.failed:
+        raise typer.Exit(130 if outcome.interrupted else 1)
 
 
 def _emit(outcome: Report, fmt: Format, output: Path | None, command: str) -> None:
@@ -112,20 +114,19 @@ def _emit(outcome: Report, fmt: Format, output: Path | None, command: str) -> No
 @_guard
 def scan_command(
     paths: Optional[List[Path]] = PATHS,
-    fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
+    fmt: Optional[Format] = FORMAT,
     output: Optional[Path] = OUTPUT,
     verbose: bool = VERBOSE,
     fail_on: FailOn = typer.Option(FailOn.NEVER, "--fail-on", help="Exit 1 when findings of this severity remain."),
     config_path: Optional[Path] = CONFIG,
-    jobs: Optional[int] = JOBS,
-    no_cache: bool = NO_CACHE,
-    cache_dir: Optional[Path] = CACHE_DIR,
+    jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
     changed_since: Optional[str] = CHANGED,
     progress: bool = PROGRESS,
     debug: bool = DEBUG,
     with_rules: bool = typer.Option(True, "--rules/--no-rules", help="Run the hazard rules (--no-rules: census only)."),
     role: Optional[List[str]] = ROLE,
 ) -> None:
+    fmt = report.format_for(fmt, output)  # refused before the scan, not after
     outcome = scan.scan(paths, _options(config_path, jobs, no_cache, cache_dir, changed_since, progress, debug),
                         fail_on, verbose, with_rules, role)
     _emit(outcome, fmt, output, "scan")
@@ -136,8 +137,7 @@ def scan_command(
 def report_command(
     paths: Optional[List[Path]] = PATHS,
     by: Pivot = typer.Option(Pivot.dir, "--by", help="Pivot the main table by directory, file, tier, rule or API."),
-    fmt: Format = typer.Option(Format.table, "--format", "-f",
-                               help="table (terminal), markdown, html, sarif, github or json."),
+    fmt: Optional[Format] = FORMAT,
     output: Optional[Path] = OUTPUT,
     base: Optional[str] = typer.Option(None, "--base", metavar="REF", show_default=False, help="Also scan REF "
                                        "(through git, no checkout): sites added/removed by tier, findings new/fixed."),
@@ -146,14 +146,13 @@ def report_command(
                                                   "(repeatable; adds to [tool.alloc-audit] bindings)."),
     verbose: bool = VERBOSE,
     config_path: Optional[Path] = CONFIG,
-    jobs: Optional[int] = JOBS,
-    no_cache: bool = NO_CACHE,
-    cache_dir: Optional[Path] = CACHE_DIR,
+    jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
     changed_since: Optional[str] = CHANGED,
     progress: bool = PROGRESS,
     debug: bool = DEBUG,
     role: Optional[List[str]] = ROLE,
 ) -> None:
+    fmt = report.format_for(fmt, output)  # refused before the scan, not after
     options = _options(config_path, jobs, no_cache, cache_dir, changed_since, progress, debug)
     _emit(report_cmd.report(paths, options, by.value, base, bind, verbose, role), fmt, output, "report")
 
@@ -174,18 +173,17 @@ def rules_explain_command(name: str = typer.Argument(..., help="Rule name, e.g. 
 @_guard
 def check_command(
     paths: Optional[List[Path]] = PATHS,
-    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f", help="text, github (workflow commands), json."),
+    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f", help="text, github or json."),
     fail_on: FailOn = typer.Option(FailOn.ERROR, "--fail-on", help="Rule findings of this severity fail the check."),
     config_path: Optional[Path] = CONFIG,
-    jobs: Optional[int] = JOBS,
-    no_cache: bool = NO_CACHE,
-    cache_dir: Optional[Path] = CACHE_DIR,
+    jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
     changed_since: Optional[str] = CHANGED,
     debug: bool = DEBUG,
     unchecked: Optional[Unchecked] = UNCHECKED,
+    staged: bool = typer.Option(False, "--staged", help="Also judge files the staged change deletes or renames."),
 ) -> None:
     _print(check.check(paths, _options(config_path, jobs, no_cache, cache_dir, changed_since, False, debug), fail_on,
-                       fmt.value, unchecked))
+                       fmt.value, unchecked, staged))
 
 
 @app.command("gate", help=gate.gate.__doc__)
@@ -195,11 +193,9 @@ def gate_command(
     allow_growth: bool = typer.Option(False, "--allow-growth", help="Pass even if the allowlist grew (prints it)."),
     allow_new_allowlist: bool = typer.Option(False, "--allow-new-allowlist",
                                              help="Pass when the base has no allowlist yet (first introduction)."),
-    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f", help="text or github (workflow commands)."),
+    fmt: CheckFormat = typer.Option(CheckFormat.text, "--format", "-f", help="text, github or json."),
     config_path: Optional[Path] = CONFIG,
-    jobs: Optional[int] = JOBS,
-    no_cache: bool = NO_CACHE,
-    cache_dir: Optional[Path] = CACHE_DIR,
+    jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
     debug: bool = DEBUG,
     unchecked: Optional[Unchecked] = UNCHECKED,
 ) -> None:
@@ -210,26 +206,27 @@ def gate_command(
 @allowlist_app.command("init", help=allowlist.init.__doc__)
 @_guard
 def allowlist_init_command(
+    paths: Optional[List[Path]] = typer.Argument(None, help="Record only what is under these.", show_default=False),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing allowlist."),
-    split: bool = typer.Option(False, "--split-by-directory",
-                               help="One file per top-level directory, to keep merges apart."),
+    split: bool = typer.Option(False, "--split-by-directory", help="One file per top-level directory."),
+    findings: bool = typer.Option(True, "--findings/--no-findings", help="Also write the findings baseline."),
     config_path: Optional[Path] = CONFIG,
-    jobs: Optional[int] = JOBS,
-    no_cache: bool = NO_CACHE,
+    jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
 ) -> None:
-    _print(allowlist.init(_options(config_path, jobs, no_cache, progress=True), force, split))
+    options = _options(config_path, jobs, no_cache, cache_dir, progress=True)
+    _print(allowlist.init(options, force, split, paths, findings))
 
 
 @allowlist_app.command("update", help=allowlist.update.__doc__)
 @_guard
 def allowlist_update_command(
-    add_new: bool = typer.Option(False, "--add-new", help="Also add new sites and raise grown counts."),
+    add_new: bool = typer.Option(False, "--add-new", help="Also add new sites and findings, and raise grown counts."),
+    reason: str = typer.Option("", "--reason", help="The reason written on the entries --add-new adds."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print what would change; write nothing."),
     config_path: Optional[Path] = CONFIG,
-    jobs: Optional[int] = JOBS,
-    no_cache: bool = NO_CACHE,
+    jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
 ) -> None:
-    _print(allowlist.update(_options(config_path, jobs, no_cache, progress=True), add_new, dry_run))
+    _print(allowlist.update(_options(config_path, jobs, no_cache, cache_dir, progress=True), add_new, dry_run, reason))
 
 
 @allowlist_app.command("explain", help=allowlist.explain.__doc__)
@@ -238,9 +235,9 @@ def allowlist_explain_command(
     what: str = typer.Argument(..., metavar="KEY|PATH:LINE",
                                help="An entry key ('path scope api') or a source location."),
     config_path: Optional[Path] = CONFIG,
-    no_cache: bool = NO_CACHE,
+    jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
 ) -> None:
-    _print(allowlist.explain(what, _options(config_path, no_cache=no_cache)))
+    _print(allowlist.explain(what, _options(config_path, jobs, no_cache, cache_dir)))
 
 
 @allowlist_app.command("merge-driver", help=allowlist.merge_driver.__doc__)
@@ -260,14 +257,17 @@ def annotate_command(
     reason: str = typer.Option("", "--reason", help="Why (required)."),
     decisions: Optional[Path] = typer.Option(None, "--decisions", help="Apply decisions from a JSON or TOML file."),
     config_path: Optional[Path] = CONFIG,
+    # --no-cache is accepted like on every scanning command (the files to rewrite are read afresh anyway)
+    jobs: Optional[int] = JOBS, no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR,
 ) -> None:
-    _print(annotate.annotate(_options(config_path), site, tier, ignore, reason, decisions))
+    _print(annotate.annotate(_options(config_path, jobs, no_cache, cache_dir), site, tier, ignore, reason, decisions))
 
 
 @app.command("audit", help=audit.audit.__doc__)
 @_guard
-def audit_command(paths: Optional[List[Path]] = PATHS, config_path: Optional[Path] = CONFIG) -> None:
-    audit.audit(paths, _options(config_path))
+def audit_command(paths: Optional[List[Path]] = PATHS, config_path: Optional[Path] = CONFIG, jobs: Optional[int] = JOBS,
+                  no_cache: bool = NO_CACHE, cache_dir: Optional[Path] = CACHE_DIR) -> None:
+    _print(audit.audit(paths, _options(config_path, jobs, no_cache, cache_dir, progress=True)))
 
 
 @app.command("join", help=join.join_records.__doc__)

@@ -81,6 +81,14 @@ _KNOWN = (
 )
 
 
+# The keys of an inline [[apis]] entry and of a [[tiers]] pattern (catalog.py
+# reads the entries; both check against these sets).
+API_ENTRY_KEYS = ("names", "leaf", "methods", "types", "prefix", "kind", "device", "shape", "size", "target",
+                  "language")
+TIER_CRITERIA = ("kind", "function", "class", "scope", "path", "role", "api", "wrapper", "target", "kept")
+TIER_ENTRY_KEYS = ("tier", "reason", *TIER_CRITERIA)
+
+
 @dataclass(frozen=True)
 class Config:
     root: Path
@@ -198,6 +206,9 @@ def _validate(
     def fail(key: str, message: str, item: str | None = None) -> UsageError:
         return UsageError(message, display, _line_of(text, key, item))
 
+    if section == CONFIG_NAME and isinstance(table.get("tool"), dict) and "alloc-audit" in table["tool"]:
+        raise UsageError(f"{CONFIG_NAME} holds the settings at its top level: drop the [tool.alloc-audit] header "
+                         "(that form is for pyproject.toml)", display, _header_line(text, "tool.alloc-audit"))
     for key in table:
         if key not in _KNOWN:
             hint = difflib.get_close_matches(key, _KNOWN, n=1)
@@ -206,9 +217,37 @@ def _validate(
 
     def str_list(key: str) -> tuple[str, ...]:
         value = table.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        if not isinstance(value, list):
             raise fail(key, f"'{key}' must be a list of strings, got {_type_name(value)}")
+        for item in value:
+            if not isinstance(item, str):
+                raise fail(key, f"'{key}' must be a list of strings; it holds {_type_name(item)} ({item!r})")
         return tuple(value)
+
+    def glob_list(key: str) -> tuple[str, ...]:
+        values = str_list(key)
+        for glob in values:
+            problem = glob_problem(glob)
+            if problem:
+                raise fail(key, f"'{key}': the glob {glob!r} {problem}")
+        return values
+
+    def entries(key: str, known: tuple[str, ...]) -> tuple[Mapping[str, Any], ...]:
+        """An array of tables whose keys are checked (with the entry's line)."""
+        value = tables(key)
+        for number, entry in enumerate(value):
+            for name, item in entry.items():
+                where = _entry_line(text, key, number, name)
+                if name not in known:
+                    unused = [k for k in known if k not in entry]  # a key the entry already has is no hint
+                    hint = difflib.get_close_matches(name, unused, n=1, cutoff=0.5)
+                    also = f"; did you mean '{hint[0]}'?" if hint else f"; known keys: {', '.join(known)}"
+                    raise UsageError(f"unknown key '{name}' in [[{key}]] (entry {number + 1}){also}", display, where)
+                if key == "tiers" and name in TIER_CRITERIA and not (
+                        isinstance(item, str) or (isinstance(item, list) and all(isinstance(v, str) for v in item))):
+                    raise UsageError(f"[[tiers]] (entry {number + 1}): '{name}' must be a glob or a list of globs, "
+                                     f"got {_type_name(item)} ({item!r})", display, where)
+        return value
 
     def integer(key: str, default: int | None, minimum: int, maximum: int | None = None) -> int | None:
         value = table.get(key, default)
@@ -254,6 +293,17 @@ def _validate(
     for rule, sev in severity_raw.items():
         if sev not in ("error", "warning"):
             raise fail("severity", f"'severity': rule '{rule}' has {sev!r}; use \"error\" or \"warning\"", rule)
+    named = [("severity", rule) for rule in severity_raw]
+    named += [(key, rule) for key in ("enable", "disable") for rule in str_list(key)]
+    if named:
+        from .rules import known_rule_names  # only when rules are named: it imports every rule
+
+        known_rules = known_rule_names()
+        for key, rule in named:
+            if rule not in known_rules:
+                hint = difflib.get_close_matches(rule, list(known_rules), n=1)
+                also = f"; did you mean '{hint[0]}'?" if hint else "; see `alloc-audit rules list`"
+                raise fail(key, f"'{key}' names an unknown rule '{rule}'{also}", rule if key == "severity" else None)
 
     bindings_raw = table.get("bindings", {})
     if not isinstance(bindings_raw, dict):
@@ -290,21 +340,21 @@ def _validate(
     return Config(
         root=root,
         source=display,
-        include=str_list("include"),
-        exclude=str_list("exclude"),
+        include=glob_list("include"),
+        exclude=glob_list("exclude"),
         max_file_size=max_size,
         allowlist=string("allowlist", "allowlists"),
         cache_dir=string("cache-dir", ".alloc-audit-cache"),
         jobs=integer("jobs", None, 1, 1024),
         api_catalogues=tuple(_resolve(base, p) for p in str_list("api-catalogues")),
-        apis=tables("apis"),
+        apis=entries("apis", API_ENTRY_KEYS),
         allocators=str_list("allocators"),
         preprocess_macros=str_list("preprocess-macros"),
         rule_packs=tuple(_resolve(base, p) for p in str_list("rule-packs")),
         default_pack=default_pack,
         pack_extensions=extensions,
         pack_depths=depths,
-        tiers=tables("tiers"),
+        tiers=entries("tiers", TIER_ENTRY_KEYS),
         class_tiers=tuple(sorted(class_tiers_raw.items())),
         enable=str_list("enable"),
         disable=str_list("disable"),
@@ -314,6 +364,49 @@ def _validate(
         roles=tuple((role, tuple(globs)) for role, globs in sorted(roles_raw.items())),
         fail_roles=tuple(fail_roles),
     )
+
+
+def glob_problem(glob: str) -> str | None:
+    """Why a file glob can never match anything, or None. Paths are matched
+    relative to the root with '/' (gitignore rules)."""
+    if not glob.strip():
+        return "is empty"
+    i = 0
+    while i < len(glob):
+        c = glob[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            close = glob.find("]", i + 2 if glob[i + 1:i + 2] in ("!", "^", "]") else i + 1)
+            if close < 0:
+                return "has an unclosed '[' and can match nothing; write '\\[' for a literal bracket"
+            i = close
+        i += 1
+    if "\\" in glob and re.search(r"\\[^\[\]*?!\\]", glob):
+        return "uses '\\' as a path separator; paths are matched with '/'"
+    return None
+
+
+def _header_line(text: str, name: str) -> int | None:
+    dotted = r"\s*\.\s*".join(re.escape(part) for part in name.split("."))
+    match = re.search(rf"^\s*\[\s*{dotted}[\"']?\s*\]", text, re.M)
+    return text.count("\n", 0, match.start()) + 1 if match else None
+
+
+def _entry_line(text: str, key: str, number: int, item: str) -> int | None:
+    """The line of ``item = ...`` inside the ``number``-th ``[[key]]`` table
+    (or of the header itself)."""
+    headers = list(re.finditer(rf"^\s*\[\[\s*(?:tool\s*\.\s*[\"']?alloc-audit[\"']?\s*\.\s*)?{re.escape(key)}\s*\]\]",
+                               text, re.M))
+    if number >= len(headers):
+        return None
+    start = headers[number].end()
+    following = re.compile(r"^\s*\[", re.M).search(text, start)
+    end = following.start() if following else len(text)
+    found = re.compile(rf"^\s*[\"']?{re.escape(item)}[\"']?\s*=", re.M).search(text, start, end)
+    at = found.start() if found else headers[number].start()
+    return text.count("\n", 0, at) + 1 + (1 if text[at] == "\n" else 0)
 
 
 def _resolve(base: Path, path: str) -> Path:

@@ -4,6 +4,7 @@ file's content at a ref (no checkout), whether a ref exists. Errors become
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -29,16 +30,31 @@ def toplevel(root: Path) -> Path:
 
 
 def require_ref(root: Path, ref: str) -> str:
-    """The commit ``ref`` names; a clear error when it is not available."""
+    """The commit ``ref`` names; a clear error when it is not available:
+    outside a git repository, a ref that reaches back past the history here
+    (``HEAD~999``), or a ref that must be fetched first."""
+    inside = _git(root, "rev-parse", "--is-inside-work-tree", check=False)
+    if inside.returncode != 0 or inside.stdout.decode().strip() != "true":
+        raise UsageError(f"{root} is not inside a git repository, and a ref like '{ref}' is read through git; "
+                         "run alloc-audit in a clone of the project")
     proc = _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
     if proc.returncode == 0:
         return proc.stdout.decode().strip()
     shallow = _git(root, "rev-parse", "--is-shallow-repository", check=False).stdout.decode().strip() == "true"
+    relative = re.fullmatch(r"(.+?)((?:[~^]\d*)+)", ref)
+    if relative and _git(root, "rev-parse", "--verify", "--quiet", f"{relative.group(1)}^{{commit}}",
+                         check=False).returncode == 0:
+        depth = _git(root, "rev-list", "--count", relative.group(1), check=False).stdout.decode().strip()
+        more = ("this is a shallow clone: fetch more history (`git fetch --deepen=N`, or fetch-depth: 0 in "
+                "actions/checkout)" if shallow else "pick a ref within it")
+        commits = f"{depth} commit" + ("" if depth == "1" else "s")
+        raise UsageError(f"git ref '{ref}' goes back further than the history here ({relative.group(1)} has "
+                         f"{commits}); {more}")
     hint = (
         f"this is a shallow clone; fetch the base first, e.g. `git fetch --depth=1 origin {_branch_hint(ref)}` "
         "(in GitHub Actions: actions/checkout with fetch-depth: 0, or fetch the base ref)"
         if shallow
-        else f"fetch it first, e.g. `git fetch origin {_branch_hint(ref)}`"
+        else f"if it is a branch or tag of a remote, fetch it first, e.g. `git fetch origin {_branch_hint(ref)}`"
     )
     raise UsageError(f"git ref '{ref}' is not available here; {hint}")
 
@@ -104,3 +120,26 @@ def export_tree(root: Path, ref: str, dest: Path) -> Path:
         else:  # pragma: no cover - Python < 3.10.12
             archive.extractall(dest)
     return dest if rel in ("", ".") else dest / rel
+
+
+def staged_removals(root: Path) -> tuple[frozenset[str], tuple[tuple[str, str], ...]]:
+    """What the staged change takes away, relative to ``root``: deleted
+    paths, and renames as (old, new). pre-commit passes only the files that
+    still exist, so the hook asks git for these itself."""
+    toplevel(root)
+    proc = _git(root, "diff", "--cached", "--name-status", "-z", "-M", "--relative", "--no-ext-diff")
+    fields = [f.decode("utf-8", "surrogateescape") for f in proc.stdout.split(b"\0")]
+    deleted: set[str] = set()
+    renamed: list[tuple[str, str]] = []
+    i = 0
+    while i < len(fields) and fields[i]:
+        status = fields[i]
+        if status.startswith(("R", "C")):
+            if status.startswith("R"):
+                renamed.append((fields[i + 1], fields[i + 2]))
+            i += 3
+            continue
+        if status.startswith("D"):
+            deleted.add(fields[i + 1])
+        i += 2
+    return frozenset(deleted), tuple(sorted(renamed))

@@ -85,3 +85,39 @@ def make_repo(root: Path, files: dict[str, str], config: str = "") -> Path:
     git(root, "add", "-A")
     git(root, "commit", "-qm", "initial")
     return root
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pre_commit() -> list[str]:
+    exe = shutil.which("pre-commit")
+    return [exe] if exe else [sys.executable, "-m", "pre_commit"]
+
+
+def tagged_snapshot(tmp_path: Path) -> tuple[str, str]:
+    """A local clone of this repository holding its current tree (uncommitted
+    work included), tagged ``v<version>`` there as a release would be: the
+    hook is installed by tag, exactly as the README pins it, and the tests
+    do not depend on the tag existing in this repository."""
+    from alloc_audit import __version__
+
+    snapshot = tmp_path / "alloc-audit-release"
+    if not snapshot.exists():
+        shutil.copytree(REPO, snapshot, ignore=shutil.ignore_patterns(
+            ".git", ".venv", ".alloc-audit-cache", "__pycache__", "*.egg-info", ".hypothesis", ".pytest_cache",
+            ".mypy_cache", ".ruff_cache", "dist", "build"))
+        git(snapshot, "init", "-q", "-b", "main")
+        git(snapshot, "add", "-A")
+        git(snapshot, "commit", "-qm", f"release {__version__}")
+        git(snapshot, "tag", f"v{__version__}")
+    return f"file://{snapshot}", f"v{__version__}"
+
+
+@dataclass
+class Release:
+    """A tagged local clone (``url`` at ``tag``) and the PRE_COMMIT_HOME its hook environment lives in."""
+
+    url: str
+    tag: str
+    pre_commit_home: Path

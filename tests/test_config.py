@@ -42,6 +42,30 @@ def test_pyproject_needs_the_tool_table(tmp_path: Path) -> None:
         pytest.param("[severity]\nalloc-in-capture = 'fatal'\n", None, "use \"error\" or \"warning\"",
                      id="bad severity"),
         pytest.param("jobs = 2\nexclude = = 1\n", 2, "invalid TOML", id="broken toml"),
+        pytest.param("exclude = ['a', 1]\n", 1, "'exclude' must be a list of strings; it holds an integer (1)",
+                     id="a list with a number is not called a list"),
+        pytest.param("jobs = 2\ndisable = ['alloc-in-captur']\n", 2,
+                     "'disable' names an unknown rule 'alloc-in-captur'; did you mean 'alloc-in-capture'?",
+                     id="disable typo"),
+        pytest.param("enable = ['per-call-aloc']\n", 1, "did you mean 'per-call-alloc'?", id="enable typo"),
+        pytest.param("[severity]\ngrow-on-demnd = 'error'\n", 2,
+                     "'severity' names an unknown rule 'grow-on-demnd'; did you mean 'grow-on-demand'?",
+                     id="severity typo"),
+        pytest.param("jobs = 2\n\n[[apis]]\nname = ['my.alloc']\n", 4,
+                     "unknown key 'name' in [[apis]] (entry 1); did you mean 'names'?", id="apis name typo"),
+        pytest.param("[[apis]]\nnames = ['a']\n\n[[apis]]\nnames = ['b']\nknd = 'device'\n", 6,
+                     "unknown key 'knd' in [[apis]] (entry 2); did you mean 'kind'?", id="second apis entry"),
+        pytest.param("include = ['[']\n", 1, "the glob '[' has an unclosed '[' and can match nothing",
+                     id="glob that cannot match"),
+        pytest.param("jobs = 1\nexclude = ['build\\\\gen']\n", 2, "uses '\\' as a path separator",
+                     id="backslash glob"),
+        pytest.param("[[tiers]]\ntier = 'T2'\npattern = 5\n", 3, "unknown key 'pattern' in [[tiers]] (entry 1); "
+                     "did you mean 'path'?", id="tiers pattern typo"),
+        pytest.param("[[tiers]]\ntier = 'T2'\nfunction = 5\n", 3,
+                     "'function' must be a glob or a list of globs, got an integer (5)", id="tiers wrong type"),
+        pytest.param("# ours\n[tool.alloc-audit]\njobs = 2\n", 2,
+                     "alloc-audit.toml holds the settings at its top level: drop the [tool.alloc-audit] header",
+                     id="pyproject header in alloc-audit.toml"),
     ],
 )
 def test_invalid_configuration(tmp_path: Path, text: str, line: int | None, message: str) -> None:
@@ -69,3 +93,13 @@ def test_bad_api_entry_names_the_problem(tmp_path: Path) -> None:
     path.write_text('[[apis]]\nnames = ["my.alloc"]\nkind = "gpu"\n')
     with pytest.raises(UsageError, match="unknown kind 'gpu'"):
         load_catalog(load_config(tmp_path, path))
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_jobs_must_be_positive(tmp_path: Path, value: str) -> None:
+    from clihelp import run_cli
+
+    (tmp_path / "alloc-audit.toml").write_text("")
+    for command in (["scan"], ["report"], ["check"], ["allowlist", "init"]):
+        result = run_cli(*command, "--jobs", value, cwd=tmp_path)
+        assert result.code == 2 and f"{value} is not in the range x>=1" in result.err, (command, result.err)

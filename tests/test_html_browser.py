@@ -152,3 +152,66 @@ def test_ten_thousand_sites_open_within_seconds(browser: Any, tmp_path: Path) ->
     page.wait_for_function("document.getElementById('site-count').textContent.startsWith('52 of')")
     assert time.perf_counter() - started < 3
     assert errors == []
+
+
+CLIPPED_CELLS = """() => Array.from(document.querySelectorAll('#site-rows tr:not(.spacer) td')).filter(
+    td => td.scrollWidth > td.clientWidth + 1 || td.scrollHeight > td.clientHeight + 1).map(td => td.textContent)"""
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_columns_fit_their_content_at_common_widths(browser: Any, tmp_path: Path, width: int) -> None:
+    """Cells wrap instead of clipping (the reason column was cut to ~12
+    characters, the last column clipped), the table fits its box, and the
+    findings-by-rule panel is as tall as its bars, not as the chart beside it."""
+    long_reason = "kept for the whole run: " + "the decode workspace is sized from the planned maximum " * 2
+    root = make_repo(tmp_path / "p", {
+        "pkg/engine/very_long_module_name_for_the_model_runner.py":
+            "import torch\n\n\nclass ModelRunnerWithAVeryLongName:\n"
+            "    def initialize_the_persistent_buffers(self, n):\n"
+            "        # alloc-audit: tier=T2 " + long_reason + "\n"
+            '        self.a = torch.empty(n, device="cuda")\n',
+        "pkg/ops.py": "import torch\n\n\ndef step(g, n):\n    with torch.cuda.graph(g):\n"
+                      '        return torch.empty(n, device="cuda")\n',
+    })
+    out = tmp_path / "r.html"
+    assert run_cli("report", "-o", str(out), cwd=root).code == 0
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.goto(out.as_uri())
+    page.wait_for_selector("html[data-ready='1']", timeout=20000)
+    assert page.evaluate(CLIPPED_CELLS) == []
+    reason_cell = page.evaluate("() => Array.from(document.querySelectorAll('#site-rows td')).map(td => "
+                                "td.textContent).find(t => t.includes('kept for the whole run'))")
+    assert reason_cell and reason_cell.strip().endswith("planned maximum"), "the whole reason is shown"
+    fits = page.evaluate("() => { const b = document.getElementById('site-box'), t = document.getElementById("
+                         "'site-table'), last = t.querySelector('thead th:last-child').getBoundingClientRect(); "
+                         "return [t.scrollWidth <= b.clientWidth + 1, last.right <= b.getBoundingClientRect().right "
+                         "+ 1, last.right <= window.innerWidth] }")
+    assert fits == [True, True, True]
+    rules = page.eval_on_selector("#chart-rules", "f => f.getBoundingClientRect().height")
+    dirs = page.eval_on_selector("#chart-dirs", "f => f.getBoundingClientRect().height")
+    bars = page.eval_on_selector_all("#chart-rules svg rect.bar", "n => n.length")
+    assert bars == 1 and rules < 130, f"a one-bar panel is {rules:.0f} px tall"
+    assert rules <= dirs + 1
+
+
+def test_wrapped_rows_scroll_to_the_last_site(browser: Any, tmp_path: Path) -> None:
+    """Rows of different heights: the scroller measures them, so the last
+    site is reachable and rows neither overlap nor leave gaps."""
+    reasons = {f"m{i}.py": "import torch\n\n\ndef f(n):\n    # alloc-audit: tier=T2 " + ("reason " * (i % 7 * 9 + 1))
+               + '\n    return torch.empty(n, device="cuda")\n' for i in range(120)}
+    root = make_repo(tmp_path / "p", reasons)
+    out = tmp_path / "r.html"
+    assert run_cli("report", "-o", str(out), cwd=root).code == 0
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(out.as_uri())
+    page.wait_for_selector("html[data-ready='1']", timeout=20000)
+    page.click("th[data-key='location']")
+    for _ in range(4):  # heights become known as rows are drawn; scroll to the bottom until it settles
+        page.eval_on_selector("#site-box", "b => { b.scrollTop = b.scrollHeight; b.dispatchEvent(new Event('scroll')); }")
+        page.wait_for_timeout(150)
+    assert visible_rows(page)[-1][0] == "m99.py:6"
+    gaps = page.evaluate("() => { const r = Array.from(document.querySelectorAll('#site-rows tr:not(.spacer)'))"
+                         ".map(t => t.getBoundingClientRect()); return r.slice(1).map((b, i) => "
+                         "Math.round(b.top - r[i].bottom)).filter(g => g !== 0) }")
+    assert gaps == []
+    assert page.evaluate(CLIPPED_CELLS) == []

@@ -218,7 +218,7 @@ def parse_decision(site: str, reason: str, tier: str | None, ignore: object, whe
 # ---------------------------------------------------------------- the command
 
 
-def apply_decisions(project: Project, decisions: list[Decision]) -> list[str]:
+def apply_decisions(project: Project, decisions: list[Decision], options: Options | None = None) -> list[str]:
     """Write decisions into the sources above the statements they name;
     returns what was written (``path:line: # comment``)."""
     from ..pipeline.discover import language_of
@@ -232,7 +232,9 @@ def apply_decisions(project: Project, decisions: list[Decision]) -> list[str]:
     for rel in files:
         if not (config.root / rel).is_file():
             raise UsageError(f"no such file in the project: {rel}")
-    result = scan_project(project, [config.root / f for f in files], Options(no_cache=True))
+    # the files about to be rewritten are read afresh, never from the cache
+    jobs = options.jobs if options is not None else None
+    result = scan_project(project, [config.root / f for f in files], Options(jobs=jobs, no_cache=True))
     by_file: dict[str, list[Edit]] = {}
     written: list[str] = []
     for d in decisions:
@@ -270,4 +272,4 @@ def annotate(options: Options, site: str | None = None, tier: str | None = None,
         items.append(parse_decision(site, reason, tier, list(ignore or ())))
     if not items:
         raise UsageError("nothing to do: give --site with --tier or --ignore and --reason, or --decisions FILE")
-    return Text("".join(f"annotated {line}\n" for line in apply_decisions(project, items)))
+    return Text("".join(f"annotated {line}\n" for line in apply_decisions(project, items, options)))

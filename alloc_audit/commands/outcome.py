@@ -23,11 +23,13 @@ class Report:
 
 @dataclass(frozen=True)
 class Text:
-    """Text for stdout and for stderr, and whether the command failed (exit 1)."""
+    """Text for stdout and for stderr, whether the command failed (exit 1),
+    and whether it was interrupted (exit 130; `audit` keeps what was saved)."""
 
     out: str = ""
     err: str = ""
     failed: bool = False
+    interrupted: bool = False
 
 
 def written(text: str, output: Path | None, summary: str, failed: bool) -> Text:

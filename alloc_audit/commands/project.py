@@ -168,11 +168,14 @@ def file_counts(result: ScanResult) -> str:
     like a file without sites."""
     missing = len({e.path for e in result.unchecked})
     partly = len({e.path for e in result.errors}) - missing
+    from ..report.words import plural
+
     parts = []
     if missing:
-        parts.append(f"{missing} files not analysed (listed above)")
+        parts.append(f"{plural(missing, 'file')} not analysed (listed above)")
     if partly > 0:
-        parts.append(f"{partly} files with problems (`alloc-audit scan --format json` lists them)")
+        parts.append(f"{plural(partly, 'file with problems', 'files with problems')} (`alloc-audit scan --format json` "
+                     "lists them)")
     return "; " + ", ".join(parts) if parts else ""
 
 

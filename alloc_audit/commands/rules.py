@@ -45,8 +45,13 @@ def explain(name: str, color: bool = False, width: int | None = None) -> Text:
 
     rule = rule_by_name(name)
     if rule is None:
-        known = ", ".join(r.name for r in ALL_RULES)
-        raise UsageError(f"unknown rule '{name}'; known rules: {known}")
+        import difflib
+
+        names = [r.name for r in ALL_RULES]
+        hint = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+        if hint:
+            raise UsageError(f"unknown rule '{name}'; did you mean '{hint[0]}'? (`alloc-audit rules list` lists them)")
+        raise UsageError(f"unknown rule '{name}'; known rules: {', '.join(names)}")
     from ..report.terminal import render_rule_doc
 
     return Text(render_rule_doc(rule.name, rule.severity.value, rule.default_on, rule.doc, color, width))

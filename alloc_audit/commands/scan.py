@@ -37,8 +37,11 @@ def one_line_summary(result: ScanResult) -> str:
     direct = sum(1 for s in result.sites if s.counted)
     derived = sum(1 for s in result.sites if s.via is not None)
     open_findings = [f for f in result.findings if not f.suppressed]
-    return (f"alloc-audit: {direct} sites (+{derived} derived) in {result.stats.parsed} of {result.stats.files} files,"
-            f" {len(open_findings)} findings, {len(result.errors)} file problems")
+    from ..report.words import plural
+
+    return (f"alloc-audit: {plural(direct, 'site')} (+{derived} derived) in {result.stats.parsed} of "
+            f"{plural(result.stats.files, 'file')}, {plural(len(open_findings), 'finding')}, "
+            f"{plural(len(result.errors), 'file with problems', 'files with problems')}")
 
 
 def fails(result: ScanResult, fail_on: FailOn, fail_roles: tuple[str, ...] = ("production",)) -> bool:

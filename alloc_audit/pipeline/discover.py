@@ -13,6 +13,7 @@ reported, not read.
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -112,7 +113,10 @@ def discover_files(config: Config, paths: Iterable[Path] = ()) -> Discovery:
             if rel in explicit_rels:
                 errors.append(FileError(rel, "a symbolic link; links are not followed (scan the file it points to)"))
             continue
-        if not os.path.isfile(abspath):
+        if not stat.S_ISREG(st.st_mode):
+            # a FIFO, socket or device named on the command line is reported, never dropped silently
+            if rel in explicit_rels:
+                errors.append(FileError(rel, f"not a regular file ({_kind(st.st_mode)}); not scanned"))
             continue
         if st.st_size > config.max_file_size:
             problem = FileError(rel, f"larger than the {_mib(config.max_file_size)} limit ({_mib(st.st_size)}); "
@@ -130,6 +134,14 @@ def _encodable(path: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a file"
 
 
 def _mib(n: int) -> str:

@@ -68,8 +68,9 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     files = list(discovery.files)
     run_cache = RunCache(_cache_for(config, catalog, options), config.root)
     cache = run_cache.cache
+    # what discovery reported (too large, a named link or FIFO) is part of the stored result
     inputs = (catalog.tiers, config.enable, config.disable, config.severity, options.with_rules,
-              config.max_file_size, config.roles)
+              config.max_file_size, config.roles, sorted((e.path, e.message) for e in discovery.errors))
     digests, misses = run_cache.known_digests(files)
     if cache.enabled and len(digests) == len(files):
         stored = run_cache.stored_result(result_key(cache, inputs, files, digests), files, digests, misses,

@@ -46,6 +46,7 @@ HEADER = (
 _TIERS = frozenset(TIER_VALUES)
 _VERSION = re.compile(r"^#\s*alloc-audit allowlist v(\d+)\s*$")
 _COUNT = re.compile(r"^x(\d+)$")
+_CONFLICT = re.compile(r"^(<{7}|={7}|>{7}|\|{7})(\s|$)")
 
 Key = tuple[str, str, str]
 
@@ -86,6 +87,10 @@ def parse_allowlist(text: str, filename: str) -> list[AllowlistEntry]:
         line = raw.strip()
         if not line:
             continue
+        if _CONFLICT.match(line):
+            raise UsageError(f"unresolved merge conflict ({line.split()[0][:7]} marker); resolve it by hand, or set up "
+                             "the merge driver (README, 'The allowlist'), then run `alloc-audit allowlist update`",
+                             filename, lineno)
         if line.startswith("#"):
             m = _VERSION.match(line)
             if m and int(m.group(1)) > FORMAT_VERSION:

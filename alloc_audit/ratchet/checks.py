@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from ..model import FileError, Finding, Severity, Site
 from .allowlist import AllowlistEntry
+from .baseline import BaselineEntry, BaselineGrowth, FindingsComparison, key_display
 from .compare import Comparison
 from .gate import GateResult
 from .keys import key_text
@@ -42,7 +43,9 @@ def _escape_property(text: str) -> str:
 
 
 def _lines(sites: Iterable[Site]) -> str:
-    return ", ".join(f"{s.span.line}" for s in sites)
+    """'line 7' or 'lines 7, 9'."""
+    numbers = [str(s.span.line) for s in sites]
+    return ("line " if len(numbers) == 1 else "lines ") + ", ".join(numbers)
 
 
 def allowlist_problems(comparison: Comparison) -> list[Problem]:
@@ -52,7 +55,7 @@ def allowlist_problems(comparison: Comparison) -> list[Problem]:
         where = f"{len(sites)} sites" if len(sites) > 1 else "a site"
         out.append(Problem(
             first.path, first.span.line, "error", "new allocation site",
-            f"{where} of {key[2]} in {key[1]} ({first.tier.value}, {first.kind.value}; lines {_lines(sites)}) "
+            f"{where} of {key[2]} in {key[1]} ({first.tier.value}, {first.kind.value}; {_lines(sites)}) "
             f"is not on the allowlist: move the allocation to a planned tier, or accept it with "
             f"`{UPDATE} --add-new` and say why in the entry",
         ))
@@ -61,11 +64,11 @@ def allowlist_problems(comparison: Comparison) -> list[Problem]:
         out.append(Problem(
             first.path, first.span.line, "error", "allowlist entry grew",
             f"{entry.api} in {entry.scope}: the allowlist accepts {entry.count}, the code has {len(sites)} "
-            f"(lines {_lines(sites)}); remove the new one, or accept it with `{UPDATE} --add-new`",
+            f"({_lines(sites)}); remove the new one, or accept it with `{UPDATE} --add-new`",
         ))
     for entry, sites in comparison.loose:
         out.append(Problem(
-            entry.file, entry.line, "error", "allowlist count too high",
+            entry.file, entry.line, "error", "loose allowlist entry",
             f"{key_text(entry.key)} accepts {entry.count} but only {len(sites)} remain; lower it with `{UPDATE}` "
             "so a new site cannot take the freed place unnoticed",
         ))
@@ -119,7 +122,7 @@ def gate_problems(result: GateResult, sites_by_key: dict[tuple[str, str, str], l
     for growth in result.grown:
         entry = growth.entry
         sites = sites_by_key.get(entry.key, [])
-        where = f"; needed by line {_lines(sites)}" if sites else ""
+        where = f"; needed by {_lines(sites)}" if sites else ""
         what = "added" if growth.before == 0 else f"raised from {growth.before} to {entry.count}"
         reason = f" (reason: {entry.reason})" if entry.reason else " (no reason given)"
         out.append(Problem(
@@ -140,3 +143,38 @@ def render(problems: list[Problem], fmt: str) -> str:
 
 def entry_line(entry: AllowlistEntry) -> str:
     return f"{entry.file}:{entry.line}: {entry.render()}" if entry.line else entry.render()
+
+
+# ---------------------------------------------------------------- the findings baseline (baseline.py)
+
+
+def fixed_debt_problems(comparison: FindingsComparison, level: str = "error") -> list[Problem]:
+    """Baseline entries whose findings are gone (fixed debt): good news that
+    must be written down, so a new finding cannot take the freed place."""
+    out = []
+    for entry, left in comparison.fixed:
+        what = "is fixed" if left == 0 else f"has {left} of {entry.count} left"
+        out.append(Problem(entry.file, entry.line, level, "fixed finding still in the baseline",
+                           f"{key_display(entry.key)} {what}: prune it with `{UPDATE}`"))
+    return out
+
+
+def baseline_growth_problems(grown: Iterable[BaselineGrowth], moved: Iterable[tuple[BaselineEntry, BaselineEntry]],
+                             allowed: bool) -> list[Problem]:
+    out = []
+    level = "warning" if allowed else "error"
+    for growth in grown:
+        entry = growth.entry
+        what = "added" if growth.before == 0 else f"raised from {growth.before} to {entry.count}"
+        reason = f" (reason: {entry.reason})" if entry.reason else " (no reason given)"
+        out.append(Problem(entry.file, entry.line, level, "findings baseline grew",
+                           f"{key_display(entry.key)} {what}{reason}"))
+    for base, now in moved:
+        out.append(Problem(now.file, now.line, "notice", "baseline entry moved",
+                           f"{base.path} -> {now.path}: {base.rule} in {base.scope} (a renamed file; not growth)"))
+    return out
+
+
+def problems_json(problems: Iterable[Problem]) -> list[dict[str, object]]:
+    return [{"path": p.path, "line": p.line, "level": p.level, "title": p.title, "message": p.message}
+            for p in problems]

@@ -4,6 +4,7 @@ format; renderers return strings and never print (only cli.py prints)."""
 from __future__ import annotations
 
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -39,6 +40,33 @@ class Pivot(str, Enum):
     tier = "tier"
     rule = "rule"
     api = "api"
+
+
+_EXTENSIONS = {".html": Format.html, ".htm": Format.html, ".md": Format.markdown, ".markdown": Format.markdown,
+               ".sarif": Format.sarif, ".json": Format.json, ".txt": Format.table}
+
+
+def format_for(fmt: Format | None, output: Path | None) -> Format:
+    """The format asked for, or the one the output file's extension names
+    (``report -o report.html``); a contradiction, or an extension that names
+    no format when none was given, is refused rather than writing, say, a
+    terminal table into an .html file."""
+    from ..errors import UsageError
+
+    implied = None
+    if output is not None:
+        name = output.name.lower()
+        implied = Format.sarif if name.endswith(".sarif.json") else _EXTENSIONS.get(Path(name).suffix)
+    if fmt is None:
+        if output is not None and implied is None:
+            raise UsageError(f"cannot tell the format from the file name; give --format "
+                             f"({', '.join(f.value for f in Format)}) or use one of the extensions "
+                             f"{', '.join(sorted(_EXTENSIONS))}", str(output))
+        return implied or Format.table
+    if implied is not None and implied is not fmt:
+        raise UsageError(f"--format {fmt.value} does not match the file's extension, which means {implied.value}; "
+                         "drop --format or rename the file", str(output))
+    return fmt
 
 
 def render(fmt: str, ctx: ReportContext, command: str = "scan", color: bool = False) -> str:

@@ -24,7 +24,8 @@ def _text_fit(text: str, chars: int) -> str:
 
 def _frame(height: int, body: list[str], label: str, width: int = WIDTH) -> str:
     return (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="{escape(label)}" '
-            f'viewBox="0 0 {width} {height}" width="100%" preserveAspectRatio="xMinYMin meet">'
+            f'viewBox="0 0 {width} {height}" width="100%" style="max-width:{round(width * 1.25)}px" '
+            'preserveAspectRatio="xMinYMin meet">'
             + "".join(body) + "</svg>")
 
 

@@ -9,16 +9,18 @@ so a 50k-site tree stays a few MB. Deterministic: no timestamps."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from html import escape
 from importlib import resources
 from typing import Any
 
 from .. import __version__
-from ..model import TIER_ORDER, Severity, SiteKind, Tier
+from ..model import TIER_ORDER, Severity, Site, SiteKind, Tier
 from ..ratchet.keys import site_key
 from . import charts, summary
 from .context import ReportContext
 from .sizes import human
+from .words import plural
 
 
 def _asset(name: str) -> str:
@@ -96,8 +98,9 @@ def render(ctx: ReportContext) -> str:
 def _header(ctx: ReportContext) -> str:
     s = ctx.result.stats
     errors = f", {s.parse_errors} with parse errors" if s.parse_errors else ""
+    files = f"{s.files} file" + ("" if s.files == 1 else "s")
     return ("<header><h1>alloc-audit report</h1>"
-            f'<span class="meta">root <code>{escape(ctx.root_display)}</code> · {s.files} files, {s.parsed} '
+            f'<span class="meta">root <code>{escape(ctx.root_display)}</code> · {files}, {s.parsed} '
             f"analysed{errors} · alloc-audit {escape(__version__)}</span>"
             '<button id="theme" type="button" title="Switch light/dark">◐ theme</button></header>')
 
@@ -126,7 +129,8 @@ def _cards(ctx: ReportContext, sites: list[Any], known: dict[int, int], groups: 
         if status.clean:
             cards.append(_card(str(status.entries), "allowlist entries, clean", "good"))
         else:
-            cards.append(_card(f"{status.new} new / {status.stale} stale", f"allowlist ({status.entries} entries)",
+            cards.append(_card(f"{status.new} new / {status.stale} stale",
+                               f"allowlist ({plural(status.entries, 'entry', 'entries')})",
                                "bad"))
     legend = "".join(f'<span><i class="t-{t.value}"></i>{escape(summary.tier_label(t))} '
                      f'{sum(1 for s in sites if s.tier is t)}</span>' for t in TIER_ORDER)
@@ -135,7 +139,7 @@ def _cards(ctx: ReportContext, sites: list[Any], known: dict[int, int], groups: 
 
 def _charts(ctx: ReportContext, known: dict[int, int], groups: list[summary.RuleGroup]) -> str:
     rows = summary.pivot(ctx, "dir", known)
-    which = f"top 15 of {len(rows)}" if len(rows) > 15 else f"{len(rows)} directories"
+    which = f"top 15 of {len(rows)}" if len(rows) > 15 else f"{len(rows)} director{'y' if len(rows) == 1 else 'ies'}"
     return ('<h2>Where the sites are</h2><div class="charts">'
             f'<figure id="chart-dirs"><figcaption>Sites by directory and tier ({which})</figcaption>'
             f'{charts.stacked_tiers(rows, "directories")}</figure>'
@@ -182,15 +186,57 @@ def _findings(groups: list[summary.RuleGroup]) -> str:
     return "".join(out)
 
 
+# Column widths follow the content. The short columns (kind, tier, bytes,
+# allowlisted) get the pixels their longest value needs; the rest is shared
+# by location, scope, api and reason in proportion to their typical (90th
+# percentile) cell in characters, within bounds (a path or scope is worth
+# showing whole, a long reason may wrap onto a few lines). Cells wrap rather
+# than clip.
+_FIXED_PX = {"kind": 96, "tier": 76, "bytes": 88, "allowlisted": 104}
+_SHARED_BOUNDS = {"location": (12, 72), "scope": (8, 48), "api": (6, 40), "reason": (10, 90)}
+
+
+def column_widths(sites: Sequence[Site]) -> list[tuple[str, str]]:
+    """Each column's width as an attribute: ``data-px`` for the short ones,
+    ``data-share`` of what is left for the others (report.js turns shares
+    into pixels for the table's width: Chromium treats ``calc()`` with a
+    percentage on a table column as auto), with a percentage as the width
+    until then."""
+    def typical(lengths: list[int]) -> int:
+        """The 90th-percentile cell: a few outliers wrap, the rest fit."""
+        ordered = sorted(lengths)
+        return ordered[int(0.9 * (len(ordered) - 1))] if ordered else 0
+
+    longest = {
+        "location": typical([len(s.path) + 1 + len(str(s.span.line)) for s in sites]),
+        "scope": typical([len(s.scope) for s in sites]),
+        # a derived site shows "api via factory (path:line)"; its path may wrap
+        "api": typical([len(s.api) + (len(s.via.api) + 5 if s.via else 0) for s in sites]),
+        "reason": typical([len(s.tier_reason) for s in sites]),
+    }
+    # monospace columns take a little more room per character than the reason's proportional font;
+    # (the api column's minimum below already holds a typical name: its share is for the derived sites' "via")
+    scale = {"location": 1.3, "scope": 1.3, "api": 0.4, "reason": 1.0}
+    weight = {k: min(max(longest[k], lo), hi) * scale[k] for k, (lo, hi) in _SHARED_BOUNDS.items()}
+    total = sum(weight.values())
+    reference = 1232 - sum(_FIXED_PX.values())  # the table at a 1,280 px window, for the first paint
+    # an api name is not broken inside: its column is at least as wide as the typical name
+    minimum = {"api": round(7.6 * min(typical([len(s.api) for s in sites]) + 1, 28)) + 16}
+    attrs = {k: f'data-share="{w / total:.4f}" data-min="{minimum.get(k, 0)}" '
+                f'style="width:{100 * w / total * reference / 1232:.1f}%"' for k, w in weight.items()}
+    attrs.update({k: f'data-px="{px}" style="width:{px}px"' for k, px in _FIXED_PX.items()})
+    order = ("location", "scope", "api", "kind", "tier", "bytes", "reason", "allowlisted")
+    return [(k, attrs[k]) for k in order]
+
+
 def _table(ctx: ReportContext) -> str:
     tiers = "".join(f'<option value="{t.value}">{escape(summary.tier_label(t))}</option>' for t in TIER_ORDER)
     kinds = "".join(f'<option value="{k.value}">{k.value}</option>' for k in SiteKind if k is not SiteKind.RELEASE)
     allow = ('<select id="f-allow" aria-label="allowlisted"><option value="">allowlisted: any</option>'
              '<option value="yes">allowlisted</option><option value="no">not allowlisted</option></select>'
              if ctx.allowlist is not None else '<select id="f-allow" hidden><option value=""></option></select>')
-    columns = [("location", "28%"), ("scope", "17%"), ("api", "15%"), ("kind", "8%"), ("tier", "7%"),
-               ("bytes", "8%"), ("reason", "11%"), ("allowlisted", "6%")]
-    head = "".join(f'<th data-key="{k}" style="width:{w}" title="sort by {k}">{k}</th>' for k, w in columns)
+    head = "".join(f'<th data-key="{k}" {attrs} title="sort by {k}">{k}</th>'
+                   for k, attrs in column_widths(ctx.result.sites))
     return ('<h2>Every site</h2>'
             '<div class="filters"><input id="f-text" type="search" placeholder="filter: path, scope, api, reason…" '
             'aria-label="filter sites">'

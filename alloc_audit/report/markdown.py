@@ -73,7 +73,7 @@ def render(ctx: ReportContext) -> str:
         out += [f"{i}. {cell(a)}" for i, a in enumerate(actions, 1)]
         out.append("")
     out.append(f"<sub>alloc-audit {__version__} · root {code(ctx.root_display)} · "
-               f"{ctx.result.stats.files} files, {ctx.result.stats.parsed} analysed</sub>")
+               f"{_plural(ctx.result.stats.files, 'file')}, {ctx.result.stats.parsed} analysed</sub>")
     return "\n".join(out) + "\n"
 
 
@@ -84,7 +84,8 @@ def _headline(ctx: ReportContext, sites: list[Site]) -> list[str]:
     files = len({s.path for s in sites})
     parts = [f"**{_plural(len(sites), 'allocation site')}**" + (f" (+{derived} derived)" if derived else "")
              + f" in {_plural(files, 'file')}",
-             f"**{_plural(len(open_), 'finding')}** ({errors} errors, {len(open_) - errors} warnings)"]
+             f"**{_plural(len(open_), 'finding')}** ({_plural(errors, 'error')}, "
+             f"{_plural(len(open_) - errors, 'warning')})"]
     status = summary.allowlist_status(ctx)
     if status is not None:
         parts.append("allowlist **clean**" if status.clean else
@@ -101,7 +102,7 @@ def _delta(delta: Delta) -> list[str]:
         net = len(delta.added) - len(delta.removed)
         rows.append(["**total**", f"**+{len(delta.added)}**", f"**−{len(delta.removed)}**"])
         out += table(["tier", "added", "removed"], rows, [False, True, True])
-        out += ["", f"{delta.base_sites} sites at the base, {delta.base_sites + net} now.", ""]
+        out += ["", f"{_plural(delta.base_sites, 'site')} at the base, {delta.base_sites + net} now.", ""]
     out.append(f"Findings: **{len(delta.new_findings)} new**, {len(delta.fixed_findings)} fixed.")
     out.append("")
     if delta.added:
@@ -206,8 +207,9 @@ def _pivot(ctx: ReportContext, by: str, known: dict[int, int]) -> list[str]:
 
 def _allowlist(ctx: ReportContext, status: summary.AllowlistStatus) -> list[str]:
     out = ["### Allowlist", ""]
-    out += table(["entries", "accepted sites", "new sites", "grown", "too-high counts", "stale"],
-                 [[str(status.entries), str(status.accepted), str(status.new), str(status.grown), str(status.loose),
+    accepted = str(status.accepted) + (f" (+{status.accepted_derived} derived)" if status.accepted_derived else "")
+    out += table(["entries", "accepted sites", "new sites", "grown", "loose", "stale"],
+                 [[str(status.entries), accepted, str(status.new), str(status.grown), str(status.loose),
                    str(status.stale)]],
                  [True] * 6)
     out.append("")

@@ -46,7 +46,8 @@ class RuleGroup:
 @dataclass(frozen=True)
 class AllowlistStatus:
     entries: int
-    accepted: int  # sites the entries cover
+    accepted: int  # direct sites the entries cover
+    accepted_derived: int  # derived sites (factory calls) they cover, counted apart as everywhere
     new: int
     grown: int
     loose: int
@@ -157,7 +158,8 @@ def allowlist_status(ctx: ReportContext) -> AllowlistStatus | None:
         return None
     return AllowlistStatus(
         entries=len(c.entries),
-        accepted=sum(len(sites) for _, sites in c.ok) + sum(len(sites) for _, sites in c.loose),
+        accepted=sum(1 for _, sites in (*c.ok, *c.loose) for s in sites if s.via is None),
+        accepted_derived=sum(1 for _, sites in (*c.ok, *c.loose) for s in sites if s.via is not None),
         new=sum(len(sites) for _, sites in c.new),
         grown=len(c.grown),
         loose=len(c.loose),
@@ -188,7 +190,7 @@ def next_actions(ctx: ReportContext, known: dict[int, int]) -> list[str]:
                        f"{f' and {status.grown} grown entries' if status.grown else ''}: move them to a planned tier, "
                        "or accept them with `alloc-audit allowlist update --add-new` and a reason.")
         if status.stale or status.loose:
-            out.append(f"Shrink the allowlist ({status.stale} stale, {status.loose} too-high counts): "
+            out.append(f"Shrink the allowlist ({status.stale} stale, {status.loose} loose): "
                        "`alloc-audit allowlist update`.")
     unknown = sum(1 for s in counted(ctx.result.sites) if s.tier is Tier.UNKNOWN)
     if unknown:

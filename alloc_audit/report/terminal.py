@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from ..model import TIER_NAMES, TIER_ORDER, Finding, Severity, Site, SiteKind, Tier
 from . import summary
 from .context import ReportContext
+from .words import plural
 
 KIND_ORDER = [k for k in SiteKind]
 TIER_STYLE = {
@@ -53,7 +54,8 @@ def header_line(ctx: ReportContext) -> str:
 
     s = ctx.result.stats
     errors = f", {s.parse_errors} with parse errors" if s.parse_errors else ""
-    return (f"alloc-audit {__version__} · root {ctx.root_display} · {s.files} files, {s.parsed} analysed{errors}"
+    return (f"alloc-audit {__version__} · root {ctx.root_display} · {plural(s.files, 'file')}, "
+            f"{s.parsed} analysed{errors}"
             f" · {s.seconds:.2f} s")
 
 
@@ -61,16 +63,20 @@ def acquisitions(sites: Iterable[Site]) -> list[Site]:
     return [s for s in sites if s.acquires]
 
 
-def tier_kind_table(sites: list[Site]):  # type: ignore[no-untyped-def]
+def tier_kind_table(sites: list[Site], width: int = 100):  # type: ignore[no-untyped-def]
+    """Sites by tier and kind. Below WIDE columns the tier column shows the
+    tier alone and the names follow in a legend (tier_legend), so no name is
+    cut; hyphenated kind headers wrap at the hyphen."""
     from rich.table import Table
 
     direct = [s for s in sites if s.via is None]
     derived = [s for s in sites if s.via is not None]
     kinds = [k for k in KIND_ORDER if k is not SiteKind.RELEASE and any(s.kind is k for s in direct)]
+    wide = width >= WIDE
     table = Table(title="Allocation sites by tier and kind", title_justify="left", show_edge=False, pad_edge=False)
-    table.add_column("tier")
+    table.add_column("tier", no_wrap=True)
     for kind in kinds:
-        table.add_column(kind.value, justify="right")
+        table.add_column(kind.value if wide else kind.value.replace("-", "-\n"), justify="right")
     table.add_column("direct", justify="right", style="bold")
     table.add_column("derived", justify="right")
     counts = Counter((s.tier, s.kind) for s in direct)
@@ -79,8 +85,9 @@ def tier_kind_table(sites: list[Site]):  # type: ignore[no-untyped-def]
         row_total = sum(counts[(tier, k)] for k in kinds)
         if not row_total and not dcounts[tier]:
             continue
+        label = summary.tier_label(tier) if wide else tier.value
         table.add_row(
-            f"[{TIER_STYLE[tier]}]{tier.value}[/] {TIER_NAMES[tier]}",
+            f"[{TIER_STYLE[tier]}]{tier.value}[/]{label[len(tier.value):]}",
             *[str(counts[(tier, k)] or "") for k in kinds],
             str(row_total),
             str(dcounts[tier] or ""),
@@ -88,6 +95,19 @@ def tier_kind_table(sites: list[Site]):  # type: ignore[no-untyped-def]
     table.add_row("total", *[str(sum(counts[(t, k)] for t in TIER_ORDER)) for k in kinds], str(len(direct)),
                   str(len(derived)), style="bold")
     return table
+
+
+def tier_legend(sites: list[Site], width: int) -> str:
+    """The tier names under a narrow table, packed into lines by hand (rich
+    would break inside a name: it wraps at any whitespace)."""
+    present = {s.tier for s in sites}
+    lines: list[str] = []
+    for label in (summary.tier_label(t) for t in TIER_ORDER if t in present and t is not Tier.UNKNOWN):
+        if lines and len(lines[-1]) + 3 + len(label) <= width:
+            lines[-1] += " · " + label
+        else:
+            lines.append(label)
+    return "\n".join(f"[dim]{line}[/]" for line in lines)
 
 
 def top_files_table(sites: list[Site], limit: int = 10):  # type: ignore[no-untyped-def]
@@ -147,6 +167,22 @@ def finding_lines(findings: Iterable[Finding], limit: int | None = None) -> list
     return lines
 
 
+def indented(out, line: str, hang: int = 4) -> None:  # type: ignore[no-untyped-def]
+    """Print a line whose wrapped continuation is indented: by the line's own
+    indentation, plus ``hang`` for a line that starts at column 0 (a finding's
+    head), so a wrapped line never falls back to column 0."""
+    from rich.padding import Padding
+    from rich.text import Text
+
+    indent = len(line) - len(line.lstrip(" "))
+    if indent:
+        out.print(Padding(line.lstrip(" "), (0, 0, 0, indent)))
+        return
+    wrapped = Text.from_markup(line).wrap(out, max(out.width - hang, 20))
+    for n, part in enumerate(wrapped):
+        out.print(Padding(part, (0, 0, 0, hang)) if n else part)
+
+
 def _escape(text: str) -> str:
     from rich.markup import escape
 
@@ -162,7 +198,9 @@ def render_scan(ctx: ReportContext, color: bool) -> str:
     if not acq:
         out.print("No allocation sites found.")
     else:
-        out.print(tier_kind_table(acq))
+        out.print(tier_kind_table(acq, ctx.width or 100))
+        if (ctx.width or 100) < WIDE:
+            out.print(tier_legend(acq, ctx.width or 100))
         out.print()
         out.print(top_files_table(acq))
         releases = sum(1 for s in sites if s.kind is SiteKind.RELEASE)
@@ -176,10 +214,11 @@ def render_scan(ctx: ReportContext, color: bool) -> str:
     if findings:
         out.print()
         counts = Counter(f.severity for f in findings)
-        out.print(f"[bold]Findings[/]: {counts[Severity.ERROR]} errors, {counts[Severity.WARNING]} warnings")
+        out.print(f"[bold]Findings[/]: {plural(counts[Severity.ERROR], 'error')}, "
+                  f"{plural(counts[Severity.WARNING], 'warning')}")
         limit = None if ctx.verbose else 20
         for line in finding_lines(findings, limit):
-            out.print(line)
+            indented(out, line)
         if limit is not None and len(findings) > limit:
             out.print(f"[dim]… {len(findings) - limit} more (use --verbose, or --format json)[/]")
     errors = ctx.result.errors
@@ -188,7 +227,7 @@ def render_scan(ctx: ReportContext, color: bool) -> str:
         out.print(f"[bold]Files with problems[/]: {len(errors)}")
         shown = errors if ctx.verbose else errors[:10]
         for e in shown:
-            out.print(f"  {e.path}: {_escape(e.message)}")
+            indented(out, f"  {e.path}: {_escape(e.message)}")
         if len(shown) < len(errors):
             out.print(f"  [dim]… {len(errors) - len(shown)} more (use --verbose)[/]")
     return finish(out, color)
@@ -215,7 +254,8 @@ def render_report(ctx: ReportContext, color: bool) -> str:
         out.print(totals_table(ctx, sites, known))
         sized = sum(1 for s in sites if id(s) in known)
         if sized:
-            out.print(f"[dim]est. bytes: {sized} of {len(sites)} sites have a size from literals or bindings; "
+            out.print(f"[dim]est. bytes: {sized} of {plural(len(sites), 'site')} have a size from literals or "
+                      "bindings; "
                       "≥ marks a partial sum.[/]")
         out.print()
         by = ctx.pivot if ctx.pivot in summary.PIVOTS else "dir"
@@ -230,9 +270,10 @@ def render_report(ctx: ReportContext, color: bool) -> str:
     if status is not None:
         out.print()
         state = "[green]clean[/]" if status.clean else "[red]out of date[/]"
-        out.print(f"[bold]Allowlist[/] {state}: {status.entries} entries accept {status.accepted} sites; "
-                  f"{status.new} new sites, {status.grown} grown, {status.loose} too-high counts, "
-                  f"{status.stale} stale")
+        derived = f" (+{status.accepted_derived} derived)" if status.accepted_derived else ""
+        out.print(f"[bold]Allowlist[/] {state}: {plural(status.entries, 'entry', 'entries')} accept "
+                  f"{plural(status.accepted, 'site')}{derived}; {plural(status.new, 'new site')}, "
+                  f"{status.grown} grown, {status.loose} loose, {status.stale} stale")
     if ctx.result.errors:
         out.print()
         out.print(f"[bold]Files with problems[/]: {len(ctx.result.errors)}")
@@ -330,7 +371,8 @@ def pivot_table(ctx: ReportContext, by: str, known: dict[int, int]):  # type: ig
     one, many = PIVOT_TITLES[by]
     shown = rows[:limit]
     more = f", top {len(shown)}" if len(shown) < len(rows) else ""
-    table = Table(title=f"Sites by {one} ({len(rows)} {many}{more})", title_justify="left", show_edge=False,
+    counted_rows = f"{len(rows)} {one if len(rows) == 1 else many}"
+    table = Table(title=f"Sites by {one} ({counted_rows}{more})", title_justify="left", show_edge=False,
                   pad_edge=False)
     # explicit widths (rich would truncate the last column instead): the
     # narrow columns are fixed, the name and the tier mix share the rest

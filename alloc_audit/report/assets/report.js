@@ -21,6 +21,8 @@
       return { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c];
     });
   }
+  // break opportunities after path and scope separators, so a wrapped cell breaks at a / or a . first
+  function brk(s) { return esc(s).replace(/(::|[\/.])/g, "$1<wbr>"); }
   function human(n) {
     if (n === null) return "";
     var units = ["B", "KiB", "MiB", "GiB", "TiB"], v = n, i = 0;
@@ -74,7 +76,7 @@
     view = out;
     count.textContent = view.length === N ? N + " sites" : view.length + " of " + N + " sites";
     box.scrollTop = 0;
-    draw();
+    draw(false);
   }
 
   function rowHtml(r, n) {
@@ -84,33 +86,65 @@
     var loc = S[r[P]] + ":" + r[LINE];
     var tier = S[r[TIER]];
     return '<tr class="' + (n % 2 ? "odd" : "even") + '">' +
-      '<td class="mono" title="' + esc(loc) + '">' + esc(loc) + "</td>" +
-      '<td class="mono" title="' + esc(S[r[SCOPE]]) + '">' + esc(S[r[SCOPE]]) + "</td>" +
-      '<td class="mono" title="' + esc(api) + '">' + esc(api) + "</td>" +
+      '<td class="mono">' + brk(loc) + "</td>" +
+      '<td class="mono">' + brk(S[r[SCOPE]]) + "</td>" +
+      '<td class="mono">' + brk(api) + "</td>" +
       "<td>" + esc(S[r[KIND]]) + "</td>" +
       '<td><span class="tier t-' + esc(tier) + '">' + esc(tier) + "</span></td>" +
       '<td class="num">' + human(r[BYTES]) + "</td>" +
-      '<td title="' + esc(S[r[REASON]]) + '">' + esc(S[r[REASON]]) + "</td>" +
+      "<td>" + brk(S[r[REASON]]) + "</td>" +
       "<td>" + allow + "</td></tr>";
   }
 
+  // Rows wrap, so their heights differ: each row's height is measured once it
+  // has been drawn (until then it counts as ROW_H), and the spacers above and
+  // below the drawn rows are the sums of those heights.
+  var measured = new Float64Array(N);
+  function heightOf(i) { return measured[view[i]] || ROW_H; }
+  // column widths: the short columns their pixels, the rest shared by content (html.py column_widths)
+  function sizeColumns() {
+    var width = document.getElementById("site-table").clientWidth, fixed = 0, floor = 0, shared = [];
+    Array.prototype.forEach.call(headers, function (th) {
+      fixed += +(th.getAttribute("data-px") || 0);
+      if (th.getAttribute("data-share") !== null) shared.push(th);
+    });
+    // each shared column gets its minimum, then the rest by share
+    shared.forEach(function (th) { floor += +(th.getAttribute("data-min") || 0); });
+    var rest = Math.max(0, width - fixed - floor);
+    shared.forEach(function (th) {
+      th.style.width = Math.floor(+(th.getAttribute("data-min") || 0) + rest * +th.getAttribute("data-share")) + "px";
+    });
+  }
   var drawn = [-1, -1];
-  function draw() {
+  function draw(force) {
     var top = box.scrollTop, h = box.clientHeight || 600;
-    var start = Math.max(0, Math.floor(top / ROW_H) - OVERSCAN);
-    var end = Math.min(view.length, Math.ceil((top + h) / ROW_H) + OVERSCAN);
-    if (drawn[0] === start && drawn[1] === end && drawn.view === view) return;
+    var start = 0, y = 0;
+    while (start < view.length && y + heightOf(start) < top) { y += heightOf(start); start++; }
+    var above = y, end = start;
+    while (end < view.length && y < top + h) { y += heightOf(end); end++; }
+    for (var k = 0; k < OVERSCAN && start > 0; k++) { start--; above -= heightOf(start); }
+    end = Math.min(view.length, end + OVERSCAN);
+    if (!force && drawn[0] === start && drawn[1] === end && drawn.view === view) return;
     drawn = [start, end]; drawn.view = view;
-    var html = ['<tr class="spacer"><td colspan="8" style="height:' + start * ROW_H + 'px"></td></tr>'];
+    var below = 0;
+    for (var j = end; j < view.length; j++) below += heightOf(j);
+    var html = ['<tr class="spacer"><td colspan="8" style="height:' + above + 'px"></td></tr>'];
     for (var i = start; i < end; i++) html.push(rowHtml(rows[view[i]], i));
-    html.push('<tr class="spacer"><td colspan="8" style="height:' + (view.length - end) * ROW_H + 'px"></td></tr>');
+    html.push('<tr class="spacer"><td colspan="8" style="height:' + below + 'px"></td></tr>');
     if (!view.length) html = ['<tr><td colspan="8" class="empty">No site matches these filters.</td></tr>'];
     body.innerHTML = html.join("");
+    if (!view.length) return;
+    var changed = false, trs = body.rows;
+    for (var n = 1; n < trs.length - 1; n++) {
+      var hgt = trs[n].getBoundingClientRect().height, idx = view[start + n - 1];
+      if (Math.abs(measured[idx] - hgt) > 0.5) { measured[idx] = hgt; changed = true; }
+    }
+    if (changed) draw(true);  // once more with the true heights (they are now known, so this settles)
   }
 
   var pending = null;
   box.addEventListener("scroll", function () {
-    if (pending === null) pending = requestAnimationFrame(function () { pending = null; draw(); });
+    if (pending === null) pending = requestAnimationFrame(function () { pending = null; draw(false); });
   });
   var timer = null;
   query.addEventListener("input", function () { clearTimeout(timer); timer = setTimeout(apply, 120); });
@@ -132,7 +166,8 @@
     var dark = now ? now === "dark" : window.matchMedia("(prefers-color-scheme: dark)").matches;
     root.setAttribute("data-theme", dark ? "light" : "dark");
   });
-  window.addEventListener("resize", draw);
+  window.addEventListener("resize", function () { sizeColumns(); measured.fill(0); draw(true); });
+  sizeColumns();
   apply();
   document.documentElement.setAttribute("data-ready", "1");
 })();
