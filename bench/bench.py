@@ -312,7 +312,7 @@ def main() -> None:
         doc = docs[0]
 
         # the pre-commit path: an allowlist, 20 files
-        subprocess.run([*CLI, "allowlist", "init", "--no-cache"], cwd=root, capture_output=True,
+        subprocess.run([*CLI, "allowlist", "init", "--force", "--no-cache"], cwd=root, capture_output=True,
                        check=True)
         files = pick_files(doc)
         check_cmd = [*CLI, "check", "--fail-on", "never", *files]
