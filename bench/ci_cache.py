@@ -8,8 +8,7 @@ the checkout is deleted and copied afresh to the same path (every mtime and
 inode new, as on a CI runner), 20 files are changed (a line appended to 10
 files alloc-audit parses and 10 it skips), the cache directory is restored
 (copied from the first run's), and `scan` runs; next to it, in the same
-round, a scan without a cache, and `check` on the 20 changed files with the
-restored cache. Wall and CPU (user + system of the process tree), medians.
+round, a scan without a cache. Wall and CPU (user + system of the process tree), medians.
 --tool runs the same rounds for another checkout of alloc-audit (its package
 directory on PYTHONPATH), e.g. the commit before a change.
 """
@@ -75,7 +74,7 @@ def main() -> None:
             for name, path in tools.items():
                 env = {"PYTHONPATH": path} if path else None
                 root = fresh_checkout(trees, checkout)
-                changed = change(root, parsed, skipped)
+                change(root, parsed, skipped)
                 restored = tmpdir / "restored"
                 if restored.exists():
                     shutil.rmtree(restored)
@@ -83,8 +82,6 @@ def main() -> None:
                 scan = [*bench.CLI, "scan", ".", "--format", "json", "-o", str(tmpdir / "out.json")]
                 t.sh(f"{name}: scan, restored cache, 20 files changed", [*scan, "--cache-dir", str(restored)],
                      root, env)
-                t.sh(f"{name}: check on the 20 changed files, restored cache",
-                     [*bench.CLI, "check", "--fail-on", "never", "--cache-dir", str(restored), *changed], root, env)
                 t.sh(f"{name}: scan, no cache", [*scan, "--no-cache"], root, env)
         load.append(os.getloadavg())
         facts = bench.tree_facts(checkout)
