@@ -224,3 +224,34 @@ def test_facts_do_not_depend_on_the_process(tmp_path: Path) -> None:
                                              apis.lone_macro_lines), apis))
              for _ in range(5)}
     assert len(facts) == 1
+
+
+def test_a_fresh_checkout_with_a_restored_cache_reuses_the_skip_table(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI: the cache directory is restored into a fresh checkout (every mtime
+    and inode new, maybe another path). Files the last run skipped and whose
+    content is unchanged are answered from the skip table (hashed, not
+    pre-filtered again in a worker); an edited one is read as before; the
+    output is that of a run without a cache."""
+    from alloc_audit.pipeline import workers
+
+    files = {**SMALL, **{f"eng/plain{i}.py": f"def f{i}(n):\n    return n + {i}\n" for i in range(5)}}
+    first = make_repo(tmp_path / "first", files)
+    cache = tmp_path / "cache"
+    scan(first, "--cache-dir", str(cache))
+    checkout = make_repo(tmp_path / "ci" / "checkout", files)  # new path, mtimes and inodes
+    write(checkout, "eng/plain0.py", 'import torch\nX = torch.empty(1, device="cuda")\n')  # changed in the PR
+    to_workers: list[str] = []
+    real = workers.run_files
+
+    def recording(items, *args, **kwargs):  # type: ignore[no-untyped-def]
+        to_workers.extend(f.path for f, _ in items)
+        return real(items, *args, **kwargs)
+
+    monkeypatch.setattr(workers, "run_files", recording)
+    restored = scan(checkout, "--cache-dir", str(cache))
+    assert ("eng/plain0.py", 2, "torch.empty") in apis(restored)
+    assert not {f"eng/plain{i}.py" for i in range(1, 5)} & set(to_workers), "unchanged skipped files re-read"
+    assert "eng/plain0.py" in to_workers
+    monkeypatch.setattr(workers, "run_files", real)
+    assert restored == scan(checkout, "--no-cache")

@@ -137,6 +137,13 @@ class Cache:
         if self.base is None:
             return {}
         data = self._read(self._named("skips", root_key))
+        if data is None:
+            # a tree at another path (a fresh CI checkout somewhere else, a
+            # copy): the newest table of another root seeds this one. Its
+            # entries are keyed by salt, relative path and content digest,
+            # so an entry that matches is as true here as there.
+            others = sorted(self.base.glob("skips-*"), key=_mtime_or_zero, reverse=True)
+            data = self._read(others[0]) if others else None
         return data if isinstance(data, dict) else {}
 
     def store_skips(self, root_key: str, table: dict[str, tuple[str, tuple[str, ...], str | None]]) -> None:
@@ -299,6 +306,25 @@ class RunCache:
     def skip_table(self) -> dict[str, tuple[str, tuple[str, ...], str | None]]:
         return self.cache.load_skips(self.root_key) if self.cache.enabled else {}
 
+    def hash_skipped(self, misses: Sequence[SourceFile], digests: dict[str, str],
+                     skip_table: dict[str, tuple[str, tuple[str, ...], str | None]]) -> None:
+        """Digests, read here, of the files whose stat is unknown but which
+        the skip table names (a fresh checkout with a restored cache: every
+        mtime and inode is new). Hashing a file costs a fraction of the
+        pre-filter and identifier scan a worker would run on it again; a
+        file whose content changed misses the table and goes to the workers
+        as before."""
+        if not skip_table:
+            return
+        named = {entry[0] for entry in skip_table.values()}
+        for f in misses:
+            if f.path in named and f.path not in digests:
+                try:
+                    with open(f.abspath, "rb") as fh:
+                        digests[f.path] = content_digest(fh.read())
+                except OSError:
+                    continue  # the workers report it
+
     def store(self, files: Sequence[SourceFile], digests: dict[str, str],
               skips: dict[str, tuple[str, tuple[str, ...], str | None]],
               old_skips: dict[str, tuple[str, tuple[str, ...], str | None]], result_key: str | None,
@@ -320,6 +346,13 @@ class RunCache:
         if result_key is not None:
             cache.store_result(result_key, _encode_result(result))
         cache.prune()
+
+
+def _mtime_or_zero(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def result_key(cache: Cache, inputs: object, files: Sequence[SourceFile], digests: dict[str, str]) -> str:

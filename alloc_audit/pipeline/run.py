@@ -81,6 +81,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     outcomes = Outcomes(catalog, cache, files, discovery.errors, job_count(options.jobs, config.jobs),
                         discovery.unchecked)
     skip_table = run_cache.skip_table()
+    run_cache.hash_skipped(misses, digests, skip_table)
     outcomes.read_all(files, digests, skip_table, options.progress)
     phases.mark("files")
     index = build_index(outcomes.in_path_order())
