@@ -1,5 +1,9 @@
+import os
+import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,3 +19,21 @@ def release(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
     base = tmp_path_factory.mktemp("release")
     url, tag = tagged_snapshot(base)
     return Release(url, tag, base / "pre-commit-home")
+
+
+CHROMIUM = os.environ.get("ALLOC_AUDIT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's Chromium through Playwright, for the HTML report tests; a skip
+    without it, unless ALLOC_AUDIT_REQUIRE_BROWSER says CI must not skip."""
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("ALLOC_AUDIT_REQUIRE_BROWSER"):
+            pytest.fail(f"no Chromium at {CHROMIUM} (install Debian's chromium)")
+        pytest.skip("no Chromium installed")
+    playwright = pytest.importorskip("playwright.sync_api")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()

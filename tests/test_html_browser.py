@@ -8,10 +8,7 @@ is set (``.ci/run`` sets it, so CI cannot skip it silently)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,22 +16,9 @@ import pytest
 from clihelp import make_repo, run_cli
 
 REPO = Path(__file__).resolve().parent.parent
-CHROMIUM = os.environ.get("ALLOC_AUDIT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 
 pytestmark = pytest.mark.slow
 
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("ALLOC_AUDIT_REQUIRE_BROWSER"):
-            pytest.fail(f"no Chromium at {CHROMIUM} (install Debian's chromium)")
-        pytest.skip("no Chromium installed")
-    playwright = pytest.importorskip("playwright.sync_api")
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        yield b
-        b.close()
 
 
 def open_report(browser: Any, path: Path, scheme: str = "light") -> tuple[Any, list[str], float]:

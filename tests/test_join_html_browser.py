@@ -6,9 +6,6 @@ ALLOC_AUDIT_REQUIRE_BROWSER is set (``.ci/run`` sets it)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,22 +14,9 @@ from clihelp import run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOT = REPO / "tests" / "data" / "runtime" / "minigen-python.pickle.gz"
-CHROMIUM = os.environ.get("ALLOC_AUDIT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 
 pytestmark = pytest.mark.slow
 
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("ALLOC_AUDIT_REQUIRE_BROWSER"):
-            pytest.fail(f"no Chromium at {CHROMIUM} (install Debian's chromium)")
-        pytest.skip("no Chromium installed")
-    playwright = pytest.importorskip("playwright.sync_api")
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        yield b
-        b.close()
 
 
 def test_join_report_in_chromium(browser: Any, tmp_path: Path) -> None:
