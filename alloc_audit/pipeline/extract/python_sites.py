@@ -16,7 +16,7 @@ from ...catalog import ApiSpec
 from ...model import Arg, CallTable, Site, SiteKind
 from . import common
 from .common import Source, zero_elements
-from .python_module_move import moves_module
+from .python_module_move import dispatches_to_super, moves_module
 
 if TYPE_CHECKING:
     from .python import PythonExtractor
@@ -233,6 +233,8 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
             if under_cpu_branch(ext.src, node, dev_text.strip()):
                 return None
     elif mode == "to-args":
+        if any(k not in _TO_KEYWORDS for k in kwargs):
+            return None  # `engine.to(device, model=True, optimizer=True)`: another class's own `to`
         fn = node.children[0]
         receiver = fn.child_by_field_name("object") if fn.type == "attribute" else None
         own = f"{ext.src.text(receiver, 80)}.device" if receiver is not None else ""
@@ -255,10 +257,16 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
             if target and "," in target:
                 target = target.rsplit(",", 1)[1].strip()
     api = spec.api
+    if mode in ("to-args", "cuda") and dispatches_to_super(ext, node):
+        return None  # `super().to(device)` in a class's own `to`: method dispatch, the moves are in the base
     if mode in ("to-args", "cuda") and api.startswith("Tensor.") and moves_module(ext, node):
         api = "Module." + api[len("Tensor."):]  # the whole model or layer: a weight upload (rules/tiers.toml)
     return ext.at.site(node, api, kind, scope, span, size, shape, device, target, wrapper(ext, node),
                         dtype=kwargs.get("dtype"))
+
+
+# the keywords `Tensor.to` and `nn.Module.to` accept
+_TO_KEYWORDS = frozenset({"device", "dtype", "non_blocking", "copy", "memory_format", "tensor"})
 
 
 def _cpu_test(name: str) -> re.Pattern[str]:

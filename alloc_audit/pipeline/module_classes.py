@@ -1,0 +1,72 @@
+"""Stage 5, before the tiers: a ``.to(device)`` / ``.cuda()`` on an object
+built by a project class of another file that derives from ``nn.Module``
+moves a whole module (a weight upload), which one file cannot tell
+(``extract/python_module_move.py`` decides what the file itself shows).
+
+Input: the sites, the index. The receiver comes from the call table: the
+move's own callee text (``layer.to(dtype).to``) less its casts, then either
+a construction at the same position (``UNet(**cfg).to("cuda")``) or the last
+call above in the same function whose value was stored to the receiver's
+name (``layer = Classifier(...)``). A class the index resolves and whose
+bases reach ``nn.Module`` makes the site ``Module.to`` / ``Module.cuda``,
+classified again; anything else is left as it is. Pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+
+from ..catalog import TierPattern
+from ..model import Call, FileFacts, Language, Site
+from .classify import classify_sites
+from .default_device import is_module
+from .index import Func, ProjectIndex
+
+_MOVES = {"Tensor.to": "Module.to", "Tensor.cuda": "Module.cuda"}
+_CASTS = re.compile(r"\.(?:(?:half|float|bfloat16|double|eval|train|requires_grad_|cpu|cuda)\(\s*(?:True|False)?\s*\)"
+                    r"|(?:to|cuda)\([^()]*\))$")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str, FileFacts],
+                 patterns: Sequence[TierPattern]) -> list[Site]:
+    """``sites`` with the moves of project-module objects relabelled and
+    classified again."""
+    memo: dict[str, bool] = {}
+    moved: dict[int, Site] = {}
+    for i, site in enumerate(sites):
+        if site.api not in _MOVES or site.via is not None or site.language is not Language.PYTHON:
+            continue
+        func = index.func(site.path, site.scope)
+        if func is None:
+            continue
+        call = _builder(func, site)
+        cls = index.constructed_class(func, call) if call is not None else None
+        if cls is not None and is_module(index, cls.qualname, cls.bases, memo):
+            moved[i] = dataclasses.replace(site, api=_MOVES[site.api])
+    if not moved:
+        return list(sites)
+    again = dict(zip(moved, classify_sites(moved.values(), files, patterns)))
+    return [again.get(i, site) for i, site in enumerate(sites)]
+
+
+def _builder(func: Func, site: Site) -> Call | None:
+    """The call that built the receiver of the move at ``site``, if one can
+    be told."""
+    here = [c for c in func.calls if c.span.line == site.span.line and c.span.col == site.span.col]
+    moves = [c for c in here if c.callee.endswith((".to", ".cuda"))]
+    if not moves:
+        return None
+    receiver = max(moves, key=lambda c: len(c.callee)).callee.rsplit(".", 1)[0]
+    while (m := _CASTS.search(receiver)) is not None:
+        receiver = receiver[:m.start()]
+    if receiver.endswith(")"):  # built right there: `UNet(**cfg).to(...)`
+        built = [c for c in here if "(" not in c.callee and not c.callee.endswith((".to", ".cuda"))]
+        return min(built, key=lambda c: len(c.callee)) if built else None
+    if _NAME.fullmatch(receiver) is None:
+        return None
+    above = [c for c in func.calls if c.target == receiver and c.span.line < site.span.line
+             and "(" not in c.callee and not c.callee.startswith(receiver + ".")]
+    return max(above, key=lambda c: (c.span.line, c.span.col)) if above else None
