@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -21,7 +22,7 @@ def load() -> ModuleType:
     return module
 
 
-def scan() -> dict[str, object]:
+def scan() -> dict[str, Any]:
     sites = []
     for index in range(200):
         tier = ("T1", "T2", "T4", "T4", "T4")[index % 5]
