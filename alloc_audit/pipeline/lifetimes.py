@@ -13,8 +13,10 @@ class, the guards around the site).
   on ``self`` where another method of the class releases it (``self.buf =
   None`` or ``del self.buf``) is staging for one phase, set up and released
   around each use; ``__del__``, ``close``, ``shutdown`` and ``__exit__`` run
-  once at the end and release nothing per phase, and a constructor's
-  ``self.buf = None`` declares the member.
+  once at the end and release nothing per phase, a constructor's
+  ``self.buf = None`` declares the member, and a method that also sets the
+  member up, or sets it to ``None`` only in a branch (the case without a
+  buffer), is a setter.
 - **Optimizer state created once → T2.** A device buffer stored into an
   entry of a state dict the object holds (``state = self.state[p]``,
   ``state["exp_avg"] = torch.zeros_like(p)``) under a guard that it is not
@@ -97,11 +99,10 @@ def _keeper(func: Func, index: ProjectIndex, memo: dict[str, list[tuple[Func, st
         return ""
     kept = []
     for caller, target in calls:
-        returned_on = target == "return" or (target is not None and target.isidentifier()
-                                             and any(r.value.strip() == target for r in caller.returns))
-        if target is not None and target != "return" and _ON_OBJECT.fullmatch(target.strip()):
+        names = [t.strip() for t in (target or "").split(",")]
+        if target is not None and target != "return" and all(_ON_OBJECT.fullmatch(t) for t in names):
             kept.append(f"{caller.qualname} keeps it in {target.strip()}")
-        elif returned_on and depth == 0:
+        elif depth == 0 and (target == "return" or _returned_on(caller, names)):
             further = _keeper(caller, index, memo, depth + 1)
             if not further:
                 return ""
@@ -109,6 +110,19 @@ def _keeper(func: Func, index: ProjectIndex, memo: dict[str, list[tuple[Func, st
         else:
             return ""
     return "; ".join(sorted(set(kept))[:2])
+
+
+def _returned_on(caller: Func, names: list[str]) -> bool:
+    """A local the caller returns holds the value: the name itself, an
+    element of a returned tuple, or a local container it is stored in
+    (``out[k] = make(...)`` ... ``return out``)."""
+    if len(names) != 1:
+        return False
+    m = re.fullmatch(r"([A-Za-z_]\w*)(?:\[[^\]]*\])?", names[0])
+    if m is None:
+        return False
+    returned = {part.strip() for r in caller.returns for part in r.value.strip().strip("()").split(",")}
+    return m.group(1) in returned
 
 
 def _kept_by_caller(site: Site, index: ProjectIndex, memo: dict[str, list[tuple[Func, str | None]]]) -> Site:
@@ -154,7 +168,13 @@ def _released_per_phase(site: Site, index: ProjectIndex) -> Site:
         for method in methods:
             if method.scope is not None and method.scope.role == "constructor":
                 continue  # `self.buf = None` declares it
+            if any(c.target == target for c in method.calls) or \
+                    any(target in a.targets and a.op != "del" and a.value.strip() != "None" for a in method.assigns):
+                continue  # sets it up too (`None` in the branch without one): a setter, no release
+            branches = [b.span for b in method.blocks if b.kind in ("if", "elif", "else")]
             for a in method.assigns:
+                if any(span.contains_line(a.line) for span in branches):
+                    continue  # `else: self.buf = None`: a branch without a buffer, no release
                 if target in a.targets and (a.op == "del" or a.value.strip() == "None"):
                     return dataclasses.replace(site, tier=Tier.T5A, tier_reason=(
                         f"pinned staging for one phase: kept in {target} by {site.scope} and released by "
