@@ -28,7 +28,10 @@ class, the guards around the site).
   ``self.data``, an object's own member, nor a ``.grad``), into
   ``module._parameters[name]`` / ``_buffers[name]``, or an arena kept on
   ``self`` whose views the same function assigns to ``.data`` (``param.data
-  = self.flat[a:b].view(shape)``): model-resident. Pure.
+  = self.flat[a:b].view(shape)``): model-resident.
+- **Script code → T4.** Module-level code under ``if __name__ ==
+  "__main__":`` does not run at import, and a module-level loop allocates
+  per iteration: a script's scratch, not a buffer of the process. Pure.
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ def decided_by_use(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
                     f"{site.scope}; was: {site.tier_reason})"))
             elif site.kind is SiteKind.DEVICE and site.tier is Tier.T4 and site.via is None:
                 site = _state_created_once(site, index)
+            elif site.scope == "<module>" and site.tier is Tier.T2 and site.kind is SiteKind.DEVICE:
+                site = _script_code(site, index)
         out.append(site)
     return out
 
@@ -236,3 +241,22 @@ def _holds_weights(site: Site, index: ProjectIndex) -> str:
         if at > site.span.line and data and view.search(value) is not None:
             return f"{target}, whose views become {data[0]}"
     return ""
+
+
+_MAIN = re.compile(r"""__name__\s*==\s*["']__main__["']""")
+
+
+def _script_code(site: Site, index: ProjectIndex) -> Site:
+    func = index.func(site.path, "<module>")
+    if func is None:
+        return site
+    for block in func.blocks:
+        if not block.span.contains_line(site.span.line):
+            continue
+        if block.kind == "if" and _MAIN.search(block.test):
+            return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
+                "script code under `if __name__ == \"__main__\":` (does not run at import): per run"))
+        if block.kind == "loop":
+            return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
+                f"per iteration of a module-level loop (line {block.stmt.line if block.stmt else block.span.line})"))
+    return site

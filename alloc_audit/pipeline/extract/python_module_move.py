@@ -32,6 +32,7 @@ _NN_CLASS = re.compile(r"torch\.nn\.(?:modules\.\w+\.|parallel\.(?:\w+\.)?)?[A-Z
 # `AutoModel.from_config(cfg)`, `nn.Embedding.from_pretrained(w)`
 _BUILDERS = frozenset({"from_pretrained", "from_config"})
 _MODULE_TYPE = re.compile(r"[\"']?(?:[\w.]+\.)?(?:Module|PreTrainedModel|\w+Module)[\"']?$")
+_MEMBER = re.compile(r"(?:self\.)?[A-Za-z_]\w*")
 _NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "UninitializedParameter"})
 
 
@@ -42,8 +43,8 @@ def moves_module(ext: PythonExtractor, node: Any) -> bool:
     if text is None:
         return False
     receiver = text
-    for _hop in range(3):  # `m = m.to(dtype)` follows m to the assignment above
-        if not text.isidentifier():
+    for _hop in range(3):  # `m = m.to(dtype)` follows m (or `self.m`) to the assignment above
+        if _MEMBER.fullmatch(text) is None:
             break
         found = _last_assignment(ext, node, text, before)
         if found is None:
