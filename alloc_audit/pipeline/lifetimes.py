@@ -29,9 +29,10 @@ class, the guards around the site).
   ``module._parameters[name]`` / ``_buffers[name]``, or an arena kept on
   ``self`` whose views the same function assigns to ``.data`` (``param.data
   = self.flat[a:b].view(shape)``): model-resident.
-- **Script code → T4.** Module-level code under ``if __name__ ==
-  "__main__":`` does not run at import, and a module-level loop allocates
-  per iteration: a script's scratch, not a buffer of the process. Pure.
+- **Module-level loops → T4.** A module-level loop allocates per
+  iteration (``for images, labels in loader: images.cuda()``): a script's
+  scratch, not a buffer of the process. (Code under ``if __name__ ==
+  "__main__":`` runs once per process: module level, T2.) Pure.
 """
 
 from __future__ import annotations
@@ -243,9 +244,6 @@ def _holds_weights(site: Site, index: ProjectIndex) -> str:
     return ""
 
 
-_MAIN = re.compile(r"""__name__\s*==\s*["']__main__["']""")
-
-
 def _script_code(site: Site, index: ProjectIndex) -> Site:
     func = index.func(site.path, "<module>")
     if func is None:
@@ -253,9 +251,6 @@ def _script_code(site: Site, index: ProjectIndex) -> Site:
     for block in func.blocks:
         if not block.span.contains_line(site.span.line):
             continue
-        if block.kind == "if" and _MAIN.search(block.test):
-            return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
-                "script code under `if __name__ == \"__main__\":` (does not run at import): per run"))
         if block.kind == "loop":
             return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
                 f"per iteration of a module-level loop (line {block.stmt.line if block.stmt else block.span.line})"))
