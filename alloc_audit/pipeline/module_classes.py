@@ -9,20 +9,26 @@ a construction at the same position (``UNet(**cfg).to("cuda")``) or the last
 call above in the same function whose value was stored to the receiver's
 name (``layer = Classifier(...)``). A class the index resolves and whose
 bases reach ``nn.Module`` makes the site ``Module.to`` / ``Module.cuda``,
-classified again; anything else is left as it is. Pure.
+classified again; anything else is left as it is. A class the index does
+not know may be defined in a file the pre-filter skipped (a model built of
+``nn.Linear`` layers allocates nothing itself): ``skipped(name)`` gives the
+bytes of the skipped files that mention the name, and a ``class Name(...)``
+there whose bases (every definition of that name, followed through base
+names up to 4 levels) reach ``Module`` counts the same. Pure, but for
+``skipped``'s reads.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..catalog import TierPattern
 from ..model import Call, FileFacts, Language, Site
 from .classify import classify_sites
 from .default_device import is_module
-from .index import Func, ProjectIndex
+from .index import Func, ProjectIndex, last_name
 
 _MOVES = {"Tensor.to": "Module.to", "Tensor.cuda": "Module.cuda"}
 _CASTS = re.compile(r"\.(?:(?:half|float|bfloat16|double|eval|train|requires_grad_|cpu|cuda)\(\s*(?:True|False)?\s*\)"
@@ -30,11 +36,15 @@ _CASTS = re.compile(r"\.(?:(?:half|float|bfloat16|double|eval|train|requires_gra
 _NAME = re.compile(r"[A-Za-z_]\w*")
 
 
+Skipped = Callable[[str], list[bytes]]
+
+
 def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str, FileFacts],
-                 patterns: Sequence[TierPattern]) -> list[Site]:
+                 patterns: Sequence[TierPattern], skipped: Skipped | None = None) -> list[Site]:
     """``sites`` with the moves of project-module objects relabelled and
     classified again."""
     memo: dict[str, bool] = {}
+    text_memo: dict[str, bool] = {}
     moved: dict[int, Site] = {}
     for i, site in enumerate(sites):
         if site.api not in _MOVES or site.via is not None or site.language is not Language.PYTHON:
@@ -43,8 +53,16 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
         if func is None:
             continue
         call = _builder(func, site)
-        cls = index.constructed_class(func, call) if call is not None else None
-        if cls is not None and is_module(index, cls.qualname, cls.bases, memo):
+        if call is None:
+            continue
+        cls = index.constructed_class(func, call)
+        if cls is not None:
+            module = is_module(index, cls.qualname, cls.bases, memo)
+        else:
+            leaf = last_name(call.callee)
+            module = skipped is not None and leaf[:1].isupper() and _skipped_module(leaf, index, skipped, memo,
+                                                                                    text_memo)
+        if module:
             moved[i] = dataclasses.replace(site, api=_MOVES[site.api])
     if not moved:
         return list(sites)
@@ -70,3 +88,38 @@ def _builder(func: Func, site: Site) -> Call | None:
     above = [c for c in func.calls if c.target == receiver and c.span.line < site.span.line
              and "(" not in c.callee and not c.callee.startswith(receiver + ".")]
     return max(above, key=lambda c: (c.span.line, c.span.col)) if above else None
+
+
+_MODULE_BASE = re.compile(r"(?:[\w.]+\.)?Module")
+
+
+def _skipped_module(name: str, index: ProjectIndex, skipped: Skipped, memo: dict[str, bool],
+                    text_memo: dict[str, bool], depth: int = 0) -> bool:
+    """Every ``class name(...)`` in the skipped files that mention ``name``
+    derives from ``nn.Module`` (by base names, through the index or other
+    skipped files)."""
+    found = text_memo.get(name)
+    if found is not None:
+        return found
+    text_memo[name] = False  # cycle guard
+    pattern = re.compile(rb"^[ \t]*class[ \t]+" + re.escape(name.encode()) + rb"[ \t]*\(([^)]*)\)[ \t]*:", re.M)
+    definitions = [m.group(1).decode("utf-8", "replace") for data in skipped(name) for m in pattern.finditer(data)]
+    result = bool(definitions) and all(_bases_module(b, index, skipped, memo, text_memo, depth) for b in definitions)
+    text_memo[name] = result
+    return result
+
+
+def _bases_module(text: str, index: ProjectIndex, skipped: Skipped, memo: dict[str, bool],
+                  text_memo: dict[str, bool], depth: int) -> bool:
+    for base in (b.strip() for b in text.split(",")):
+        if "=" in base or not base:
+            continue  # `metaclass=...`
+        if _MODULE_BASE.fullmatch(base):
+            return True
+        leaf = last_name(base)
+        known = index.classes_named(leaf)
+        if known and any(is_module(index, c.qualname, c.bases, memo) for c in known):
+            return True
+        if not known and depth < 4 and _skipped_module(leaf, index, skipped, memo, text_memo, depth + 1):
+            return True
+    return False

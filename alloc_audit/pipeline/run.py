@@ -100,7 +100,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         facts = {path: index.files.get(path, f) for path, f in facts.items()}
     phases.mark("default-device")
     errors = outcomes.errors + [FileError(path, e) for path, f in facts.items() for e in f.errors]
-    sites = module_moves([s for f in facts.values() for s in f.sites], index, facts, catalog.tiers)
+    sites = module_moves([s for f in facts.values() for s in f.sites], index, facts, catalog.tiers,
+                         outcomes.skipped_mentioning)
     sites = tiers_from_callers(sites, index, catalog.callers)
     sites += derive_sites(index, facts, catalog.tiers, sites, catalog.apis)
     sites = decided_by_use(sites, index)

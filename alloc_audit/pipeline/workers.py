@@ -252,6 +252,7 @@ class Outcomes:
         self.unchecked: list[FileError] = list(unchecked)
         self.digests: dict[str, str] = {}
         self.new_skips: dict[str, tuple[str, tuple[str, ...], str | None]] = {}  # for Cache.store_skips
+        self._mentions: dict[str, list[str]] | None = None  # name -> skipped files (skipped_mentioning)
 
     def absorb(self, outcome: FileOutcome) -> None:
         path = outcome.path
@@ -301,6 +302,16 @@ class Outcomes:
 
     def read(self, path: str) -> bytes:
         return read_bytes(self._by_path[path])
+
+    def skipped_mentioning(self, name: str) -> list[bytes]:
+        """The bytes of the skipped files that mention ``name`` (the names
+        are indexed on the first call)."""
+        if self._mentions is None:
+            self._mentions = {}
+            for path, names in sorted(self.skipped.items()):
+                for n in names:
+                    self._mentions.setdefault(n, []).append(path)
+        return [self.read(p) for p in self._mentions.get(name, ())]
 
     def size(self, path: str) -> int:
         return self._by_path[path].size
