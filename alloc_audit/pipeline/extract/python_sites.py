@@ -16,6 +16,7 @@ from ...catalog import ApiSpec
 from ...model import Arg, CallTable, Site, SiteKind
 from . import common
 from .common import Source, zero_elements
+from .python_host import host_source
 from .python_module_move import dispatches_to_super, moves_module
 
 if TYPE_CHECKING:
@@ -226,6 +227,9 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
                 device = DEFAULT_DEVICE if mode == "keyword" else "unknown"
             if device in (None, "cpu", "meta"):
                 return None
+            if mode == "inherit" and positional and spec.api.startswith("torch.") \
+                    and host_source(ext, node, positional[0]):
+                return None  # `torch.zeros_like(enc["input_ids"])` of a tokenizer's output: a host tensor
         else:
             device = classify_device(dev_text)
             if device in ("cpu", "meta") or (scope, dev_text.strip()) in ext.host_locals:
