@@ -14,7 +14,9 @@ not know may be defined in a file the pre-filter skipped (a model built of
 ``nn.Linear`` layers allocates nothing itself): ``skipped(name)`` gives the
 bytes of the skipped files that mention the name, and a ``class Name(...)``
 there whose bases (every definition of that name, followed through base
-names up to 4 levels) reach ``Module`` counts the same. Pure, but for
+names up to 4 levels) reach ``Module`` counts the same; so does a class of
+that name the index knows but the import did not resolve to (a re-export
+through a skipped package ``__init__``). Pure, but for
 ``skipped``'s reads.
 """
 
@@ -104,7 +106,10 @@ def _skipped_module(name: str, index: ProjectIndex, skipped: Skipped, memo: dict
     text_memo[name] = False  # cycle guard
     pattern = re.compile(rb"^[ \t]*class[ \t]+" + re.escape(name.encode()) + rb"[ \t]*\(([^)]*)\)[ \t]*:", re.M)
     definitions = [m.group(1).decode("utf-8", "replace") for data in skipped(name) for m in pattern.finditer(data)]
-    result = bool(definitions) and all(_bases_module(b, index, skipped, memo, text_memo, depth) for b in definitions)
+    known = index.classes_named(name)  # the name resolved to nothing (a re-export a skipped `__init__` makes)
+    result = bool(definitions or known) \
+        and all(_bases_module(b, index, skipped, memo, text_memo, depth) for b in definitions) \
+        and all(is_module(index, c.qualname, c.bases, memo) for c in known)
     text_memo[name] = result
     return result
 
