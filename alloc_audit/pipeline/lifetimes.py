@@ -54,6 +54,7 @@ _ABSENT = re.compile(r"""len\(\s*([\w.\[\]"']+)\s*\)\s*==\s*0|not\s+([\w.\[\]"']
 def decided_by_use(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     out = []
     callers: dict[str, list[tuple[Func, str | None]]] = {}
+    storing: dict[str, bool] = {}
     for site in sites:
         if site.language is Language.PYTHON:
             if site.kind is SiteKind.PINNED_HOST and site.tier is Tier.T5A:
@@ -61,7 +62,7 @@ def decided_by_use(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
             elif site.kind is SiteKind.PINNED_HOST and site.tier is Tier.T5B and site.via is None:
                 site = _released_per_phase(site, index)
             elif site.kind is SiteKind.DEVICE and site.via is None and site.tier is not Tier.T1 \
-                    and (place := _holds_weights(site, index)):
+                    and (place := _holds_weights(site, index, storing)):
                 site = dataclasses.replace(site, tier=Tier.T1, tier_reason=(
                     f"model-resident: becomes the storage of parameters or buffers ({place} in "
                     f"{site.scope}; was: {site.tier_reason})"))
@@ -219,13 +220,20 @@ _DATA = re.compile(r"(?!self\.|cls\.)[A-Za-z_]\w*(?:\.(?!grad\b)[A-Za-z_]\w*)*\.
 _REGISTERED = re.compile(r"[A-Za-z_][\w.]*\._(?:parameters|buffers)\[[^\]]+\]")
 
 
-def _holds_weights(site: Site, index: ProjectIndex) -> str:
+def _holds_weights(site: Site, index: ProjectIndex, storing: dict[str, bool]) -> str:
     """Where the buffer becomes a parameter's or buffer's storage, or ""."""
     target = (site.target or "").strip()
     if _DATA.fullmatch(target) or _REGISTERED.fullmatch(target):
         return f"stored to {target}"
     func = index.func(site.path, site.scope)
     if func is None:
+        return ""
+    known = storing.get(func.id)
+    if known is None:  # most functions store nothing to `.data` or `_parameters`: asked once each
+        known = storing[func.id] = any(t.endswith(".data") for a in func.assigns for t in a.targets) or any(
+            c.target and (c.target.endswith(".data") or "._parameters[" in c.target or "._buffers[" in c.target)
+            for c in func.calls)
+    if not known:
         return ""
     line = site.stmt_line or site.span.line
     # handed to the call whose value is registered: `m._parameters[n] = cls(t.to(device))`

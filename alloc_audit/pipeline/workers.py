@@ -252,7 +252,6 @@ class Outcomes:
         self.unchecked: list[FileError] = list(unchecked)
         self.digests: dict[str, str] = {}
         self.new_skips: dict[str, tuple[str, tuple[str, ...], str | None]] = {}  # for Cache.store_skips
-        self._mentions: dict[str, list[str]] | None = None  # name -> skipped files (skipped_mentioning)
 
     def absorb(self, outcome: FileOutcome) -> None:
         path = outcome.path
@@ -304,14 +303,8 @@ class Outcomes:
         return read_bytes(self._by_path[path])
 
     def skipped_mentioning(self, name: str) -> list[bytes]:
-        """The bytes of the skipped files that mention ``name`` (the names
-        are indexed on the first call)."""
-        if self._mentions is None:
-            self._mentions = {}
-            for path, names in sorted(self.skipped.items()):
-                for n in names:
-                    self._mentions.setdefault(n, []).append(path)
-        return [self.read(p) for p in self._mentions.get(name, ())]
+        """The bytes of the skipped files that mention ``name``."""
+        return [self.read(p) for p, names in sorted(self.skipped.items()) if name in names]
 
     def size(self, path: str) -> int:
         return self._by_path[path].size

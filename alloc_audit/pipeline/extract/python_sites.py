@@ -133,8 +133,17 @@ def _target_of(node: Any, src: Source, parent_of: Callable[[Any], Any | None]) -
         if t in ("parenthesized_expression", "await"):
             child, parent = parent, parent_of(parent)
             continue
+        if t == "pair" and parent.child_by_field_name("value") == child:
+            child, parent = parent, parent_of(parent)  # `{k: torch.empty(...) for k in ...}`
+            continue
+        if t in _COMPREHENSIONS and parent.child_by_field_name("body") == child:
+            child, parent = parent, parent_of(parent)  # every element: kept where the whole goes
+            continue
         return None
     return None
+
+
+_COMPREHENSIONS = frozenset({"list_comprehension", "set_comprehension", "dictionary_comprehension"})
 
 
 def calls(ext: PythonExtractor, call_nodes: list[Any], with_nodes: list[Any]) -> tuple[CallTable, list[Site]]:
