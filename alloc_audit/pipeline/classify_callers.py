@@ -270,8 +270,13 @@ def _reached_from_load(site: Site, ctx: _Ctx) -> Site:
     (a weight) or not (a load-time temporary, the judges' convention)."""
     func = ctx.index.func(site.path, site.scope)
     load = ctx.load
-    if (func is None or func.scope is None or func.scope.role not in _FUNCTION_ROLES or load is None
-            or load(func.name)):
+    if func is None or func.scope is None or func.scope.role not in _FUNCTION_ROLES or load is None:
+        return site
+    if load(func.name):
+        # its own temporaries (the name patterns skip them), unless it runs per step
+        if site.kept in (None, "", "local") and _stepped(func, ctx) is None:
+            return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+                f"a load-time temporary in load path {func.qualname}; {site.tier_reason}"))
         return site
     proven, roots = _chain(func, ctx, "load")
     if not proven:
