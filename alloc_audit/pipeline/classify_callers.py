@@ -166,18 +166,47 @@ def _per_step(site: Site, index: ProjectIndex, per_step: Pred, memo: dict[str, l
 def _constructed_per_step(site: Site, func: Func, index: ProjectIndex, per_step: Pred,
                           memo: dict[str, list[Func]]) -> Site:
     """A constructor's buffers are per call when a per-step function builds
-    the object (`GradientAccumulator(...)` in `TiledMLP.backward`)."""
+    the object (`GradientAccumulator(...)` in `TiledMLP.backward`), directly
+    or through the constructor or a ``from_*`` factory of an object built
+    per step (a logits processor built by the chooser that
+    `prepare_for_decode` builds)."""
     owner = func.owner
     if owner is None or _guarded_once(site, func):
         return site
-    callers = [c for c in _callers(index, index.constructors(owner), memo)
-               if per_step(c.name) and c.owner is not owner]
-    if not callers:
+    found = _built_per_step(index.constructors(owner), index, per_step, memo, _LOAD_DEPTH, {owner.name})
+    if found is None:
         return site
-    caller = callers[0]
+    caller, path = found
+    via = "".join(f" -> {p}" for p in path)
     return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
-        f"per call: {owner.name} is constructed in {caller.qualname} ({caller.path}), which runs on every step "
-        f"({site.tier_reason})"))
+        f"per call: {owner.name} is constructed in {caller.qualname} ({caller.path}){via}, which runs on every "
+        f"step ({site.tier_reason})"))
+
+
+def _built_per_step(funcs: list[Func], index: ProjectIndex, per_step: Pred, memo: dict[str, list[Func]],
+                    depth: int, seen: set[str]) -> tuple[Func, tuple[str, ...]] | None:
+    """A per-step function that runs ``funcs`` (constructors), directly or
+    through other constructors and ``from_*`` factories, and the way there."""
+    callers = _callers(index, funcs, memo)
+    for caller in callers:
+        if per_step(caller.name) and (caller.owner is None or caller.owner.name not in seen):
+            return caller, ()
+    if depth <= 1:
+        return None
+    for caller in callers:
+        if caller.scope is not None and caller.scope.role == "constructor" and caller.owner is not None:
+            if caller.owner.name in seen:
+                continue
+            up = index.constructors(caller.owner)
+            seen = seen | {caller.owner.name}
+        elif caller.name.startswith("from_"):
+            up = [caller]
+        else:
+            continue
+        found = _built_per_step(up, index, per_step, memo, depth - 1, seen)
+        if found is not None:
+            return found[0], (*found[1], caller.qualname)
+    return None
 
 
 def _load_called_per_step(site: Site, ctx: _Ctx) -> Site:
