@@ -325,7 +325,10 @@ def _runs_once(func: Func, ctx: _Ctx, tests: bool) -> str:
     if tests and test_path(func.path) and not func.name.startswith("_") and _stepped(func, ctx) is None:
         return f"test code: {func.qualname} runs once per test"
     proven, roots = _chain(func, ctx, "once")
-    return f"{func.qualname} is reached only from {', '.join(roots[:3])}, which run once" if proven else ""
+    if not proven:
+        return ""
+    names = [r if r != "<module>" else "module-level code" for r in roots[:3]]
+    return f"{func.qualname} is reached only from {', '.join(names)} (run{'s' if len(names) == 1 else ''} once)"
 
 
 def _chain(func: Func, ctx: _Ctx, kind: str) -> tuple[bool, tuple[str, ...]]:
