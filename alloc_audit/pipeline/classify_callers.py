@@ -33,8 +33,7 @@ Names are evidence, not proof (DESIGN.md, "Lifetime tiers"):
   in ``TiledMLP.backward``) allocates its constructor's buffers per call;
 - an object with persistent buffers (a derived site) built in a function
   that runs once (``main``, ``configure*``: ``[callers] once``; one test;
-  or reached only from those or from module level) lives for the run: T2;
-- module-level code in a loop allocates per iteration (T4), not at import.
+  or reached only from those or from module level) lives for the run: T2.
 """
 
 from __future__ import annotations
@@ -95,8 +94,6 @@ def _direct(site: Site, ctx: _Ctx) -> Site:
         site = _kept_by_constructor_only(site, index, memo)
     elif load is not None and site.tier is Tier.T5B and site.language is Language.PYTHON:
         site = _load_only(site, index, load, memo)
-    if site.tier is Tier.T2 and site.scope == "<module>" and site.language is Language.PYTHON:
-        site = _script_only(site, index)
     return site
 
 
@@ -366,19 +363,6 @@ def _all_chains(func: Func, ctx: _Ctx, kind: str, depth: int, roots: set[str], s
         elif depth <= 1 or not _all_chains(caller, ctx, kind, depth - 1, roots, seen):
             return False
     return True
-
-
-def _script_only(site: Site, index: ProjectIndex) -> Site:
-    """Module-level code in a loop (`for images in loader: images.cuda()`)
-    allocates on every iteration: per call (T4), not process-lifetime.
-    (Straight-line code under `if __name__ == "__main__":` stays T2: its
-    variables live as long as the script; the judges disagree on it.)"""
-    module = index.func(site.path, "<module>")
-    for block in module.blocks if module is not None else ():
-        if block.kind == "loop" and block.span.contains_line(site.span.line):
-            return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
-                f"per iteration of a module-level loop (line {block.span.line}): not kept for the process"))
-    return site
 
 
 def _kept_by_constructor_only(site: Site, index: ProjectIndex, memo: dict[str, list[Func]]) -> Site:
