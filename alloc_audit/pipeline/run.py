@@ -34,7 +34,7 @@ from ..model import FileError, FileFacts, Finding, ScanResult, Site, Stats
 from . import serial
 from .cache import Cache, RunCache, result_key
 from .classify import classify_sites
-from .classify_callers import tiers_from_callers
+from .classify_callers import tiers_from_callers, tiers_of_derived
 from .default_device import promote_default_sites
 from .derive import derive_sites
 from .discover import discover_files
@@ -103,7 +103,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = module_moves([s for f in facts.values() for s in f.sites], index, facts, catalog.tiers,
                          outcomes.skipped_mentioning)
     sites = tiers_from_callers(sites, index, catalog.callers)
-    sites += derive_sites(index, facts, catalog.tiers, sites, catalog.apis)
+    sites += tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
+                              catalog.callers)
     sites = decided_by_use(sites, index)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
