@@ -46,7 +46,6 @@ from .index import Func, ProjectIndex
 
 # an attribute of an object, or an entry of one: `self.pin`, `self.saved[n]`, `ctx.cache[k]`
 _ON_OBJECT = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\[[^\]]*\])*")
-_IDENT = re.compile(r"[A-Za-z_]\w*")
 _FINAL = frozenset({"__del__", "close", "shutdown", "__exit__", "__aexit__", "teardown", "destroy"})
 _ABSENT = re.compile(r"""len\(\s*([\w.\[\]"']+)\s*\)\s*==\s*0|not\s+([\w.\[\]"']+)\s*$|\s+not\s+in\s+([\w.\[\]"']+)""")
 
@@ -150,18 +149,16 @@ def _kept_by_caller(site: Site, index: ProjectIndex, memo: dict[str, list[tuple[
 
 
 def _returned(site: Site, func: Func) -> bool:
-    """The buffer is returned, or put into a container of the function's own
-    (or somewhere the facts cannot tell) in a function that returns a
-    value: what the caller gets holds it."""
+    """The buffer is returned, or stored into a local container the function
+    returns (``out[k] = pin`` ... ``return out``): what the caller gets holds it."""
     if site.kept == "return":
         return True
-    if site.kept not in ("",) and re.fullmatch(r"[A-Za-z_]\w*\[.*", site.kept) is None:
-        return False
-    root = re.match(r"[A-Za-z_]\w*", site.kept)
+    root = re.fullmatch(r"([A-Za-z_]\w*)\[.*", site.kept)
     params = func.scope.params if func.scope is not None else ()
-    if root is not None and (root.group(0) in params or root.group(0) in ("self", "cls")):
+    if root is None or root.group(1) in params or root.group(1) in ("self", "cls"):
         return False
-    return any(_IDENT.fullmatch(r.value.strip()) for r in func.returns)
+    returned = {part.strip() for r in func.returns for part in r.value.strip().strip("()").split(",")}
+    return root.group(1) in returned
 
 
 def _released_per_phase(site: Site, index: ProjectIndex) -> Site:
