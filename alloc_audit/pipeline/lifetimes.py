@@ -227,9 +227,9 @@ def _holds_weights(site: Site, index: ProjectIndex, storing: dict[str, bool]) ->
         return ""
     known = storing.get(func.id)
     if known is None:  # most functions store nothing to `.data` or `_parameters`: asked once each
+        call_targets = [func.table.targets[i] for i in func.call_ix] if func.table is not None else []
         known = storing[func.id] = any(t.endswith(".data") for a in func.assigns for t in a.targets) or any(
-            c.target and (c.target.endswith(".data") or "._parameters[" in c.target or "._buffers[" in c.target)
-            for c in func.calls)
+            t and (t.endswith(".data") or "._parameters[" in t or "._buffers[" in t) for t in call_targets)
     if not known:
         return ""
     line = site.stmt_line or site.span.line

@@ -75,7 +75,11 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
 def _builder(func: Func, site: Site) -> Call | None:
     """The call that built the receiver of the move at ``site``, if one can
     be told."""
-    here = [c for c in func.calls if c.span.line == site.span.line and c.span.col == site.span.col]
+    table = func.table
+    if table is None:
+        return None
+    pos = table.positions
+    here = [table[i] for i in func.call_ix if pos[4 * i] == site.span.line and pos[4 * i + 1] == site.span.col]
     moves = [c for c in here if c.callee.endswith((".to", ".cuda"))]
     if not moves:
         return None
@@ -87,8 +91,8 @@ def _builder(func: Func, site: Site) -> Call | None:
         return min(built, key=lambda c: len(c.callee)) if built else None
     if _NAME.fullmatch(receiver) is None:
         return None
-    above = [c for c in func.calls if c.target == receiver and c.span.line < site.span.line
-             and "(" not in c.callee and not c.callee.startswith(receiver + ".")]
+    above = [c for c in (table[i] for i in func.call_ix if table.targets[i] == receiver and pos[4 * i] < site.span.line)
+             if "(" not in c.callee and not c.callee.startswith(receiver + ".")]
     return max(above, key=lambda c: (c.span.line, c.span.col)) if above else None
 
 

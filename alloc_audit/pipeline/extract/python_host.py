@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 _SOURCE = re.compile(r"([A-Za-z_]\w*)(?:\[\s*(?:\"[^\"]*\"|'[^']*')\s*\])?")
 _FACTORY = re.compile(r"torch\.(?:from_numpy|tensor|as_tensor)\s*\(")
 _PT = re.compile(r"""return_tensors\s*=\s*["']pt["']""")
+_NEEDLES = (b"from_numpy", b"torch.tensor", b"as_tensor", b"return_tensors", b".cpu()", b".numpy()")
 _MOVES = re.compile(r"\.(?:to|cuda)\s*\(|device\s*=")
 
 
@@ -36,6 +37,8 @@ def host_source(ext: PythonExtractor, node: Any, text: str) -> bool:
         body = body.parent
     if body is None:
         return False
+    if not any(n in ext.src.data[body.start_byte:node.start_byte] for n in _NEEDLES):
+        return False  # no host producer in the function at all (most functions)
     params = body.child_by_field_name("parameters")
     if params is not None and re.search(rf"\b{re.escape(name)}\b", ext.src.text(params, 2000)):
         return False
