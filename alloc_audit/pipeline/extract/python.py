@@ -23,7 +23,7 @@ from ...model import (
     Scope,
 )
 from ..parse import language
-from . import common, python_kept, python_sites, python_statements
+from . import common, python_fake, python_kept, python_sites, python_statements
 from .common import Containers, Source
 
 _QUERY_TEXT = """
@@ -84,6 +84,8 @@ class PythonExtractor:
         self.at = common.SiteAt(path, Language.PYTHON, _STATEMENT_PARENTS, tree.root_node.has_error, self.up.parent)
         # (scope, name) of locals holding only a literal "cpu" device (python_statements.host_locals)
         self.host_locals: frozenset[tuple[str, str]] = frozenset()
+        # the file may register fake/meta impls or enter a FakeTensorMode (python_fake)
+        self.fake_file = python_fake.may_have_fake_scopes(source)
 
     # ------------------------------------------------------------ entry point
     def run(self) -> FileFacts:

@@ -16,6 +16,7 @@ from ...catalog import ApiSpec
 from ...model import Arg, CallTable, Site, SiteKind
 from . import common
 from .common import Source, zero_elements
+from .python_fake import in_fake_scope
 from .python_host import host_source
 from .python_module_move import dispatches_to_super, moves_module
 
@@ -216,6 +217,8 @@ def calls(ext: PythonExtractor, call_nodes: list[Any], with_nodes: list[Any]) ->
 
 def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: Any, args: tuple[Arg, ...],
               target: str | None) -> Site | None:
+    if ext.fake_file and in_fake_scope(ext, node):
+        return None  # a fake/meta impl or a FakeTensorMode block: fake tensors, no memory
     kwargs = {a.keyword: ext.resolve_text(a.text) for a in args if a.keyword}
     positional = [ext.resolve_text(a.text) for a in args if a.keyword is None and not a.text.startswith("**")]
     kind = spec.kind
