@@ -52,6 +52,7 @@ _FUNCTION_ROLES = frozenset({"function", "method"})
 _LOAD_DEPTH = 3  # calls up from the site's function to a load path
 _STEP_DEPTH = 2  # calls up from a load path to a per-step function that makes it a weight sync
 Pred = Callable[[str], bool]
+_INITIALISER = "initialiser "  # the reason of the initialiser-name patterns (rules/tiers.toml)
 
 
 @dataclass
@@ -84,6 +85,8 @@ def _direct(site: Site, ctx: _Ctx) -> Site:
     pinned = site.kind is SiteKind.PINNED_HOST
     if ctx.per_step is not None and site.tier is Tier.T2 and not pinned:
         site = _per_step(site, index, ctx.per_step, memo)
+        if site.tier is Tier.T2 and site.language is Language.PYTHON and site.tier_reason.startswith(_INITIALISER):
+            site = _initialiser_not_kept(site, ctx)
     elif site.tier is Tier.T4 and site.kept == "return" and not pinned:
         site = _returned_to_constructors(site, index, memo)
     elif site.tier is Tier.T1 and site.language is Language.PYTHON:
@@ -158,6 +161,38 @@ def _per_step(site: Site, index: ProjectIndex, per_step: Pred, memo: dict[str, l
     return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
         f"per step: {func.qualname} is called by {caller.qualname} ({caller.path}) on every step, "
         f"whatever its name ({site.tier_reason})"))
+
+
+def _initialiser_not_kept(site: Site, ctx: _Ctx) -> Site:
+    """An initialiser by name (T2) whose buffer is not kept on the object
+    (a temporary, or returned to its caller) lives as long as the call that
+    made it: a load-time temporary (T1) in a weight initialiser
+    (``init_weights``, ``reset_parameters``: ``[callers] load``) or in a
+    function only load paths reach; per step (T4) when a per-step function
+    reaches it (``forward`` -> ``predict`` -> ``initialize_state``)."""
+    if site.kept not in ("", "local", "return"):
+        return site
+    func = ctx.index.func(site.path, site.scope)
+    if func is None or func.scope is None or func.scope.role not in _FUNCTION_ROLES or _guarded_once(site, func):
+        return site
+    load = ctx.load
+    if load is not None and site.kept != "return" and site.kind is SiteKind.DEVICE:
+        named = next((p for p in func.qualname.split(".") if load(p)), None)
+        if named is not None and _stepped(func, ctx) is None:
+            return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+                f"a load-time temporary in weight initialiser {named}; per call in {site.scope}"))
+        proven, roots = _chain(func, ctx, "load")
+        if proven:
+            return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+                f"a load-time temporary: every caller chain starts in a load path ({', '.join(roots[:3])}); "
+                f"per call in {site.scope}"))
+    stepper = _stepped(func, ctx, _LOAD_DEPTH)
+    if stepper is not None:
+        what = "its result is returned" if site.kept == "return" else "a temporary"
+        return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
+            f"per step: {func.qualname} is reached from {stepper.qualname} ({stepper.path}) on every step and "
+            f"keeps nothing on the object ({what}); {site.tier_reason}"))
+    return site
 
 
 def _constructed_per_step(site: Site, func: Func, index: ProjectIndex, per_step: Pred,
