@@ -101,20 +101,29 @@ def tiers_of_derived(derived: Sequence[Site], direct: Sequence[Site], index: Pro
                      globs: CallerGlobs) -> list[Site]:
     """A derived site (an object whose constructor keeps device memory)
     built in a function that runs once (``main``, ``configure*``, one test,
-    or only reached from those) holds that memory for the run: T2, not per
-    call."""
+    or only reached from those) or returned to constructors only (a
+    ``static`` factory a layer's ``__init__`` calls) holds that memory for
+    the run or the object: T2, not per call; one built in the constructor
+    of an object a per-step function builds is per call (T4)."""
     ctx = _context(index, globs)
     persistent = {(s.path, s.span.line) for s in direct if s.tier is Tier.T2}
     out = []
     for site in derived:
         via = site.via
-        if (via is not None and site.tier is Tier.T4 and site.language is Language.PYTHON
-                and (via.path, via.line) in persistent):
-            func = index.func(site.path, site.scope)
-            once = _runs_once(func, ctx, tests=True) if func is not None else ""
+        if via is None or site.language is not Language.PYTHON:
+            out.append(site)
+            continue
+        func = index.func(site.path, site.scope)
+        if site.tier is Tier.T4 and (via.path, via.line) in persistent and func is not None:
+            once = _runs_once(func, ctx, tests=True)
             if once:
                 site = dataclasses.replace(site, tier=Tier.T2, tier_reason=(
                     f"built once: {once}; {site.api} keeps {via.api} ({via.path}:{via.line}) for the run"))
+            elif site.span.line in {r.line for r in func.returns}:
+                site = _returned_to_constructors(site, index, ctx.callers)
+        elif (site.tier is Tier.T2 and ctx.per_step is not None and func is not None and func.scope is not None
+              and func.scope.role == "constructor"):
+            site = _per_step(site, index, ctx.per_step, ctx.callers)
         out.append(site)
     return out
 
