@@ -41,6 +41,7 @@ from .derive import derive_sites
 from .discover import discover_files
 from .expand import expand_skipped
 from .index import ProjectIndex, build_index
+from .kept_results import kept_results
 from .lazy_members import lazy_members
 from .lifetimes import decided_by_use
 from .module_classes import module_moves
@@ -110,6 +111,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
                               catalog.callers)
     sites = decided_by_use(sites, index)
     sites = lazy_members(sites, index)
+    sites = kept_results(sites, index, catalog.callers)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")

@@ -1,6 +1,9 @@
 """Stage 3, extract (Python): whether a ``.to(device)`` / ``.cuda()`` moves a
 whole ``nn.Module`` (a weight upload) rather than a tensor (a copy).
 
+A receiver chain with a method only a module has (``.eval()``, ``.train()``,
+a config's ``.build()``, ``torch.jit.load(...)``) is a module.
+
 The receiver, through dtype and mode casts (``model.half().cuda()``), is a
 module when it is, or is a local last assigned in the same function from, a
 call of ``torch.nn.<Class>`` (``torch.nn.parallel.*`` included), of
@@ -33,6 +36,10 @@ _NN_CLASS = re.compile(r"torch\.nn\.(?:modules\.\w+\.|parallel\.(?:\w+\.)?)?[A-Z
 _BUILDERS = frozenset({"from_pretrained", "from_config"})
 _MODULE_TYPE = re.compile(r"[\"']?(?:[\w.]+\.)?(?:Module|PreTrainedModel|\w+Module)[\"']?$")
 _MEMBER = re.compile(r"(?:self\.)?[A-Za-z_]\w*")
+# on the receiver chain, methods a tensor does not have: `.eval()`/`.train()`
+# (a module's modes), `.build()` of a config (`Experts.Config(...).build()`),
+# `torch.jit.load(...)` (a ScriptModule)
+_MODULE_ONLY = re.compile(r"\.(?:eval|train)\(\s*(?:True|False)?\s*\)|\.build\(\s*\)$|^torch\.jit\.load\(")
 _NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "UninitializedParameter"})
 
 
@@ -42,6 +49,8 @@ def moves_module(ext: PythonExtractor, node: Any) -> bool:
     text, before = receiver_text(ext, node)
     if text is None:
         return False
+    if _MODULE_ONLY.search(_receiver_raw(ext, node)) is not None:
+        return True  # `model.eval().to(device)`, `cfg.build().cuda()`: only a module has these
     receiver = text
     for _hop in range(3):  # `m = m.to(dtype)` follows m (or `self.m`) to the assignment above
         if _MEMBER.fullmatch(text) is None:
@@ -64,6 +73,12 @@ def receiver_text(ext: PythonExtractor, node: Any) -> tuple[str | None, int]:
     while (m := _CASTS.search(text)) is not None:
         text = text[:m.start()].strip()
     return text, node.start_byte
+
+
+def _receiver_raw(ext: PythonExtractor, node: Any) -> str:
+    fn = node.children[0]
+    receiver = fn.child_by_field_name("object") if fn.type == "attribute" else None
+    return ext.src.text(receiver, 400).strip() if receiver is not None else ""
 
 
 def dispatches_to_super(ext: PythonExtractor, node: Any) -> bool:
@@ -110,7 +125,7 @@ def _builds_module(ext: PythonExtractor, text: str) -> bool | None:
         return None
     callee = ext.resolve_text(m.group(1))
     leaf = callee.rsplit(".", 1)[-1]
-    if leaf in _BUILDERS:
+    if leaf in _BUILDERS or callee in ("torch.jit.load", "torch.jit.script"):
         return True
     if _NN_CLASS.match(callee):
         return leaf not in _NOT_MODULES

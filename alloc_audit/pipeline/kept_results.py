@@ -1,0 +1,72 @@
+"""Stage 5, classify (after the derived sites): results kept by something
+that outlives the call.
+
+Input: classified sites (direct and derived), the project index and the
+per-step caller globs. Output: the same sites, a few re-tiered T2 with a
+reason naming what keeps them. DESIGN.md ("Lifetime tiers"): kept for the
+process -> persistent.
+
+- A tensor returned by a function under ``@functools.lru_cache`` /
+  ``@functools.cache`` (``get_pad_tensor``) is kept by the cache and handed
+  out again on the next call: it lives for the process, not per call.
+- An object with persistent buffers (a derived site whose ``via`` is a
+  persistent buffer of its constructor) kept on ``self`` by a method
+  (``self.state = DecoderState(...)`` in ``_graph_reinitialize``) lives as
+  long as the holder, like the buffers its constructor keeps: T2, unless the
+  method is a per-step function itself (then the object is re-made on every
+  step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from ..catalog import CallerGlobs
+from ..globs import matcher
+from ..model import Language, Site, Tier
+from .index import ProjectIndex
+
+_CACHING = frozenset({"functools.lru_cache", "functools.cache", "lru_cache", "cache"})
+
+
+def kept_results(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
+    per_step = matcher(globs.per_step) if globs.per_step else None
+    persistent = {(s.path, s.span.line) for s in sites if s.via is None and s.tier is Tier.T2}
+    out = []
+    for site in sites:
+        if site.tier is Tier.T4 and site.language is Language.PYTHON:
+            if site.via is None and site.kept == "return":
+                site = _cached(site, index)
+            elif site.via is not None and (site.via.path, site.via.line) in persistent:
+                site = _kept_on_self(site, index, per_step)
+        out.append(site)
+    return out
+
+
+def _cached(site: Site, index: ProjectIndex) -> Site:
+    func = index.func(site.path, site.scope)
+    if func is None or func.scope is None:
+        return site
+    deco = next((d for d in func.scope.decorators if d in _CACHING), None)
+    if deco is None:
+        return site
+    return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+        f"cached: {func.qualname} is decorated with @{deco}, which keeps the tensor it returns for the "
+        f"process; {site.tier_reason}"))
+
+
+def _kept_on_self(site: Site, index: ProjectIndex, per_step: Callable[[str], bool] | None) -> Site:
+    target = site.target or ""
+    if not target.startswith("self.") or "[" in target:
+        return site
+    func = index.func(site.path, site.scope)
+    if func is None or func.scope is None or func.scope.role not in ("function", "method"):
+        return site
+    if per_step is not None and per_step(func.name):
+        return site
+    via = site.via
+    assert via is not None
+    return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+        f"kept on the object: {func.qualname} stores it in {target}, and {site.api} keeps {via.api} "
+        f"({via.path}:{via.line}) for its lifetime"))
