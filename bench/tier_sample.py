@@ -130,12 +130,17 @@ def table(rows: list[dict[str, str]], verdicts: list[str], sizes: Counter[str] |
     return "\n".join(out)
 
 
+def _same_call(api: str) -> str:
+    return "Tensor." + api[len("Module."):] if api.startswith("Module.") else api
+
+
 def rescored(rows: list[dict[str, str]], scan: dict[str, Any]) -> list[str]:
-    now = {(s["path"], s["line"], s["api"]): s for s in scan["sites"]}
+    # `Tensor.to` and `Module.to` name one call: a module move told later is the same site
+    now = {(s["path"], s["line"], _same_call(s["api"])): s for s in scan["sites"]}
     out = []
     for row in rows:
         path, line = row["site"].rsplit(":", 1)
-        site = now.get((path, int(line), row["api"].strip("`")))
+        site = now.get((path, int(line), _same_call(row["api"].strip("`"))))
         verdict = verdict_of(row)
         if verdict == "not-a-site":
             out.append("right" if site is None else "not-a-site")
