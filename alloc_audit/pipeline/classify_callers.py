@@ -182,7 +182,8 @@ def _initialiser_not_kept(site: Site, ctx: _Ctx) -> Site:
     (``init_weights``, ``reset_parameters``: ``[callers] load``) or in a
     function only load paths reach; per step (T4) when a per-step function
     reaches it (``forward`` -> ``predict`` -> ``initialize_state``)."""
-    if site.kept not in ("", "local", "return"):
+    handed = site.kept.startswith("handed:")  # filled by a call (`init_(q)`, `w.copy_(q)`): a temporary here
+    if site.kept not in ("", "local", "return") and not handed:
         return site
     func = ctx.index.func(site.path, site.scope)
     if func is None or func.scope is None or func.scope.role not in _FUNCTION_ROLES or _guarded_once(site, func):
@@ -193,12 +194,12 @@ def _initialiser_not_kept(site: Site, ctx: _Ctx) -> Site:
         if named is not None and _stepped(func, ctx) is None:
             return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
                 f"a load-time temporary in weight initialiser {named}; per call in {site.scope}"))
-        proven, roots = _chain(func, ctx, "load")
+        proven, roots = _chain(func, ctx, "load") if not handed else (False, ())
         if proven:
             return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
                 f"a load-time temporary: every caller chain starts in a load path ({', '.join(roots[:3])}); "
                 f"per call in {site.scope}"))
-    stepper = _stepped(func, ctx, _LOAD_DEPTH)
+    stepper = _stepped(func, ctx, _LOAD_DEPTH) if not handed else None
     if stepper is not None:
         what = "its result is returned" if site.kept == "return" else "a temporary"
         return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
