@@ -73,5 +73,10 @@ def test_score_and_rescore(tmp_path: Path) -> None:
             site["tier"] = "T2"
     assert tool.rescored(rows, fixed).count("right") == len(chosen)
     assert tool.rescored(rows, data).count("right") == len(chosen) - 2
+    # A `Tensor.X` site told a module move later (`Module.X`) is the same sampled site.
+    first = next(s for s in fixed["sites"] if (s["path"], s["line"]) == (chosen[0]["path"], chosen[0]["line"]))
+    first["api"], api = "Module.cuda", first["api"]
+    assert tool.rescored(rows, fixed)[0] == ("right" if api == "Tensor.cuda" else "wrong")
+    assert tool.rescored([dict(rows[0], api="`Tensor.cuda`")], fixed) == ["right"]
     (tmp_path / "scan.json").write_text(json.dumps(data), encoding="utf-8")
     assert tool.main(["score", str(path), "--scan", str(tmp_path / "scan.json")]) == 0
