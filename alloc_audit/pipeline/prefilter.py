@@ -25,9 +25,10 @@ if TYPE_CHECKING:
     from ..pack import RulePack
 
 Needle = tuple[bytes, tuple[bytes, ...]]  # (gate, alternatives): see _needles
-# a needle with the probes its words must pass first (see ``screen``):
-# (gate, the gate's probes, ((word, the word's probes), ...))
-Probed = tuple[bytes, tuple[bytes, ...], tuple[tuple[bytes, tuple[bytes, ...]], ...]]
+# a needle with the probes it must pass first (see ``screen_prefilter``):
+# (gate, its probes, ((word, its probes), ...)); each as Probes
+Probes = tuple[tuple[bytes, ...], tuple[bytes, ...]]  # (probes a literal's identifier cannot hold, those it can)
+Probed = tuple[bytes, Probes, tuple[tuple[bytes, Probes], ...]]
 
 
 @dataclass(frozen=True)
@@ -167,8 +168,15 @@ def _common_prefix(words: Iterable[str]) -> str:
 
 
 def _probed(needles: tuple[Needle, ...]) -> tuple[Probed, ...]:
-    return tuple((gate, probes(gate) if gate else (), tuple((word, probes(word)) for word in words))
+    return tuple((gate, _split(probes(gate)), tuple((word, _split(probes(word))) for word in words))
                  for gate, words in needles)
+
+
+def _split(found: tuple[bytes, ...]) -> Probes:
+    """Probes that no hex literal's identifier can hold (``0x7f00ULL`` ->
+    ``x7f00ULL``), and those that one can (``full``: ``0x0full``)."""
+    literal = tuple(p for p in found if _LITERAL_PART.fullmatch(p.strip(b" ")))
+    return tuple(p for p in found if p not in literal), literal
 
 
 def probes(word: bytes) -> tuple[bytes, ...]:
@@ -195,6 +203,12 @@ def probes(word: bytes) -> tuple[bytes, ...]:
 # each name once) rules most needles out without a search of the file.
 _IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{2,}")
 _RUN = re.compile(rb"[A-Za-z0-9_]+")
+# Files of embedded binaries (`0x7472747368732e00ULL, ...`) mention a million
+# such identifiers; the probes that none of them can hold are looked for in
+# the identifiers without them. _LITERAL_PART: any part of one.
+_LITERALS = re.compile(rb" [xX][0-9a-fA-F]*[uUlL]*(?= )")
+_LITERAL_PART = re.compile(rb"[xX]?[0-9a-fA-F]*[uUlL]*")
+_LITERALS_FROM = 1 << 16  # bytes of identifiers: below, not worth a pass
 
 
 def screen_prefilter(data: bytes, probed: tuple[Probed, ...], aliasable: frozenset[bytes] = frozenset(),
@@ -205,17 +219,23 @@ def screen_prefilter(data: bytes, probed: tuple[Probed, ...], aliasable: frozens
     ``passes_prefilter``'s (tests/test_prefilter.py compares the two)."""
     found = set(_IDENTIFIER.findall(data))
     joined = b" " + b" ".join(found) + b" "
-    for gate, gate_probes, words in probed:
+    clean = _LITERALS.sub(b"", joined) if len(joined) > _LITERALS_FROM else joined
+    for gate, (gate_clean, gate_any), words in probed:
         if gate:
-            if not all(p in joined for p in gate_probes) or gate not in data:
+            if not all(p in clean for p in gate_clean) or not all(p in joined for p in gate_any) \
+                    or gate not in data:
                 continue
-        for word, word_probes in words:
-            for p in word_probes:
-                if p not in joined:
+        for word, (word_clean, word_any) in words:
+            for p in word_clean:
+                if p not in clean:
                     break
             else:
-                if word in data:
-                    return None
+                for p in word_any:
+                    if p not in joined:
+                        break
+                else:
+                    if word in data:
+                        return None
     # an aliased import of an aliasable name: the name is one of the
     # identifiers (each is 3 bytes or more and starts with a letter)
     if aliasable and b" as " in data and (not aliasable.isdisjoint(found) or not _all_identifiers(aliasable)):
