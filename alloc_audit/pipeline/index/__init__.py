@@ -16,16 +16,20 @@ which costs recall, never precision.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from ...model import Call, FileFacts, Language, Site
 from .calls import CallGraph
 from .cpp import CppResolution
 from .factories import Factories, Factory
+from .memo import Memo
 from .python import PythonResolution
 from .symbols import ClassInfo, Func, Hop, Reach, Symbols, last_name, split_callee
 from .types import Types
 from .values import Env, Value, bind_edge, module_constants
+
+LOG = logging.getLogger("alloc_audit")
 
 __all__ = ["ClassInfo", "Factory", "Func", "Hop", "ProjectIndex", "Reach", "build_index", "last_name",
            "split_callee"]
@@ -36,29 +40,40 @@ class ProjectIndex:
 
     def __init__(self, files: Mapping[str, FileFacts]) -> None:
         self._symbols = Symbols()
+        self._deps = self._symbols.deps
         self._types = Types(self._symbols)
         self._python = PythonResolution(self._symbols, self._types)
         self._cpp = CppResolution(self._symbols, self._types)
         self._calls = CallGraph(self._symbols, self.resolve)
         self._factories = Factories(self._symbols, self._calls, self.resolve, self.constructed_class)
-        self._resolved: dict[tuple[str, str], tuple[Func, ...]] = {}
+        self._resolved: Memo[tuple[str, str], tuple[Func, ...]] = Memo(self._deps)
         self._constants: dict[str, dict[str, Value]] = {}
         self.add(files)
 
     def add(self, files: Mapping[str, FileFacts]) -> None:
-        """Add files (the on-demand expansion adds them round by round)."""
-        self._resolved = {}
+        """Add files (the on-demand expansion adds them round by round).
+        What the new files cannot change is kept: resolutions, reaches and
+        factories that looked up none of the names they define (``memo``)."""
         self._constants = {}
-        for part in (self._types, self._python, self._calls, self._factories):
+        for part in (self._types, self._python):
             part.reset()
-        self._symbols.add(files)
+        touched = self._symbols.add(files)
+        kept = len(self._resolved)
+        dropped = self._resolved.invalidate(touched)
+        self._calls.invalidate(touched)
+        self._factories.invalidate(touched)
+        self._deps.forget_interned()
+        if kept:
+            LOG.debug("index: %d files added, %d names touched, %d of %d resolutions kept", len(files),
+                      len(touched), kept - dropped, kept)
 
     def add_sites(self, sites: Iterable[Site]) -> None:
-        """Add sites found after indexing (stage default_device)."""
-        self._resolved = {}
-        for part in (self._types, self._python, self._calls, self._factories):
-            part.reset()
-        self._symbols.add_sites(sites)
+        """Add sites found after indexing (stage default_device). Calls
+        resolve as before; what read the sites of those files is forgotten."""
+        self._constants = {}
+        touched = self._symbols.add_sites(sites)
+        self._calls.invalidate(touched)
+        self._factories.invalidate(touched)
 
     # ------------------------------------------------------------ symbols
     @property
@@ -104,14 +119,19 @@ class ProjectIndex:
         construction); empty when it cannot be told."""
         callee = call if isinstance(call, str) else call.callee
         key = (func.id, callee)
-        found = self._resolved.get(key)
-        if found is None:
-            if func.language is Language.PYTHON:
-                found = tuple(self._python.resolve(func, callee))
-            else:
-                found = tuple(self._cpp.resolve(func, callee))
-            self._resolved[key] = found
-        return found
+        memo = self._resolved
+        if key in memo.values:
+            return memo.hit(key)
+        deps = self._deps
+        deps.begin()
+        scope = func.scope
+        if scope is not None and scope.owner:  # a method defined out of line may meet its class later
+            deps.note(last_name(scope.owner))
+        if func.language is Language.PYTHON:
+            found = tuple(self._python.resolve(func, callee))
+        else:
+            found = tuple(self._cpp.resolve(func, callee))
+        return memo.store(key, found, deps.end())
 
     def constructed_class(self, func: Func, call: Call) -> ClassInfo | None:
         """The project class a call constructs, if it is a construction."""

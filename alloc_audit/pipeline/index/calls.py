@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from ...model import Call
-from .symbols import Func, Hop, Reach, Symbols, split_callee
+from .memo import Memo
+from .symbols import Func, Hop, Reach, Symbols, sites_of, split_callee
 
 
 class CallGraph:
@@ -19,10 +20,14 @@ class CallGraph:
         self._by_callee: dict[str, list[str]] = {}  # callee -> ids of the functions calling it
         self._leaves: dict[str, str] = {}  # callee -> its last name
         self._calls_indexed: set[str] = set()
-        self._reach: dict[tuple[str, int], tuple[Reach, ...]] = {}
+        self._reach: Memo[tuple[str, int], tuple[Reach, ...]] = Memo(symbols.deps)
 
     def reset(self) -> None:
-        self._reach = {}
+        self._reach.clear()
+
+    def invalidate(self, touched: set[str]) -> None:
+        """Files were added: forget the reaches that looked up a name they define (``memo``)."""
+        self._reach.invalidate(touched)
 
     def calls_by_leaf(self) -> dict[str, list[tuple[Func, int]]]:
         """Every call as (function, index in its file's CallTable), grouped
@@ -103,9 +108,10 @@ class CallGraph:
         ``depth`` resolved calls, each with the shortest call path found
         (breadth first, so the first path to a site is a shortest one)."""
         key = (func.id, depth)
-        cached = self._reach.get(key)
-        if cached is not None:
-            return cached
+        if key in self._reach:
+            return self._reach.hit(key)
+        deps = self._symbols.deps
+        deps.begin()
         out: list[Reach] = []
         seen_sites: set[tuple[str, int, int]] = set()
         seen_funcs = {func.id}
@@ -113,6 +119,7 @@ class CallGraph:
         for level in range(depth + 1):
             next_frontier: list[tuple[Func, tuple[Hop, ...]]] = []
             for current, hops in frontier:
+                deps.note(sites_of(current.path))
                 for site in current.sites:
                     if not site.acquires:
                         continue
@@ -130,6 +137,4 @@ class CallGraph:
                         hop = Hop(call, current.path, current.qualname, target.qualname)
                         next_frontier.append((target, (*hops, hop)))
             frontier = next_frontier
-        result = tuple(out)
-        self._reach[key] = result
-        return result
+        return self._reach.store(key, tuple(out), deps.end())

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from ...arglists import split_args
 from ...model import Call, Language, Site, SiteKind, Tier, Via
 from .calls import CallGraph
-from .symbols import ClassInfo, Func, Hop, Reach, Symbols
+from .memo import Memo
+from .symbols import ClassInfo, Func, Hop, Reach, Symbols, last_name, sites_of
 
 
 class Factories:
@@ -22,20 +23,32 @@ class Factories:
         self._calls = calls
         self._resolve = resolve
         self._constructed_class = constructed_class
-        self._factory: dict[tuple[str, int], Reach | None] = {}
-        self._class_alloc: dict[tuple[str, int], Reach | None] = {}
+        self._factory: Memo[tuple[str, int], Reach | None] = Memo(symbols.deps)
+        self._class_alloc: Memo[tuple[str, int], Reach | None] = Memo(symbols.deps)
+        self._found: dict[int, set[Factory]] = {}  # factories(depth), until files are added
 
     def reset(self) -> None:
-        self._factory = {}
-        self._class_alloc = {}
+        self._factory.clear()
+        self._class_alloc.clear()
+        self._found = {}
+
+    def invalidate(self, touched: set[str]) -> None:
+        """Files were added: forget what looked up a name they define (``memo``);
+        the list of factories is made again (from what is kept)."""
+        self._factory.invalidate(touched)
+        self._class_alloc.invalidate(touched)
+        self._found = {}
 
     def class_allocates(self, cls: ClassInfo, depth: int = 3) -> Reach | None:
         """The first allocation a construction of ``cls`` executes (through its
         constructors and what they call), or None."""
         key = (cls.key, depth)
-        if key in self._class_alloc:
-            return self._class_alloc[key]
-        self._class_alloc[key] = None  # cycle guard
+        memo = self._class_alloc
+        if key in memo:
+            return memo.hit(key)
+        memo.guard(key, None)  # cycle guard
+        deps = self._symbols.deps
+        deps.begin()
         found: Reach | None = None
         # weights are counted where they are allocated; temporaries (a
         # helper's per-call buffers, a buffer the constructor drops) die
@@ -44,19 +57,21 @@ class Factories:
                    if not _weight(r.site) and not (r.site.tier is Tier.T4 and (r.hops or r.site.kept == "local"))]
         if reached:
             found = min(reached, key=_significance)
-        self._class_alloc[key] = found
-        return found
+        return memo.store(key, found, deps.end())
 
     def factory_allocation(self, func: Func, depth: int = 3) -> Reach | None:
         """When ``func`` hands an allocation back to its caller (returns it,
         or fills an out-parameter), the first such allocation."""
         key = (func.id, depth)
-        if key in self._factory:
-            return self._factory[key]
-        self._factory[key] = None  # cycle guard
+        memo = self._factory
+        if key in memo:
+            return memo.hit(key)
+        memo.guard(key, None)  # cycle guard
+        deps = self._symbols.deps
+        deps.begin()
+        deps.note(sites_of(func.path))
         found = self._find_factory_allocation(func, depth)
-        self._factory[key] = found
-        return found
+        return memo.store(key, found, deps.end())
 
     def _find_factory_allocation(self, func: Func, depth: int) -> Reach | None:
         scope = func.scope
@@ -84,6 +99,8 @@ class Factories:
                                                                         or call.target in inside)):
                     continue
                 for target in self._resolve(func, call):
+                    if target.scope is not None and target.scope.owner:  # its class may be added later
+                        self._symbols.deps.note(last_name(target.scope.owner))
                     inner = self.factory_allocation(target, depth - 1)
                     if inner is None and target.scope is not None and target.scope.role == "constructor" \
                             and target.owner is not None:
@@ -124,7 +141,14 @@ class Factories:
         ``depth`` calls); each further level adds functions that return a
         call to a known factory. Only calls whose name matches the previous
         level are looked at, and only what is a factory when resolved (what
-        ``_derive`` accepts) is returned."""
+        ``_derive`` accepts) is returned. Kept until files are added: the
+        derived sites ask again what the expansion's last round found."""
+        found = self._found.get(depth)
+        if found is None:
+            found = self._found[depth] = self._find_factories(depth)
+        return set(found)
+
+    def _find_factories(self, depth: int) -> set[Factory]:
         names: set[Factory] = set()
         frontier: list[Func] = []
         for func in self._symbols.funcs.values():
