@@ -62,7 +62,6 @@ class ProjectIndex:
         dropped = self._resolved.invalidate(touched)
         self._calls.invalidate(touched)
         self._factories.invalidate(touched)
-        self._deps.forget_interned()
         if kept:
             LOG.debug("index: %d files added, %d names touched, %d of %d resolutions kept", len(files),
                       len(touched), kept - dropped, kept)
@@ -120,18 +119,22 @@ class ProjectIndex:
         callee = call if isinstance(call, str) else call.callee
         key = (func.id, callee)
         memo = self._resolved
-        if key in memo.values:
-            return memo.hit(key)
-        deps = self._deps
-        deps.begin()
+        found = memo.values.get(key)
+        stack = self._deps.stack
+        if found is not None:
+            if stack:  # inside a memoised computation: it used what this resolution looked up
+                stack[-1].update(memo.names[key])
+            return found
+        names: set[str] = set()
+        stack.append(names)
         scope = func.scope
         if scope is not None and scope.owner:  # a method defined out of line may meet its class later
-            deps.note(last_name(scope.owner))
+            names.add(last_name(scope.owner))
         if func.language is Language.PYTHON:
             found = tuple(self._python.resolve(func, callee))
         else:
             found = tuple(self._cpp.resolve(func, callee))
-        return memo.store(key, found, deps.end())
+        return memo.store(key, found, self._deps.end())
 
     def constructed_class(self, func: Func, call: Call) -> ClassInfo | None:
         """The project class a call constructs, if it is a construction."""

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from ...model import Call
 from .memo import Memo
-from .symbols import Func, Hop, Reach, Symbols, sites_of, split_callee
+from .symbols import Func, Hop, Reach, Symbols, split_callee
 
 
 class CallGraph:
@@ -112,6 +112,7 @@ class CallGraph:
             return self._reach.hit(key)
         deps = self._symbols.deps
         deps.begin()
+        names = deps.stack[-1]
         out: list[Reach] = []
         seen_sites: set[tuple[str, int, int]] = set()
         seen_funcs = {func.id}
@@ -119,7 +120,7 @@ class CallGraph:
         for level in range(depth + 1):
             next_frontier: list[tuple[Func, tuple[Hop, ...]]] = []
             for current, hops in frontier:
-                deps.note(sites_of(current.path))
+                names.add(current.path)  # sites_of
                 for site in current.sites:
                     if not site.acquires:
                         continue

@@ -30,53 +30,50 @@ UNSTABLE = "\0unstable"
 
 class Deps:
     """The names the computations now running have looked up (a stack: a
-    nested computation's names are its caller's too)."""
+    nested computation's names are its caller's too). Hot paths read
+    ``stack`` themselves: nothing is noted outside a memoised computation."""
 
-    __slots__ = ("_stack", "_interned")
+    __slots__ = ("stack",)
 
     def __init__(self) -> None:
-        self._stack: list[set[str]] = []
-        self._interned: dict[frozenset[str], frozenset[str]] = {}
+        self.stack: list[set[str]] = []
 
     def note(self, name: str) -> None:
-        if self._stack:
-            self._stack[-1].add(name)
+        if self.stack:
+            self.stack[-1].add(name)
 
-    def used(self, names: frozenset[str]) -> None:
+    def used(self, names: set[str]) -> None:
         """A memo hit: the entry's names are the caller's too."""
-        if self._stack and names:
-            self._stack[-1].update(names)
+        if self.stack and names:
+            self.stack[-1].update(names)
 
     def begin(self) -> None:
-        self._stack.append(set())
+        self.stack.append(set())
 
-    def end(self) -> frozenset[str]:
-        names = self._stack.pop()
-        if self._stack:
-            self._stack[-1].update(names)
-        frozen = frozenset(names)
-        return self._interned.setdefault(frozen, frozen)  # most entries share a handful of sets
-
-    def forget_interned(self) -> None:
-        self._interned = {}
+    def end(self) -> set[str]:
+        """The names of the computation that ends (never changed afterwards)."""
+        names = self.stack.pop()
+        if self.stack:
+            self.stack[-1].update(names)
+        return names
 
 
 class Memo(Generic[K, V]):
     """A dict of computed values with the names each one used."""
 
-    __slots__ = ("_deps", "values", "_names")
+    __slots__ = ("_deps", "values", "names")
 
     def __init__(self, deps: Deps) -> None:
         self._deps = deps
         self.values: dict[K, V] = {}
-        self._names: dict[K, frozenset[str]] = {}
+        self.names: dict[K, set[str]] = {}
 
     def __contains__(self, key: K) -> bool:
         return key in self.values
 
     def hit(self, key: K) -> V:
         """The stored value (the caller checked ``key in memo``); its names go to the running computation."""
-        names = self._names.get(key)
+        names = self.names.get(key)
         if names is None:  # still being computed: a cycle
             self._deps.note(UNSTABLE)
         else:
@@ -86,16 +83,16 @@ class Memo(Generic[K, V]):
     def guard(self, key: K, value: V) -> None:
         """A provisional value while ``key`` is computed (a cycle guard)."""
         self.values[key] = value
-        self._names.pop(key, None)
+        self.names.pop(key, None)
 
-    def store(self, key: K, value: V, names: frozenset[str]) -> V:
+    def store(self, key: K, value: V, names: set[str]) -> V:
         self.values[key] = value
-        self._names[key] = names
+        self.names[key] = names
         return value
 
     def clear(self) -> None:
         self.values = {}
-        self._names = {}
+        self.names = {}
 
     def __len__(self) -> int:
         return len(self.values)
@@ -104,16 +101,9 @@ class Memo(Generic[K, V]):
         """Drop the entries that used a name in ``touched`` (and the unstable
         ones); how many were dropped."""
         touched = frozenset(touched)
-        verdict: dict[frozenset[str], bool] = {}
-        drop = []
-        for key, names in self._names.items():
-            bad = verdict.get(names)
-            if bad is None:
-                bad = verdict[names] = UNSTABLE in names or not names.isdisjoint(touched)
-            if bad:
-                drop.append(key)
-        drop += [key for key in self.values if key not in self._names]  # guards left behind
+        drop = [key for key, names in self.names.items() if not touched.isdisjoint(names) or UNSTABLE in names]
+        drop += [key for key in self.values if key not in self.names]  # guards left behind
         for key in drop:
             self.values.pop(key, None)
-            self._names.pop(key, None)
+            self.names.pop(key, None)
         return len(drop)

@@ -197,7 +197,7 @@ class Symbols:
                         cls = self.classes[key] = ClassInfo(key, scope.qualname, facts.language, facts.module)
                         self.classes_by_name.setdefault(cls.name, []).append(cls)
                     cls.paths.append(path)
-                    touched.add(cls.name)
+                    touched.add(_touched_class(cls))
                     touched.update("subclass:" + last_name(b) for b in scope.bases)
                     cls.bases += [b for b in scope.bases if b not in cls.bases]
                     cls.scope = cls.scope or scope
@@ -213,7 +213,7 @@ class Symbols:
                     cls = self.classes[field.owner] = ClassInfo(field.owner, field.owner, facts.language, "")
                     self.classes_by_name.setdefault(cls.name, []).append(cls)
                 cls.fields.setdefault(field.name, field.type)
-                touched.add(cls.name)
+                touched.add(_touched_class(cls))
         # attach methods to classes (out-of-line C++ definitions included); a
         # C++ method whose class is not known yet waits for a later round
         waiting: list[Func] = []
@@ -224,7 +224,7 @@ class Symbols:
             if not scope.owner:
                 if func.language is not Language.PYTHON:
                     self.cpp_functions.setdefault(func.name, []).append(func)
-                    touched.add(func.name)
+                    touched.add("function:" + func.name)
                 continue
             key = f"{func.path}::{scope.owner}" if func.language is Language.PYTHON else scope.owner
             cls = self.classes.get(key)
@@ -233,11 +233,11 @@ class Symbols:
             if cls is None:
                 if func.language is not Language.PYTHON:
                     self.cpp_functions.setdefault(func.name, []).append(func)
-                    touched.add(func.name)
+                    touched.add("function:" + func.name)
                     waiting.append(func)
                 continue
             func.owner = cls
-            touched.add(cls.name)
+            touched.add(_touched_class(cls))
             parent_qual = func.qualname.rsplit("::" if "::" in func.qualname else ".", 1)[0]
             if parent_qual == scope.owner or func.language is not Language.PYTHON:
                 cls.methods.setdefault(func.name, []).append(func)
@@ -392,7 +392,6 @@ class Symbols:
     def class_by_name(self, name: str, context: ClassInfo | Func | None = None) -> ClassInfo | None:
         if not name:
             return None
-        self.deps.note(last_name(name))
         language = context.language if context is not None else Language.PYTHON
         if language is Language.PYTHON:
             path = context.paths[0] if isinstance(context, ClassInfo) and context.paths else (
@@ -404,10 +403,10 @@ class Symbols:
                 target = self.module_imports.get(path, {}).get(name)
                 if target is not None:
                     name = target
-                    self.deps.note(last_name(name))
             found = self.resolve_symbol(name) if "." in name else None
             if isinstance(found, ClassInfo):
                 return found
+            self.deps.note("class:" + last_name(name))
             candidates = [c for c in self.classes_by_name.get(name.rsplit(".", 1)[-1], ())
                           if c.language is Language.PYTHON]
             return candidates[0] if len(candidates) == 1 else None
@@ -435,6 +434,13 @@ class Symbols:
         return list(cls.methods.get(cls.name, ()))
 
 
+def _touched_class(cls: ClassInfo) -> str:
+    """What a new or extended class touches (``memo``): a native class by its
+    name (``cpp_class``, its methods and fields), a Python class as a
+    candidate of ``class_by_name`` (the rest of it is its own file's)."""
+    return cls.name if cls.language is not Language.PYTHON else "class:" + cls.name
+
+
 def _statements_into_functions(symbols: Symbols, path: str) -> None:
     """A new file's calls, sites and statements into its functions."""
     facts = symbols.files[path]
@@ -458,8 +464,9 @@ def _statements_into_functions(symbols: Symbols, path: str) -> None:
 
 
 def sites_of(path: str) -> str:
-    """What a memo notes when it reads the sites of a file's functions."""
-    return "sites:" + path
+    """What a memo notes when it reads the sites of a file's functions: the
+    path itself (a source file's path has a suffix; no name noted has)."""
+    return path
 
 
 def _shared_dirs(a: str, b: str) -> int:
