@@ -140,3 +140,21 @@ def test_a_memo_forgets_what_used_a_touched_name_and_what_was_built_on_it() -> N
     deps.begin()
     inner.store("late", outer.hit("cycle"), deps.end())
     assert inner.invalidate(set()) == 1 and "late" not in inner
+
+
+def test_callers_matching_asks_a_predicate_only_about_new_callees(facts: dict[str, FileFacts]) -> None:
+    index = ProjectIndex({p: facts[p] for p in FIRST})
+    asked: list[str] = []
+
+    def is_alloc_block(callee: str) -> bool:
+        asked.append(callee)
+        return callee.endswith("alloc_block")
+
+    assert index.callers_matching(is_alloc_block) == {"pkg/engine.py::Engine.__init__"}
+    first = len(asked)
+    assert len(set(asked)) == first  # each distinct callee once
+    index.add({p: facts[p] for p in ON_DEMAND})
+    assert index.callers_matching(is_alloc_block) == {"pkg/engine.py::Engine.__init__", "pkg/pools.py::make_pool"}
+    assert not set(asked[first:]) & set(asked[:first])  # only the new files' callees
+    fresh = ProjectIndex(facts)
+    assert fresh.callers_matching(lambda c: c.endswith("alloc_block")) == index.callers_matching(is_alloc_block)

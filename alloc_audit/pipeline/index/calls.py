@@ -5,6 +5,7 @@ shortest path to each."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 
 from ...model import Call
@@ -20,6 +21,11 @@ class CallGraph:
         self._by_callee: dict[str, list[str]] = {}  # callee -> ids of the functions calling it
         self._leaves: dict[str, str] = {}  # callee -> its last name
         self._calls_indexed: set[str] = set()
+        self._callee_order: list[str] = []  # the keys of _by_callee, in the order they came
+        # predicate -> (how many callees it was asked about, those it matched): the expansion's
+        # root finder asks the same predicate each round, of the callees of the new files only
+        self._matched: weakref.WeakKeyDictionary[Callable[[str], bool], tuple[int, list[str]]] = \
+            weakref.WeakKeyDictionary()
         self._reach: Memo[tuple[str, int], tuple[Reach, ...]] = Memo(symbols.deps)
 
     def reset(self) -> None:
@@ -38,15 +44,28 @@ class CallGraph:
 
     def callers_matching(self, predicate: Callable[[str], bool]) -> frozenset[str]:
         """Ids of the functions with a call whose callee satisfies
-        ``predicate``. Each distinct callee is asked once: the rules ask
-        this of every function, and callees repeat across thousands."""
+        ``predicate`` (a pure function of the callee). Each distinct callee
+        is asked once: the rules ask this of every function, and callees
+        repeat across thousands; asked again after files were added, only
+        the new callees are asked."""
         self._index_calls()
-        return frozenset(fid for callee, fids in self._by_callee.items() if predicate(callee) for fid in fids)
+        order, by_callee = self._callee_order, self._by_callee
+        try:
+            asked, matched = self._matched.get(predicate, (0, []))
+        except TypeError:  # a predicate that cannot be weakly referenced: asked afresh
+            asked, matched = 0, []
+        if asked < len(order):
+            matched = matched + [c for c in order[asked:] if predicate(c)]
+            try:
+                self._matched[predicate] = (len(order), matched)
+            except TypeError:
+                pass
+        return frozenset(fid for callee in matched for fid in by_callee[callee])
 
     def _index_calls(self) -> None:
         """Group the calls of the files added since the last time by callee
         leaf and by callee (a file's functions never change once added)."""
-        by_leaf, by_callee, leaves = self._calls_by_leaf, self._by_callee, self._leaves
+        by_leaf, by_callee, leaves, order = self._calls_by_leaf, self._by_callee, self._leaves, self._callee_order
         for path in self._symbols.files:
             if path in self._calls_indexed:
                 continue
@@ -65,7 +84,11 @@ class CallGraph:
                     by_leaf.setdefault(leaf, []).append((func, i))
                     if callee not in seen:
                         seen.add(callee)
-                        by_callee.setdefault(callee, []).append(func.id)
+                        callers = by_callee.get(callee)
+                        if callers is None:
+                            callers = by_callee[callee] = []
+                            order.append(callee)
+                        callers.append(func.id)
 
     def callers_within(self, seeds: Iterable[Func], depth: int) -> dict[str, int]:
         """Functions that reach one of ``seeds`` through at most ``depth``
