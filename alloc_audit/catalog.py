@@ -66,6 +66,7 @@ class ApiCatalog:
     py_methods: Mapping[str, ApiSpec] = field(default_factory=dict)
     py_exports: frozenset[str] = frozenset()
     py_device_contexts: frozenset[str] = frozenset()
+    py_non_retaining: frozenset[str] = frozenset()  # callees that read a buffer and keep nothing of it
     cpp_names: Mapping[str, ApiSpec] = field(default_factory=dict)
     cpp_types: Mapping[str, ApiSpec] = field(default_factory=dict)
     cpp_methods: Mapping[str, ApiSpec] = field(default_factory=dict)
@@ -105,10 +106,12 @@ class TierPattern:
 class CallerGlobs:
     """Who calls a function decides its tier over its name (rules/tiers.toml
     [callers]): ``per_step`` functions run on every step; ``load`` functions
-    run while weights or checkpoints load."""
+    run while weights or checkpoints load; ``once`` functions run once per
+    process (``main``, ``configure``)."""
 
     per_step: tuple[str, ...] = ()
     load: tuple[str, ...] = ()
+    once: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,8 @@ def load_catalog(config: Config) -> Catalog:
     tiers = _build_tiers(config, shipped_tiers)
     callers_table = shipped_tiers.get("callers", {})
     callers = CallerGlobs(per_step=_str_tuple("rules/tiers.toml", callers_table, "per-step"),
-                          load=_str_tuple("rules/tiers.toml", callers_table, "load"))
+                          load=_str_tuple("rules/tiers.toml", callers_table, "load"),
+                          once=_str_tuple("rules/tiers.toml", callers_table, "once"))
     digest_src = json.dumps(
         {
             "version": __version__,
@@ -230,6 +234,7 @@ def _build_apis(sources: list[tuple[str, Mapping[str, Any], str]], config: Confi
     py_exports: set[str] = set()
     cpp_exports: set[str] = set()
     contexts: set[str] = set()
+    non_retaining: set[str] = set()
     attr_macros: list[str] = []
     spec_macros: list[str] = []
     lone = True
@@ -261,7 +266,7 @@ def _build_apis(sources: list[tuple[str, Mapping[str, Any], str]], config: Confi
                 cpp_types.setdefault("::".join(parts[i:]), spec)
 
     for where, data, language in sources:
-        unknown = set(data) - {"api", "exports", "default-device", "preprocess", "language"}
+        unknown = set(data) - {"api", "exports", "default-device", "preprocess", "language", "non-retaining"}
         if unknown:
             raise UsageError(f"unknown table(s) {', '.join(sorted(unknown))} in an API catalogue", where)
         language = data.get("language", language)
@@ -273,13 +278,14 @@ def _build_apis(sources: list[tuple[str, Mapping[str, Any], str]], config: Confi
             raise UsageError(f"'api' must be an array of tables ([[api]]), got {type(entries).__name__}", where)
         for entry in entries:
             add_entry(where, entry, cpp)
-        for table in ("exports", "default-device", "preprocess"):
+        for table in ("exports", "default-device", "preprocess", "non-retaining"):
             if not isinstance(data.get(table, {}), dict):
                 raise UsageError(f"[{table}] must be a table, got {type(data[table]).__name__}", where)
         exports = data.get("exports", {})
         py_exports.update(_str_tuple(where, exports, "leaf"))
         cpp_exports.update(_str_tuple(where, exports, "names"))
         contexts.update(_str_tuple(where, data.get("default-device", {}), "contexts"))
+        non_retaining.update(_str_tuple(where, data.get("non-retaining", {}), "leaf"))
         pre = data.get("preprocess", {})
         attr_macros += _str_tuple(where, pre, "attribute-macros")
         spec_macros += _str_tuple(where, pre, "specifier-macros")
@@ -314,6 +320,7 @@ def _build_apis(sources: list[tuple[str, Mapping[str, Any], str]], config: Confi
         py_methods=py_methods,
         py_exports=frozenset(py_exports),
         py_device_contexts=frozenset(contexts),
+        py_non_retaining=frozenset(non_retaining),
         cpp_names=cpp_names,
         cpp_types=cpp_types,
         cpp_methods=cpp_methods,

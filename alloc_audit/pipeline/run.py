@@ -34,7 +34,7 @@ from ..model import FileError, FileFacts, Finding, ScanResult, Site, Stats
 from . import serial
 from .cache import Cache, RunCache, result_key
 from .classify import classify_sites
-from .classify_callers import tiers_from_callers
+from .classify_callers import tiers_from_callers, tiers_of_derived
 from .default_device import promote_default_sites
 from .derive import derive_sites
 from .discover import discover_files
@@ -99,7 +99,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     phases.mark("default-device")
     errors = outcomes.errors + [FileError(path, e) for path, f in facts.items() for e in f.errors]
     sites = tiers_from_callers([s for f in facts.values() for s in f.sites], index, catalog.callers)
-    sites += derive_sites(index, facts, catalog.tiers, sites, catalog.apis)
+    sites += tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
+                              catalog.callers)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")

@@ -37,10 +37,13 @@ _SLICE_STORE = re.compile(r"[A-Za-z_][\w.]*\[[^\]]*:[^\]]*\]")
 _CONTAINER_ADD = re.compile(r"^(?P<owner>[A-Za-z_][\w.]*)\.(?:append|extend|insert|add|setdefault|update|put)$")
 
 
-def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: list[int], calls: CallTable) -> str:
+def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: list[int], calls: CallTable,
+            non_retaining: frozenset[str] = frozenset()) -> str:
     """Where a local allocation goes after its line: ``self.x`` (kept on an
     object or in its container), ``return``, ``handed:<callee>``, or
-    ``local`` when it goes nowhere (a temporary)."""
+    ``local`` when it goes nowhere (a temporary). A call in
+    ``non_retaining`` (`dist.all_reduce(buf)`, `dst.copy_(buf)`: the
+    catalogue's ``[non-retaining]``) reads it and keeps nothing."""
     name = site.target or ""
     after = site.span.end_line
     aliased = False  # another name may hold it: where it goes is not told here
@@ -69,7 +72,7 @@ def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: l
             continue
         args = [a.text.strip() for a in split_args(calls.arglists[i], False)]
         if any(_same_memory(arg, name) for arg in args):
-            if callee in _READS_ONLY:
+            if callee in _READS_ONLY or callee.rsplit(".", 1)[-1] in non_retaining:
                 continue
             m = _CONTAINER_ADD.match(callee)
             if m is not None and "." in m.group("owner"):
@@ -209,7 +212,7 @@ def mark_kept(ext: PythonExtractor, sites: list[Site], assigns: list[Assign], re
             out.append(site)
             continue
         named_assigns, named_calls = by_name.get((site.scope, site.target), ([], []))
-        kept = _escape(site, named_assigns, rets, named_calls, calls)
+        kept = _escape(site, named_assigns, rets, named_calls, calls, ext.apis.py_non_retaining)
         if kept == "local" and not _all_uses_seen(ext, site, named_assigns, rets, named_calls, calls):
             kept = ""  # a use the facts do not show in full (a long return, a capped argument list)
         out.append(dataclasses.replace(site, kept=kept))
