@@ -223,7 +223,7 @@ def _fan_out(index: ProjectIndex, placed: dict[str, Placed], why: Placed) -> Non
             continue
         owner = func.owner
         module_constructor = func.scope.role == "constructor" and owner is not None and \
-            _is_module(index, owner.qualname, owner.bases, module_memo)
+            is_module(index, owner.qualname, owner.bases, module_memo)
         if WEIGHT_SCOPES.match(func.name) or module_constructor:
             roots.append(func)
     seen: set[str] = set()
@@ -240,7 +240,7 @@ def _fan_out(index: ProjectIndex, placed: dict[str, Placed], why: Placed) -> Non
         frontier = next_frontier
 
 
-def _is_module(index: ProjectIndex, name: str, bases: Iterable[str], memo: dict[str, bool], depth: int = 0) -> bool:
+def is_module(index: ProjectIndex, name: str, bases: Iterable[str], memo: dict[str, bool], depth: int = 0) -> bool:
     """True when a class derives (by base names) from ``nn.Module``."""
     found = memo.get(name)
     if found is not None:
@@ -253,7 +253,7 @@ def _is_module(index: ProjectIndex, name: str, bases: Iterable[str], memo: dict[
             break
         if depth < 12:
             for cls in index.classes_named(last_name(base)):
-                if _is_module(index, cls.qualname, cls.bases, memo, depth + 1):
+                if is_module(index, cls.qualname, cls.bases, memo, depth + 1):
                     result = True
                     break
         if result:

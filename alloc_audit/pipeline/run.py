@@ -40,6 +40,8 @@ from .derive import derive_sites
 from .discover import discover_files
 from .expand import expand_skipped
 from .index import ProjectIndex, build_index
+from .lifetimes import decided_by_use
+from .module_classes import module_moves
 from .parse import grammar_versions
 from .roles import with_roles
 from .workers import Outcomes, job_count
@@ -98,9 +100,12 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         facts = {path: index.files.get(path, f) for path, f in facts.items()}
     phases.mark("default-device")
     errors = outcomes.errors + [FileError(path, e) for path, f in facts.items() for e in f.errors]
-    sites = tiers_from_callers([s for f in facts.values() for s in f.sites], index, catalog.callers)
+    sites = module_moves([s for f in facts.values() for s in f.sites], index, facts, catalog.tiers,
+                         outcomes.skipped_mentioning)
+    sites = tiers_from_callers(sites, index, catalog.callers)
     sites += tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
                               catalog.callers)
+    sites = decided_by_use(sites, index)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")

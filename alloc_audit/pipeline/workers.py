@@ -302,6 +302,10 @@ class Outcomes:
     def read(self, path: str) -> bytes:
         return read_bytes(self._by_path[path])
 
+    def skipped_mentioning(self, name: str) -> list[bytes]:
+        """The bytes of the skipped files that mention ``name``."""
+        return [self.read(p) for p, names in sorted(self.skipped.items()) if name in names]
+
     def size(self, path: str) -> int:
         return self._by_path[path].size
 

@@ -3,10 +3,16 @@ whole ``nn.Module`` (a weight upload) rather than a tensor (a copy).
 
 The receiver, through dtype and mode casts (``model.half().cuda()``), is a
 module when it is, or is a local last assigned in the same function from, a
-call of ``torch.nn.<Class>``, of ``*.from_pretrained``, or of a class this
-file defines on a base named ``*Module``. Anything else (a class from another
-file, a parameter, an attribute) stays a tensor copy: unknown is not a
-module. Pure.
+call of ``torch.nn.<Class>`` (``torch.nn.parallel.*`` included), of
+``*.from_pretrained`` / ``*.from_config``, of a ``transformers`` class, or of
+a class this file defines on a base named ``*Module``; or a parameter
+annotated with such a class (``model: nn.Module``). A move whose result is
+dropped (``model.to(device)`` as a statement) is a module's too: a tensor's
+``.to()`` returns a copy and changes nothing, a module's moves it in place,
+unless the receiver is built by a class of this file that is no module. A
+class of another project file is told later, with the index
+(``pipeline/module_classes.py``). Anything else (an attribute, a builder
+function) stays a tensor copy: unknown is not a module. Pure.
 """
 
 from __future__ import annotations
@@ -22,50 +28,101 @@ if TYPE_CHECKING:
 _CASTS = re.compile(r"\.(?:(?:half|float|bfloat16|double|eval|train|requires_grad_|cpu|cuda)\(\s*(?:True|False)?\s*\)"
                     r"|(?:to|cuda)\([^()]*\))$")
 _CALL = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
-_NN_CLASS = re.compile(r"torch\.nn\.(?:modules\.\w+\.)?[A-Z]\w*$")
+_NN_CLASS = re.compile(r"torch\.nn\.(?:modules\.\w+\.|parallel\.(?:\w+\.)?)?[A-Z]\w*$")
+# `AutoModel.from_config(cfg)`, `nn.Embedding.from_pretrained(w)`
+_BUILDERS = frozenset({"from_pretrained", "from_config"})
+_MODULE_TYPE = re.compile(r"[\"']?(?:[\w.]+\.)?(?:Module|PreTrainedModel|\w+Module)[\"']?$")
+_MEMBER = re.compile(r"(?:self\.)?[A-Za-z_]\w*")
 _NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "UninitializedParameter"})
 
 
 def moves_module(ext: PythonExtractor, node: Any) -> bool:
     """Whether the method call ``node`` (``x.to(...)``, ``x.cuda()``) is on
     an ``nn.Module`` instance."""
-    fn = node.children[0]
-    receiver = fn.child_by_field_name("object") if fn.type == "attribute" else None
-    if receiver is None:
+    text, before = receiver_text(ext, node)
+    if text is None:
         return False
-    text = ext.src.text(receiver, 400).strip()
-    while (m := _CASTS.search(text)) is not None:
-        text = text[:m.start()].strip()
-    before = node.start_byte
-    for _hop in range(3):  # `m = m.to(dtype)` follows m to the assignment above
-        if not text.isidentifier():
+    receiver = text
+    for _hop in range(3):  # `m = m.to(dtype)` follows m (or `self.m`) to the assignment above
+        if _MEMBER.fullmatch(text) is None:
             break
         found = _last_assignment(ext, node, text, before)
         if found is None:
-            return False
+            return _annotated_module(ext, node, text) or _dropped(node, receiver)
         text, before = found
-    return _builds_module(ext, text)
+    built = _builds_module(ext, text)
+    return built is True or (built is None and _dropped(node, receiver))
 
 
-def _builds_module(ext: PythonExtractor, text: str) -> bool:
+def receiver_text(ext: PythonExtractor, node: Any) -> tuple[str | None, int]:
+    """The receiver of ``node`` with casts stripped, and where to look above."""
+    fn = node.children[0]
+    receiver = fn.child_by_field_name("object") if fn.type == "attribute" else None
+    if receiver is None:
+        return None, 0
+    text = ext.src.text(receiver, 400).strip()
+    while (m := _CASTS.search(text)) is not None:
+        text = text[:m.start()].strip()
+    return text, node.start_byte
+
+
+def dispatches_to_super(ext: PythonExtractor, node: Any) -> bool:
+    """``super().to(...)`` in a class's own ``to``: a method call, no move."""
+    text, _before = receiver_text(ext, node)
+    return text is not None and re.fullmatch(r"super\s*\([^()]*\)", text) is not None
+
+
+def _dropped(node: Any, text: str) -> bool:
+    """The move is a statement of its own (its result dropped) on a name or
+    an attribute: only a module's move does something then."""
+    parent = node.parent
+    return (parent is not None and parent.type == "expression_statement" and parent.named_child_count == 1
+            and re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", text) is not None
+            and not text.endswith((".data", ".grad")))
+
+
+def _annotated_module(ext: PythonExtractor, node: Any, name: str) -> bool:
+    """``name`` is a parameter of the enclosing function annotated with a
+    module type (``model: nn.Module``, ``model: "PreTrainedModel"``)."""
+    func = node.parent
+    while func is not None and func.type != "function_definition":
+        func = func.parent
+    params = func.child_by_field_name("parameters") if func is not None else None
+    if params is None:
+        return False
+    for param in params.named_children:
+        if param.type not in ("typed_parameter", "typed_default_parameter"):
+            continue
+        names = [c for c in param.named_children if c.type == "identifier"]
+        kind = param.child_by_field_name("type")
+        if names and kind is not None and ext.src.text(names[0], 80) == name:
+            annotation = ext.src.text(kind, 120).strip()
+            return _MODULE_TYPE.match(annotation) is not None or _builds_module(ext, annotation + "()") is True
+    return False
+
+
+def _builds_module(ext: PythonExtractor, text: str) -> bool | None:
+    """True when ``text`` builds a module, False when it provably builds
+    something else (a class of this file on no ``*Module`` base), None when
+    the file cannot tell."""
     m = _CALL.match(text)
     if m is None or not text.rstrip().endswith(")"):
-        return False
+        return None
     callee = ext.resolve_text(m.group(1))
     leaf = callee.rsplit(".", 1)[-1]
-    if leaf == "from_pretrained":
+    if leaf in _BUILDERS:
         return True
-    if _NN_CLASS.match(callee) and leaf not in _NOT_MODULES:
-        return True
+    if _NN_CLASS.match(callee):
+        return leaf not in _NOT_MODULES
     if callee.startswith("transformers.") and leaf[:1].isupper():
         return True  # a transformers class with .to/.cuda: a model (configs and tokenizers have neither)
     if "." in callee:
-        return False
-    found = re.search(rb"^[ \t]*class[ \t]+" + re.escape(callee.encode()) + rb"[ \t]*\(([^)]*)\)",
+        return None
+    found = re.search(rb"^[ \t]*class[ \t]+" + re.escape(callee.encode()) + rb"[ \t]*(?:\(([^)]*)\))?[ \t]*:",
                       ext.src.data, re.M)
     if found is None:
-        return False
-    bases = [b.strip() for b in found.group(1).decode("utf-8", "replace").split(",")]
+        return None
+    bases = [b.strip() for b in (found.group(1) or b"").decode("utf-8", "replace").split(",")]
     return any(re.fullmatch(r"(?:[\w.]+\.)?\w*Module", b) is not None for b in bases)
 
 
@@ -86,7 +143,20 @@ def _last_assignment(ext: PythonExtractor, node: Any, name: str, before: int) ->
         found = hit
     if found is None:
         return None
-    value = found.group(1).strip()
+    value = _balanced(found.group(1).strip(), text[found.end():])
     while (m := _CASTS.search(value)) is not None:
         value = value[:m.start()].strip()
     return value, body.start_byte + len(text[:found.start()].encode("utf-8"))
+
+
+def _balanced(value: str, rest: str) -> str:
+    """A value that opens a bracket on its line, completed from the lines
+    below (``m = AutoModel.from_config(\\n cfg,\\n)``); as is otherwise."""
+    depth = value.count("(") + value.count("[") - value.count(")") - value.count("]")
+    if depth <= 0:
+        return value
+    for i, ch in enumerate(rest[:4000]):
+        depth += 1 if ch in "([" else -1 if ch in ")]" else 0
+        if depth == 0:
+            return " ".join((value + rest[:i + 1]).split())
+    return value

@@ -16,7 +16,8 @@ from ...catalog import ApiSpec
 from ...model import Arg, CallTable, Site, SiteKind
 from . import common
 from .common import Source, zero_elements
-from .python_module_move import moves_module
+from .python_host import host_source
+from .python_module_move import dispatches_to_super, moves_module
 
 if TYPE_CHECKING:
     from .python import PythonExtractor
@@ -132,8 +133,17 @@ def _target_of(node: Any, src: Source, parent_of: Callable[[Any], Any | None]) -
         if t in ("parenthesized_expression", "await"):
             child, parent = parent, parent_of(parent)
             continue
+        if t == "pair" and parent.child_by_field_name("value") == child:
+            child, parent = parent, parent_of(parent)  # `{k: torch.empty(...) for k in ...}`
+            continue
+        if t in _COMPREHENSIONS and parent.child_by_field_name("body") == child:
+            child, parent = parent, parent_of(parent)  # every element: kept where the whole goes
+            continue
         return None
     return None
+
+
+_COMPREHENSIONS = frozenset({"list_comprehension", "set_comprehension", "dictionary_comprehension"})
 
 
 def calls(ext: PythonExtractor, call_nodes: list[Any], with_nodes: list[Any]) -> tuple[CallTable, list[Site]]:
@@ -226,6 +236,9 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
                 device = DEFAULT_DEVICE if mode == "keyword" else "unknown"
             if device in (None, "cpu", "meta"):
                 return None
+            if mode == "inherit" and positional and spec.api.startswith("torch.") \
+                    and host_source(ext, node, positional[0]):
+                return None  # `torch.zeros_like(enc["input_ids"])` of a tokenizer's output: a host tensor
         else:
             device = classify_device(dev_text)
             if device in ("cpu", "meta") or (scope, dev_text.strip()) in ext.host_locals:
@@ -233,6 +246,8 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
             if under_cpu_branch(ext.src, node, dev_text.strip()):
                 return None
     elif mode == "to-args":
+        if any(k not in _TO_KEYWORDS for k in kwargs):
+            return None  # `engine.to(device, model=True, optimizer=True)`: another class's own `to`
         fn = node.children[0]
         receiver = fn.child_by_field_name("object") if fn.type == "attribute" else None
         own = f"{ext.src.text(receiver, 80)}.device" if receiver is not None else ""
@@ -255,10 +270,16 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
             if target and "," in target:
                 target = target.rsplit(",", 1)[1].strip()
     api = spec.api
+    if mode in ("to-args", "cuda") and dispatches_to_super(ext, node):
+        return None  # `super().to(device)` in a class's own `to`: method dispatch, the moves are in the base
     if mode in ("to-args", "cuda") and api.startswith("Tensor.") and moves_module(ext, node):
         api = "Module." + api[len("Tensor."):]  # the whole model or layer: a weight upload (rules/tiers.toml)
     return ext.at.site(node, api, kind, scope, span, size, shape, device, target, wrapper(ext, node),
                         dtype=kwargs.get("dtype"))
+
+
+# the keywords `Tensor.to` and `nn.Module.to` accept
+_TO_KEYWORDS = frozenset({"device", "dtype", "non_blocking", "copy", "memory_format", "tensor"})
 
 
 def _cpu_test(name: str) -> re.Pattern[str]:

@@ -1,0 +1,262 @@
+"""Stage 5, after the tiers from callers: lifetimes that the code around a
+buffer decides, read from the index (other functions, other methods of the
+class, the guards around the site).
+
+- **Pinned, returned to a keeper → T5b.** A pinned host buffer a function
+  returns (``return pin``) where every call of the function, directly or
+  through one more function that returns it on, stores the result on an
+  object or in its container (``self.pin_weight = self._create_pin(...)``,
+  ``self.saved[n] = copy_to_cpu(...)``) outlives the call: it is kept, not
+  transient staging. A derived pinned site whose call is stored so is kept
+  too.
+- **Pinned, released per phase → T5a.** A pinned host buffer a method keeps
+  on ``self`` where another method of the class releases it (``self.buf =
+  None`` or ``del self.buf``) is staging for one phase, set up and released
+  around each use; ``__del__``, ``close``, ``shutdown`` and ``__exit__`` run
+  once at the end and release nothing per phase, a constructor's
+  ``self.buf = None`` declares the member, and a method that also sets the
+  member up, or sets it to ``None`` only in a branch (the case without a
+  buffer), is a setter.
+- **Optimizer state created once → T2.** A device buffer stored into an
+  entry of a state dict the object holds (``state = self.state[p]``,
+  ``state["exp_avg"] = torch.zeros_like(p)``) under a guard that it is not
+  there yet (``if len(state) == 0:``, ``if "exp_avg" not in state:``, ``if
+  not state:``) is created on the first call and kept: persistent.
+- **Storage of parameters → T1.** A device buffer that becomes what a
+  parameter or buffer holds: stored to ``p.data`` (``weight.data =
+  weight.data.to(device)``, ``buffer.data = buffer.cuda()``; not
+  ``self.data``, an object's own member, nor a ``.grad``), into
+  ``module._parameters[name]`` / ``_buffers[name]``, or an arena kept on
+  ``self`` whose views the same function assigns to ``.data`` (``param.data
+  = self.flat[a:b].view(shape)``): model-resident.
+- **Module-level loops → T4.** A module-level loop allocates per
+  iteration (``for images, labels in loader: images.cuda()``): a script's
+  scratch, not a buffer of the process. (Code under ``if __name__ ==
+  "__main__":`` runs once per process: module level, T2.) Pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+
+from ..model import Language, Site, SiteKind, Tier
+from .index import Func, ProjectIndex
+
+# an attribute of an object, or an entry of one: `self.pin`, `self.saved[n]`, `ctx.cache[k]`
+_ON_OBJECT = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\[[^\]]*\])*")
+_FINAL = frozenset({"__del__", "close", "shutdown", "__exit__", "__aexit__", "teardown", "destroy"})
+_ABSENT = re.compile(r"""len\(\s*([\w.\[\]"']+)\s*\)\s*==\s*0|not\s+([\w.\[\]"']+)\s*$|\s+not\s+in\s+([\w.\[\]"']+)""")
+
+
+def decided_by_use(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
+    out = []
+    callers: dict[str, list[tuple[Func, str | None]]] = {}
+    storing: dict[str, bool] = {}
+    for site in sites:
+        if site.language is Language.PYTHON:
+            if site.kind is SiteKind.PINNED_HOST and site.tier is Tier.T5A:
+                site = _kept_by_caller(site, index, callers)
+            elif site.kind is SiteKind.PINNED_HOST and site.tier is Tier.T5B and site.via is None:
+                site = _released_per_phase(site, index)
+            elif site.kind is SiteKind.DEVICE and site.via is None and site.tier is not Tier.T1 \
+                    and (place := _holds_weights(site, index, storing)):
+                site = dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+                    f"model-resident: becomes the storage of parameters or buffers ({place} in "
+                    f"{site.scope}; was: {site.tier_reason})"))
+            elif site.kind is SiteKind.DEVICE and site.tier is Tier.T4 and site.via is None:
+                site = _state_created_once(site, index)
+            elif site.scope == "<module>" and site.tier is Tier.T2 and site.kind is SiteKind.DEVICE:
+                site = _script_code(site, index)
+        out.append(site)
+    return out
+
+
+def _calls_of(func: Func, index: ProjectIndex, memo: dict[str, list[tuple[Func, str | None]]]
+              ) -> list[tuple[Func, str | None]]:
+    """Every call of ``func`` one call up: the calling function and where the
+    value goes (the call's target; ``return`` for ``return f(...)``)."""
+    found = memo.get(func.id)
+    if found is not None:
+        return found
+    found = []
+    for fid, depth in index.callers_within([func], 1).items():
+        caller = index.funcs.get(fid)
+        if depth != 1 or caller is None:
+            continue
+        returned = {r.line for r in caller.returns}
+        for call in caller.calls:
+            if func in index.resolve(caller, call):
+                target = call.target
+                if target is None and call.span.line in returned:
+                    target = "return"
+                found.append((caller, target))
+    memo[func.id] = found
+    return found
+
+
+def _keeper(func: Func, index: ProjectIndex, memo: dict[str, list[tuple[Func, str | None]]],
+            depth: int = 0) -> str:
+    """Where every call of ``func`` keeps its result on an object
+    (``Caller.method keeps it in self.x``), or ""."""
+    calls = _calls_of(func, index, memo)
+    if not calls:
+        return ""
+    kept = []
+    for caller, target in calls:
+        names = [t.strip() for t in (target or "").split(",")]
+        if target is not None and target != "return" and all(_ON_OBJECT.fullmatch(t) for t in names):
+            kept.append(f"{caller.qualname} keeps it in {target.strip()}")
+        elif depth == 0 and (target == "return" or _returned_on(caller, names)):
+            further = _keeper(caller, index, memo, depth + 1)
+            if not further:
+                return ""
+            kept.append(f"{caller.qualname} returns it, {further}")
+        else:
+            return ""
+    return "; ".join(sorted(set(kept))[:2])
+
+
+def _returned_on(caller: Func, names: list[str]) -> bool:
+    """A local the caller returns holds the value: the name itself, an
+    element of a returned tuple, or a local container it is stored in
+    (``out[k] = make(...)`` ... ``return out``)."""
+    if len(names) != 1:
+        return False
+    m = re.fullmatch(r"([A-Za-z_]\w*)(?:\[[^\]]*\])?", names[0])
+    if m is None:
+        return False
+    returned = {part.strip() for r in caller.returns for part in r.value.strip().strip("()").split(",")}
+    return m.group(1) in returned
+
+
+def _kept_by_caller(site: Site, index: ProjectIndex, memo: dict[str, list[tuple[Func, str | None]]]) -> Site:
+    if site.via is not None:
+        target = (site.target or "").strip()
+        if target and _ON_OBJECT.fullmatch(target):
+            return dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
+                f"persistent pinned host buffer kept in {target} by {site.scope} (was: {site.tier_reason})"))
+        return site
+    func = index.func(site.path, site.scope)
+    if func is None or not _returned(site, func):
+        return site
+    keeper = _keeper(func, index, memo)
+    if not keeper:
+        return site
+    return dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
+        f"persistent pinned host buffer returned by {site.scope} to a caller that keeps it: {keeper}"))
+
+
+def _returned(site: Site, func: Func) -> bool:
+    """The buffer is returned, or stored into a local container the function
+    returns (``out[k] = pin`` ... ``return out``): what the caller gets holds it."""
+    if site.kept == "return":
+        return True
+    root = re.fullmatch(r"([A-Za-z_]\w*)\[.*", site.kept)
+    params = func.scope.params if func.scope is not None else ()
+    if root is None or root.group(1) in params or root.group(1) in ("self", "cls"):
+        return False
+    returned = {part.strip() for r in func.returns for part in r.value.strip().strip("()").split(",")}
+    return root.group(1) in returned
+
+
+def _released_per_phase(site: Site, index: ProjectIndex) -> Site:
+    target = (site.target or "").strip()
+    func = index.func(site.path, site.scope)
+    if not target.startswith("self.") or func is None or func.owner is None:
+        return site
+    for name, methods in func.owner.methods.items():
+        if name in _FINAL or name == func.name:
+            continue
+        for method in methods:
+            if method.scope is not None and method.scope.role == "constructor":
+                continue  # `self.buf = None` declares it
+            if any(c.target == target for c in method.calls) or \
+                    any(target in a.targets and a.op != "del" and a.value.strip() != "None" for a in method.assigns):
+                continue  # sets it up too (`None` in the branch without one): a setter, no release
+            branches = [b.span for b in method.blocks if b.kind in ("if", "elif", "else")]
+            for a in method.assigns:
+                if any(span.contains_line(a.line) for span in branches):
+                    continue  # `else: self.buf = None`: a branch without a buffer, no release
+                if target in a.targets and (a.op == "del" or a.value.strip() == "None"):
+                    return dataclasses.replace(site, tier=Tier.T5A, tier_reason=(
+                        f"pinned staging for one phase: kept in {target} by {site.scope} and released by "
+                        f"{method.qualname} after each use"))
+    return site
+
+
+def _state_created_once(site: Site, index: ProjectIndex) -> Site:
+    target = (site.target or "").strip()
+    m = re.fullmatch(r"([A-Za-z_][\w.]*(?:\[[^\]]+\])?)\[[^\]]+\]", target)
+    if m is None:
+        return site
+    holder = m.group(1)
+    func = index.func(site.path, site.scope)
+    if func is None:
+        return site
+    if not holder.startswith("self."):
+        bound = [a for a in func.assigns if a.targets == (holder,) and a.line < site.span.line]
+        if not bound or not bound[-1].value.strip().startswith("self."):
+            return site
+        holder_of = bound[-1].value.strip()
+    else:
+        holder_of = holder
+    for block in func.blocks:
+        if not block.kind.startswith("if") or not block.span.contains_line(site.span.line):
+            continue
+        for g in _ABSENT.finditer(block.test):
+            if (g.group(1) or g.group(2) or g.group(3) or "").strip() == holder:
+                return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+                    f"state created once: stored in {target} ({holder_of}) under `if {block.test.strip()}` "
+                    f"in {site.scope} and kept by the object"))
+    return site
+
+
+_DATA = re.compile(r"(?!self\.|cls\.)[A-Za-z_]\w*(?:\.(?!grad\b)[A-Za-z_]\w*)*\.data")
+_REGISTERED = re.compile(r"[A-Za-z_][\w.]*\._(?:parameters|buffers)\[[^\]]+\]")
+
+
+def _holds_weights(site: Site, index: ProjectIndex, storing: dict[str, bool]) -> str:
+    """Where the buffer becomes a parameter's or buffer's storage, or ""."""
+    target = (site.target or "").strip()
+    if _DATA.fullmatch(target) or _REGISTERED.fullmatch(target):
+        return f"stored to {target}"
+    func = index.func(site.path, site.scope)
+    if func is None:
+        return ""
+    known = storing.get(func.id)
+    if known is None:  # most functions store nothing to `.data` or `_parameters`: asked once each
+        call_targets = [func.table.targets[i] for i in func.call_ix] if func.table is not None else []
+        known = storing[func.id] = any(t.endswith(".data") for a in func.assigns for t in a.targets) or any(
+            t and (t.endswith(".data") or "._parameters[" in t or "._buffers[" in t) for t in call_targets)
+    if not known:
+        return ""
+    line = site.stmt_line or site.span.line
+    # handed to the call whose value is registered: `m._parameters[n] = cls(t.to(device))`
+    for c in func.calls:
+        if c.span.line == line and c.target and _REGISTERED.fullmatch(c.target.strip()):
+            return f"handed to {c.target.strip()}"
+    if not re.fullmatch(r"self\.[A-Za-z_]\w*", target):
+        return ""
+    view = re.compile(re.escape(target) + r"\s*[\[.]")
+    stores = [(a.line, a.targets, a.value) for a in func.assigns] + \
+        [(c.span.line, (c.target,), c.callee) for c in func.calls if c.target]
+    for at, targets, value in stores:
+        data = [t for t in targets if t.endswith(".data") and not t.startswith(target)]
+        if at > site.span.line and data and view.search(value) is not None:
+            return f"{target}, whose views become {data[0]}"
+    return ""
+
+
+def _script_code(site: Site, index: ProjectIndex) -> Site:
+    func = index.func(site.path, "<module>")
+    if func is None:
+        return site
+    for block in func.blocks:
+        if not block.span.contains_line(site.span.line):
+            continue
+        if block.kind == "loop":
+            return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
+                f"per iteration of a module-level loop (line {block.stmt.line if block.stmt else block.span.line})"))
+    return site

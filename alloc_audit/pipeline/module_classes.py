@@ -1,0 +1,134 @@
+"""Stage 5, before the tiers: a ``.to(device)`` / ``.cuda()`` on an object
+built by a project class of another file that derives from ``nn.Module``
+moves a whole module (a weight upload), which one file cannot tell
+(``extract/python_module_move.py`` decides what the file itself shows).
+
+Input: the sites, the index. The receiver comes from the call table: the
+move's own callee text (``layer.to(dtype).to``) less its casts, then either
+a construction at the same position (``UNet(**cfg).to("cuda")``) or the last
+call above in the same function whose value was stored to the receiver's
+name (``layer = Classifier(...)``). A class the index resolves and whose
+bases reach ``nn.Module`` makes the site ``Module.to`` / ``Module.cuda``,
+classified again; anything else is left as it is. A class the index does
+not know may be defined in a file the pre-filter skipped (a model built of
+``nn.Linear`` layers allocates nothing itself): ``skipped(name)`` gives the
+bytes of the skipped files that mention the name, and a ``class Name(...)``
+there whose bases (every definition of that name, followed through base
+names up to 4 levels) reach ``Module`` counts the same; so does a class of
+that name the index knows but the import did not resolve to (a re-export
+through a skipped package ``__init__``). Pure, but for
+``skipped``'s reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping, Sequence
+
+from ..catalog import TierPattern
+from ..model import Call, FileFacts, Language, Site
+from .classify import classify_sites
+from .default_device import is_module
+from .index import Func, ProjectIndex, last_name
+
+_MOVES = {"Tensor.to": "Module.to", "Tensor.cuda": "Module.cuda"}
+_CASTS = re.compile(r"\.(?:(?:half|float|bfloat16|double|eval|train|requires_grad_|cpu|cuda)\(\s*(?:True|False)?\s*\)"
+                    r"|(?:to|cuda)\([^()]*\))$")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+Skipped = Callable[[str], list[bytes]]
+
+
+def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str, FileFacts],
+                 patterns: Sequence[TierPattern], skipped: Skipped | None = None) -> list[Site]:
+    """``sites`` with the moves of project-module objects relabelled and
+    classified again."""
+    memo: dict[str, bool] = {}
+    text_memo: dict[str, bool] = {}
+    moved: dict[int, Site] = {}
+    for i, site in enumerate(sites):
+        if site.api not in _MOVES or site.via is not None or site.language is not Language.PYTHON:
+            continue
+        func = index.func(site.path, site.scope)
+        if func is None:
+            continue
+        call = _builder(func, site)
+        if call is None:
+            continue
+        cls = index.constructed_class(func, call)
+        if cls is not None:
+            module = is_module(index, cls.qualname, cls.bases, memo)
+        else:
+            leaf = last_name(call.callee)
+            module = skipped is not None and leaf[:1].isupper() and _skipped_module(leaf, index, skipped, memo,
+                                                                                    text_memo)
+        if module:
+            moved[i] = dataclasses.replace(site, api=_MOVES[site.api])
+    if not moved:
+        return list(sites)
+    again = dict(zip(moved, classify_sites(moved.values(), files, patterns)))
+    return [again.get(i, site) for i, site in enumerate(sites)]
+
+
+def _builder(func: Func, site: Site) -> Call | None:
+    """The call that built the receiver of the move at ``site``, if one can
+    be told."""
+    table = func.table
+    if table is None:
+        return None
+    pos = table.positions
+    here = [table[i] for i in func.call_ix if pos[4 * i] == site.span.line and pos[4 * i + 1] == site.span.col]
+    moves = [c for c in here if c.callee.endswith((".to", ".cuda"))]
+    if not moves:
+        return None
+    receiver = max(moves, key=lambda c: len(c.callee)).callee.rsplit(".", 1)[0]
+    while (m := _CASTS.search(receiver)) is not None:
+        receiver = receiver[:m.start()]
+    if receiver.endswith(")"):  # built right there: `UNet(**cfg).to(...)`
+        built = [c for c in here if "(" not in c.callee and not c.callee.endswith((".to", ".cuda"))]
+        return min(built, key=lambda c: len(c.callee)) if built else None
+    if _NAME.fullmatch(receiver) is None:
+        return None
+    above = [c for c in (table[i] for i in func.call_ix if table.targets[i] == receiver and pos[4 * i] < site.span.line)
+             if "(" not in c.callee and not c.callee.startswith(receiver + ".")]
+    return max(above, key=lambda c: (c.span.line, c.span.col)) if above else None
+
+
+_MODULE_BASE = re.compile(r"(?:[\w.]+\.)?Module")
+
+
+def _skipped_module(name: str, index: ProjectIndex, skipped: Skipped, memo: dict[str, bool],
+                    text_memo: dict[str, bool], depth: int = 0) -> bool:
+    """Every ``class name(...)`` in the skipped files that mention ``name``
+    derives from ``nn.Module`` (by base names, through the index or other
+    skipped files)."""
+    found = text_memo.get(name)
+    if found is not None:
+        return found
+    text_memo[name] = False  # cycle guard
+    pattern = re.compile(rb"^[ \t]*class[ \t]+" + re.escape(name.encode()) + rb"[ \t]*\(([^)]*)\)[ \t]*:", re.M)
+    definitions = [m.group(1).decode("utf-8", "replace") for data in skipped(name) for m in pattern.finditer(data)]
+    known = index.classes_named(name)  # the name resolved to nothing (a re-export a skipped `__init__` makes)
+    result = bool(definitions or known) \
+        and all(_bases_module(b, index, skipped, memo, text_memo, depth) for b in definitions) \
+        and all(is_module(index, c.qualname, c.bases, memo) for c in known)
+    text_memo[name] = result
+    return result
+
+
+def _bases_module(text: str, index: ProjectIndex, skipped: Skipped, memo: dict[str, bool],
+                  text_memo: dict[str, bool], depth: int) -> bool:
+    for base in (b.strip() for b in text.split(",")):
+        if "=" in base or not base:
+            continue  # `metaclass=...`
+        if _MODULE_BASE.fullmatch(base):
+            return True
+        leaf = last_name(base)
+        known = index.classes_named(leaf)
+        if known and any(is_module(index, c.qualname, c.bases, memo) for c in known):
+            return True
+        if not known and depth < 4 and _skipped_module(leaf, index, skipped, memo, text_memo, depth + 1):
+            return True
+    return False
