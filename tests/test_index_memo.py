@@ -158,3 +158,13 @@ def test_callers_matching_asks_a_predicate_only_about_new_callees(facts: dict[st
     assert not set(asked[first:]) & set(asked[:first])  # only the new files' callees
     fresh = ProjectIndex(facts)
     assert fresh.callers_matching(lambda c: c.endswith("alloc_block")) == index.callers_matching(is_alloc_block)
+
+
+def test_a_settled_index_forgets_the_names_and_starts_over_if_files_come_after_all(
+        facts: dict[str, FileFacts]) -> None:
+    index = ProjectIndex({p: facts[p] for p in FIRST})
+    answers(index)
+    index.settle()  # the scan settles the index once the expansion and the default-device sites are done
+    assert answers(index) == answers(ProjectIndex({p: facts[p] for p in FIRST}))
+    index.add({p: facts[p] for p in ON_DEMAND})
+    assert answers(index) == answers(ProjectIndex(facts))

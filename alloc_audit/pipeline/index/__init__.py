@@ -57,6 +57,8 @@ class ProjectIndex:
         self._constants = {}
         for part in (self._types, self._python):
             part.reset()
+        if self._deps.settled:  # the names are gone: start over
+            self._reset_memos()
         touched = self._symbols.add(files)
         kept = len(self._resolved)
         dropped = self._resolved.invalidate(touched)
@@ -70,9 +72,24 @@ class ProjectIndex:
         """Add sites found after indexing (stage default_device). Calls
         resolve as before; what read the sites of those files is forgotten."""
         self._constants = {}
+        if self._deps.settled:
+            self._reset_memos()
         touched = self._symbols.add_sites(sites)
         self._calls.invalidate(touched)
         self._factories.invalidate(touched)
+
+    def settle(self) -> None:
+        """No file or site will be added: the memos keep their values but
+        not the names each used (memory: tens of MB on a large tree)."""
+        self._deps.settled = True
+        self._resolved.settle()
+        self._calls.settle()
+        self._factories.settle()
+
+    def _reset_memos(self) -> None:
+        self._resolved.clear()
+        for part in (self._types, self._python, self._calls, self._factories):
+            part.reset()
 
     # ------------------------------------------------------------ symbols
     @property

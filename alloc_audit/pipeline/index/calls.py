@@ -31,6 +31,9 @@ class CallGraph:
     def reset(self) -> None:
         self._reach.clear()
 
+    def settle(self) -> None:
+        self._reach.settle()
+
     def invalidate(self, touched: set[str]) -> None:
         """Files were added: forget the reaches that looked up a name they define (``memo``)."""
         self._reach.invalidate(touched)

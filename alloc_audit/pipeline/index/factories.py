@@ -32,6 +32,10 @@ class Factories:
         self._class_alloc.clear()
         self._found = {}
 
+    def settle(self) -> None:
+        self._factory.settle()
+        self._class_alloc.settle()
+
     def invalidate(self, touched: set[str]) -> None:
         """Files were added: forget what looked up a name they define (``memo``);
         the list of factories is made again (from what is kept)."""

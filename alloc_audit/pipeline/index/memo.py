@@ -23,6 +23,9 @@ from typing import Generic, TypeVar
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
+# the names of every entry once the index is settled (shared, never changed)
+SETTLED: set[str] = set()
+
 # a computation that saw an entry still being computed (a cycle guard):
 # what it found depends on the order of evaluation, so it never survives
 UNSTABLE = "\0unstable"
@@ -33,10 +36,11 @@ class Deps:
     nested computation's names are its caller's too). Hot paths read
     ``stack`` themselves: nothing is noted outside a memoised computation."""
 
-    __slots__ = ("stack",)
+    __slots__ = ("stack", "settled")
 
     def __init__(self) -> None:
         self.stack: list[set[str]] = []
+        self.settled = False  # no file will be added: entries keep no names (``ProjectIndex.settle``)
 
     def note(self, name: str) -> None:
         if self.stack:
@@ -53,6 +57,8 @@ class Deps:
     def end(self) -> set[str]:
         """The names of the computation that ends (never changed afterwards)."""
         names = self.stack.pop()
+        if self.settled:
+            return SETTLED
         if self.stack:
             self.stack[-1].update(names)
         return names
@@ -93,6 +99,10 @@ class Memo(Generic[K, V]):
     def clear(self) -> None:
         self.values = {}
         self.names = {}
+
+    def settle(self) -> None:
+        """Keep the values, forget the names (no file will be added)."""
+        self.names = dict.fromkeys(self.names, SETTLED)
 
     def __len__(self) -> int:
         return len(self.values)
