@@ -112,6 +112,7 @@ class CallerGlobs:
     per_step: tuple[str, ...] = ()
     load: tuple[str, ...] = ()
     once: tuple[str, ...] = ()
+    checkpoint: tuple[str, ...] = ()  # calls that read a tensor from a checkpoint (`*.get_slice`)
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,8 @@ def load_catalog(config: Config) -> Catalog:
     callers_table = shipped_tiers.get("callers", {})
     callers = CallerGlobs(per_step=_str_tuple("rules/tiers.toml", callers_table, "per-step"),
                           load=_str_tuple("rules/tiers.toml", callers_table, "load"),
-                          once=_str_tuple("rules/tiers.toml", callers_table, "once"))
+                          once=_str_tuple("rules/tiers.toml", callers_table, "once"),
+                          checkpoint=_str_tuple("rules/tiers.toml", callers_table, "checkpoint-read"))
     digest_src = json.dumps(
         {
             "version": __version__,

@@ -93,13 +93,15 @@ def test_every_reached_demo_site_appears_with_its_bytes(demo: dict[str, Any], re
     assert s["runtime"]["peak_bytes"] >= s["runtime"]["live_bytes"] > 0 or not live
 
 
-def test_static_tiers_agree_with_the_run_except_where_the_run_proves_them_wrong(demo: dict[str, Any]) -> None:
+def test_static_tiers_agree_with_the_run(demo: dict[str, Any]) -> None:
     verdicts = {(s["path"], s["line"]): s["verdict"] for s in demo["snapshot"]["sites"]}
+    # the overflow buffer is alive at the end of the run: it was tiered T4 and the
+    # run disagreed (tier-lifetime-mismatch) until lazily created members became
+    # T2; the run now confirms its tier
     overflow = ("examples/minigen/scratch.py", line_of("scratch.py", "self._overflow = torch.empty("))
-    assert verdicts.pop(overflow) == "disagrees"
+    assert verdicts.pop(overflow) == "agrees"
     assert set(verdicts.values()) <= {"agrees", "not-reached", "not-visible"}
-    mismatch = finding(demo, "tier-lifetime-mismatch", "scratch.py", "self._overflow = torch.empty(")
-    assert "T4 (forward-scratch) site with 262144 bytes alive at the end" in mismatch["message"]
+    assert not [f for f in demo["snapshot"]["findings"] if f["rule"] == "tier-lifetime-mismatch"]
 
 
 @pytest.mark.parametrize(("rule", "rel", "text"), [

@@ -3,11 +3,16 @@ skip a file only when no catalogue name or rule trigger can be in it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from alloc_audit.catalog import load_catalog
 from alloc_audit.config import load_config
-from alloc_audit.pipeline.prefilter import passes_prefilter
+from alloc_audit.model import Language
+from alloc_audit.pipeline.discover import language_of
+from alloc_audit.pipeline.expand import identifiers
+from alloc_audit.pipeline.prefilter import _LITERAL_PART, passes_prefilter, probes
 
 
 @pytest.fixture(scope="module")
@@ -44,3 +49,59 @@ def test_a_qualified_allocating_type_is_not_found_by_its_last_name(catalog):
     assert not passes_prefilter(std_only, catalog.prefilter.cpp_needles)
     assert passes_prefilter(thrust, catalog.prefilter.cpp_needles)
     assert passes_prefilter(nested, catalog.prefilter.cpp_needles)
+
+
+def _fixture_files() -> list[Path]:
+    root = Path(__file__).parent / "fixtures"
+    return sorted(p for p in root.rglob("*") if p.is_file() and language_of(p.name) is not None)
+
+
+def test_screen_answers_as_the_prefilter_and_the_identifiers(catalog):
+    """``screen`` (one pass: identifiers first, then the needles they leave)
+    gives ``passes_prefilter``'s answer and, for a skipped file,
+    ``expand.identifiers``: on every fixture, on each needle alone, and on
+    the near misses where a probe must not rule a needle out."""
+    pf = catalog.prefilter
+    cases: list[tuple[bytes, Language]] = []
+    for path in _fixture_files():
+        language = language_of(path.name)
+        assert language is not None
+        data = path.read_bytes()
+        cases.append((data, language))
+        # the same file with every line that passes cut: mostly skipped
+        cases.append((b"\n".join(line for line in data.split(b"\n") if not passes_prefilter(
+            line, pf.py_needles if language is Language.PYTHON else pf.cpp_needles)), language))
+    # an embedded binary: identifiers of hex literals (`x0full`, which ends like `full(`), past _LITERALS_FROM
+    literal_cases = 0
+    binary = b",\n".join(b"0x%016xULL, 0x0full, 0x%xu" % (i * 0x9E3779B97F4A7C15 % (1 << 64), i) for i in range(3000))
+    for language, needles in ((Language.PYTHON, pf.py_needles), (Language.CPP, pf.cpp_needles)):
+        for gate, words in needles:
+            for i, word in enumerate(words):
+                for text in (word, b"x" + word, b"9" + word + b"_", gate + b"\n" + word, word[:-1], b"0x" + word):
+                    cases.append((b"y = 1\n" + text + b"\n", language))
+                literal = any(_LITERAL_PART.fullmatch(p.strip()) for p in probes(word))
+                if i < 2 or literal:  # a sample, and every word a literal's identifier can end like (`full(`)
+                    cases.append((binary + b"\n" + gate + b"\n" + word + b"\n", language))
+                    cases.append((binary + b"\n" + gate + b"\n" + word[:-1] + b"\n", language))
+                if literal:  # `0x0full(`: the only identifier that shows `full` is a literal's
+                    cases.append((binary + b"\n" + gate + b"\nf(0x0" + word + b"1))\n", language))
+                    literal_cases += 1
+    cases += [(b"import torch as T\nfrom torch import empty as E\n", Language.PYTHON),
+              (b"from x import y as z\n", Language.PYTHON), (b"", Language.PYTHON), (b"\xff\xfe empty(", Language.CPP)]
+    skipped = 0
+    for data, language in cases:
+        needles, aliasable = (pf.py_needles, pf.py_aliasable) if language is Language.PYTHON else (pf.cpp_needles,
+                                                                                                 frozenset())
+        expected = None if passes_prefilter(data, needles, aliasable) else identifiers(data)
+        assert pf.screen(data, language) == expected, data[:200]
+        skipped += expected is not None
+    assert 0 < skipped < len(cases)  # both answers are exercised
+    assert literal_cases
+
+
+def test_probes_name_what_an_identifier_must_show():
+    assert probes(b"empty(") == (b"empty ",)
+    assert probes(b".new_empty(") == (b" new_empty ",)
+    assert probes(b"cuMem") == (b"cuMem",)
+    assert probes(b"thrust::cuda::vector") == (b"thrust ", b" cuda ", b" vector")
+    assert probes(b".to(") == ()  # too short to be an identifier: looked for in the file

@@ -33,7 +33,8 @@ Names are evidence, not proof (DESIGN.md, "Lifetime tiers"):
   in ``TiledMLP.backward``) allocates its constructor's buffers per call;
 - an object with persistent buffers (a derived site) built in a function
   that runs once (``main``, ``configure*``: ``[callers] once``; one test;
-  or reached only from those or from module level) lives for the run: T2.
+  or reached only from those or from module level) lives for the run: T2,
+  and so does a buffer such a function keeps on its object (``self.x``).
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ def _direct(site: Site, ctx: _Ctx) -> Site:
         site = _reached_from_load(site, ctx)
     if site.tier is Tier.T4 and site.kind is SiteKind.DEVICE:
         site = _kept_by_constructor_only(site, index, memo)
+    if site.tier is Tier.T4 and site.kind is SiteKind.DEVICE and site.kept.startswith("self."):
+        site = _kept_once(site, ctx)
     elif load is not None and site.tier is Tier.T5B and site.language is Language.PYTHON:
         site = _load_only(site, index, load, memo)
     return site
@@ -101,20 +104,29 @@ def tiers_of_derived(derived: Sequence[Site], direct: Sequence[Site], index: Pro
                      globs: CallerGlobs) -> list[Site]:
     """A derived site (an object whose constructor keeps device memory)
     built in a function that runs once (``main``, ``configure*``, one test,
-    or only reached from those) holds that memory for the run: T2, not per
-    call."""
+    or only reached from those) or returned to constructors only (a
+    ``static`` factory a layer's ``__init__`` calls) holds that memory for
+    the run or the object: T2, not per call; one built in the constructor
+    of an object a per-step function builds is per call (T4)."""
     ctx = _context(index, globs)
     persistent = {(s.path, s.span.line) for s in direct if s.tier is Tier.T2}
     out = []
     for site in derived:
         via = site.via
-        if (via is not None and site.tier is Tier.T4 and site.language is Language.PYTHON
-                and (via.path, via.line) in persistent):
-            func = index.func(site.path, site.scope)
-            once = _runs_once(func, ctx, tests=True) if func is not None else ""
+        if via is None or site.language is not Language.PYTHON:
+            out.append(site)
+            continue
+        func = index.func(site.path, site.scope)
+        if site.tier is Tier.T4 and (via.path, via.line) in persistent and func is not None:
+            once = _runs_once(func, ctx, tests=True)
             if once:
                 site = dataclasses.replace(site, tier=Tier.T2, tier_reason=(
                     f"built once: {once}; {site.api} keeps {via.api} ({via.path}:{via.line}) for the run"))
+            elif site.span.line in {r.line for r in func.returns}:
+                site = _returned_to_constructors(site, index, ctx.callers)
+        elif (site.tier is Tier.T2 and ctx.per_step is not None and func is not None and func.scope is not None
+              and func.scope.role == "constructor"):
+            site = _per_step(site, index, ctx.per_step, ctx.callers)
         out.append(site)
     return out
 
@@ -311,6 +323,23 @@ def _reached_from_load(site: Site, ctx: _Ctx) -> Site:
     what = "a load-time temporary" if site.kept in (None, "", "local") else "reached only from load paths"
     return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
         f"{what}: every caller chain starts in a load path ({names}); {site.tier_reason}"))
+
+
+def _kept_once(site: Site, ctx: _Ctx) -> Site:
+    """A buffer kept on the object (``self.x``) by a function that runs once
+    (``main``, ``configure*``, one test, or reached only from those) lives
+    as long as the object: T2 (DESIGN.md: kept in ``self.x`` ->
+    persistent). Its temporaries stay per call."""
+    if site.language is not Language.PYTHON:
+        return site
+    func = ctx.index.func(site.path, site.scope)
+    if func is None or func.scope is None or func.scope.role not in _FUNCTION_ROLES:
+        return site
+    once = _runs_once(func, ctx, tests=True)
+    if not once:
+        return site
+    return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+        f"kept in {site.kept} by a function that runs once ({once}): persistent; {site.tier_reason}"))
 
 
 def _runs_once(func: Func, ctx: _Ctx, tests: bool) -> str:

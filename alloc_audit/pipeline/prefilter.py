@@ -12,6 +12,7 @@ can never make the filter skip the files that use it.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
     from ..pack import RulePack
 
 Needle = tuple[bytes, tuple[bytes, ...]]  # (gate, alternatives): see _needles
+# a needle with the probes it must pass first (see ``screen_prefilter``):
+# (gate, its probes, ((word, its probes), ...)); each as Probes
+Probes = tuple[tuple[bytes, ...], tuple[bytes, ...]]  # (probes a literal's identifier cannot hold, those it can)
+Probed = tuple[bytes, Probes, tuple[tuple[bytes, Probes], ...]]
 
 
 @dataclass(frozen=True)
@@ -31,15 +36,28 @@ class Prefilter:
     py_needles: tuple[Needle, ...]
     py_aliasable: frozenset[bytes]
     cpp_needles: tuple[Needle, ...]
+    py_probed: tuple[Probed, ...] = ()
+    cpp_probed: tuple[Probed, ...] = ()
 
     def passes(self, data: bytes, language: Language) -> bool:
         if language is Language.PYTHON:
             return passes_prefilter(data, self.py_needles, self.py_aliasable)
         return passes_prefilter(data, self.cpp_needles)
 
+    def screen(self, data: bytes, language: Language) -> tuple[str, ...] | None:
+        """None when the file must be parsed (``passes``); else the
+        identifiers it mentions (``expand.identifiers``), which the
+        expansion asks of a skipped file. One pass over the bytes serves
+        both: the identifiers are found first, and each needle is looked for
+        in the file only when they show it can be there."""
+        python = language is Language.PYTHON
+        return screen_prefilter(data, self.py_probed if python else self.cpp_probed,
+                                self.py_aliasable if python else frozenset())
+
 
 def compile_prefilter(apis: ApiCatalog, pack: RulePack) -> Prefilter:
-    return Prefilter(_needles(_py_needles(apis, pack)), _py_aliasable(apis), _needles(_cpp_needles(apis, pack)))
+    py, cpp = _needles(_py_needles(apis, pack)), _needles(_cpp_needles(apis, pack))
+    return Prefilter(py, _py_aliasable(apis), cpp, _probed(py), _probed(cpp))
 
 
 def _literal(glob: str) -> str:
@@ -147,6 +165,89 @@ def _common_prefix(words: Iterable[str]) -> str:
     while n < min(len(first), len(last)) and first[n] == last[n]:
         n += 1
     return first[:n]
+
+
+def _probed(needles: tuple[Needle, ...]) -> tuple[Probed, ...]:
+    return tuple((gate, _split(probes(gate)), tuple((word, _split(probes(word))) for word in words))
+                 for gate, words in needles)
+
+
+def _split(found: tuple[bytes, ...]) -> Probes:
+    """Probes that no hex literal's identifier can hold (``0x7f00ULL`` ->
+    ``x7f00ULL``), and those that one can (``full``: ``0x0full``)."""
+    literal = tuple(p for p in found if _LITERAL_PART.fullmatch(p.strip(b" ")))
+    return tuple(p for p in found if p not in literal), literal
+
+
+def probes(word: bytes) -> tuple[bytes, ...]:
+    """What the identifiers of a file that holds ``word`` must show, as
+    substrings of those identifiers joined by spaces (``_joined``): each
+    identifier run of the word, with a space on the side where the word goes
+    on past it. ``empty(`` -> ``b"empty "``: some identifier ends with
+    ``empty``; ``.new_empty(`` -> ``b" new_empty "``: one is ``new_empty``;
+    ``cuMem`` -> ``b"cuMem"``: one contains it. Runs that an identifier need
+    not show (shorter than 3 bytes, or starting with a digit) are left out."""
+    out: list[bytes] = []
+    for m in _RUN.finditer(word):
+        run = m.group(0)
+        if len(run) < 3 or run[:1].isdigit():
+            continue
+        out.append((b" " if m.start() > 0 else b"") + run + (b" " if m.end() < len(word) else b""))
+    return tuple(out)
+
+
+# Identifiers as the expansion knows a skipped file (3 bytes or more: every
+# maximal run of [A-Za-z0-9_], less its leading digits). In a file holding a
+# needle, each identifier run of the needle is part of one of them, so
+# looking for the probes in the file's identifiers (a fraction of its bytes,
+# each name once) rules most needles out without a search of the file.
+_IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{2,}")
+_RUN = re.compile(rb"[A-Za-z0-9_]+")
+# Files of embedded binaries (`0x7472747368732e00ULL, ...`) mention a million
+# such identifiers; the probes that none of them can hold are looked for in
+# the identifiers without them. _LITERAL_PART: any part of one.
+_LITERALS = re.compile(rb" [xX][0-9a-fA-F]*[uUlL]*(?= )")
+_LITERAL_PART = re.compile(rb"[xX]?[0-9a-fA-F]*[uUlL]*")
+_LITERALS_FROM = 1 << 16  # bytes of identifiers: below, not worth a pass
+
+
+def screen_prefilter(data: bytes, probed: tuple[Probed, ...], aliasable: frozenset[bytes] = frozenset(),
+                     ) -> tuple[str, ...] | None:
+    """``passes_prefilter`` and, for a file it skips, its identifiers
+    (sorted): None when the file passes. The probes only rule needles out;
+    a needle they leave is looked for in the file itself, so the answer is
+    ``passes_prefilter``'s (tests/test_prefilter.py compares the two)."""
+    found = set(_IDENTIFIER.findall(data))
+    joined = b" " + b" ".join(found) + b" "
+    clean = _LITERALS.sub(b"", joined) if len(joined) > _LITERALS_FROM else joined
+    for gate, (gate_clean, gate_any), words in probed:
+        if gate:
+            if not all(p in clean for p in gate_clean) or not all(p in joined for p in gate_any) \
+                    or gate not in data:
+                continue
+        for word, (word_clean, word_any) in words:
+            for p in word_clean:
+                if p not in clean:
+                    break
+            else:
+                for p in word_any:
+                    if p not in joined:
+                        break
+                else:
+                    if word in data:
+                        return None
+    # an aliased import of an aliasable name: the name is one of the
+    # identifiers (each is 3 bytes or more and starts with a letter)
+    if aliasable and b" as " in data and (not aliasable.isdisjoint(found) or not _all_identifiers(aliasable)):
+        for line in _ALIAS_IMPORT.findall(data):
+            if not aliasable.isdisjoint(_WORD.findall(line)):
+                return None
+    return tuple(b" ".join(sorted(found)).decode("ascii").split(" ")) if found else ()
+
+
+@functools.cache
+def _all_identifiers(names: frozenset[bytes]) -> bool:
+    return all(_IDENTIFIER.fullmatch(n) for n in names)
 
 
 _ALIAS_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+)?import[ \t][^\n]*\bas\b[^\n]*", re.M)

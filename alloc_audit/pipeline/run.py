@@ -33,6 +33,7 @@ from ..errors import UsageError
 from ..model import FileError, FileFacts, Finding, ScanResult, Site, Stats
 from . import serial
 from .cache import Cache, RunCache, result_key
+from .checkpoint_reads import checkpoint_uploads
 from .classify import classify_sites
 from .classify_callers import tiers_from_callers, tiers_of_derived
 from .default_device import promote_default_sites
@@ -40,6 +41,7 @@ from .derive import derive_sites
 from .discover import discover_files
 from .expand import expand_skipped
 from .index import ProjectIndex, build_index
+from .lazy_members import lazy_members
 from .lifetimes import decided_by_use
 from .module_classes import module_moves
 from .parse import grammar_versions
@@ -104,9 +106,11 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = module_moves([s for f in facts.values() for s in f.sites], index, facts, catalog.tiers,
                          outcomes.skipped_mentioning)
     sites = tiers_from_callers(sites, index, catalog.callers)
+    sites = checkpoint_uploads(sites, index, catalog.callers)
     sites += tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
                               catalog.callers)
     sites = decided_by_use(sites, index)
+    sites = lazy_members(sites, index)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")

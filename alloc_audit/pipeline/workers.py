@@ -18,7 +18,7 @@ from typing import Any
 
 from ..catalog import Catalog
 from ..model import FileError, FileFacts
-from . import expand, serial
+from . import serial
 from .cache import Cache, content_digest
 from .classify import classify_sites
 from .discover import SourceFile
@@ -87,11 +87,13 @@ def _facts_or_skip(source: SourceFile, data: bytes, digest: str, catalog: Catalo
         line = data.count(b"\n", 0, exc.start) + 1
         warning = (f"not valid UTF-8 (byte 0x{data[exc.start]:02x} at line {line}); "
                    "read as bytes, texts may show replacement characters")
-    if not force and not catalog.prefilter.passes(data, source.language):
-        # What the on-demand expansion asks of a skipped file first: the
-        # names it mentions (see expand.py); Python files are also wanted
-        # by module name. Cached by the parent, in one table (Cache.load_skips).
-        return skipped_outcome(source.path, digest, expand.identifiers(data), warning)
+    # What the on-demand expansion asks of a skipped file first: the names
+    # it mentions (expand.identifiers, found by the same pass as the
+    # pre-filter's answer); Python files are also wanted by module name.
+    # Cached by the parent, in one table (Cache.load_skips).
+    mentions = None if force else catalog.prefilter.screen(data, source.language)
+    if mentions is not None:
+        return skipped_outcome(source.path, digest, mentions, warning)
     too_deep = nesting_problem(data, source.language)
     if too_deep is not None:
         return FileOutcome(source.path, digest, Status.FAILED, message=too_deep)

@@ -51,6 +51,7 @@ _QUERY_TEXT = """
 
 _query: ts.Query | None = None
 _DOTTED = re.compile(r"[A-Za-z_][\w.]*")
+_HEAD = re.compile(r"[A-Za-z_]\w*")
 
 _STATEMENT_PARENTS = ("block", "module")
 _CONSTRUCTORS = {"__init__", "__new__", "__post_init__"}
@@ -163,7 +164,7 @@ class PythonExtractor:
 
     def resolve_text(self, expr: str) -> str:
         """Resolve an alias at the head of an expression (`T.device("cuda")`)."""
-        m = re.match(r"[A-Za-z_]\w*", expr)
+        m = _HEAD.match(expr)
         if m is None or m.group(0) not in self.aliases:
             return expr
         return self.aliases[m.group(0)] + expr[m.end():]
@@ -380,9 +381,10 @@ def _param(src: Source, node: Any) -> tuple[str, str]:
 def _docstring(src: Source, body: Any | None) -> str:
     if body is None or not body.named_child_count:
         return ""
-    first = body.named_children[0]
-    if first.type == "expression_statement" and first.named_child_count and first.named_children[0].type == "string":
-        raw = src.raw(first.named_children[0], 400).strip("rRbBuU").strip("\"'").strip()
+    first = body.named_child(0)  # not named_children[0]: that lists every statement of the body
+    string = first.named_child(0) if first.type == "expression_statement" and first.named_child_count else None
+    if string is not None and string.type == "string":
+        raw = src.raw(string, 400).strip("rRbBuU").strip("\"'").strip()
         return raw.splitlines()[0].strip() if raw else ""
     return ""
 

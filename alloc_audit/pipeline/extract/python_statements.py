@@ -4,6 +4,7 @@ the Python extractor (``python.py``)."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from ...model import Assign, Block, Return, With, WithItem
@@ -12,6 +13,7 @@ from . import common
 if TYPE_CHECKING:
     from .python import PythonExtractor
 
+_HOST_WORD = re.compile(r"cpu|meta", re.I)
 _FLOW_ENDS = {"return_statement", "raise_statement", "continue_statement", "break_statement"}
 
 def assigns(ext: PythonExtractor, assigns: list[Any], augs: list[Any], dels: list[Any]) -> list[Assign]:
@@ -95,7 +97,7 @@ def assigns(ext: PythonExtractor, assigns: list[Any], augs: list[Any], dels: lis
 def returns(ext: PythonExtractor, nodes: list[Any]) -> list[Return]:
     out = []
     for node in nodes:
-        value = node.named_children[0] if node.named_child_count else None
+        value = node.named_child(0) if node.named_child_count else None
         out.append(Return(ext.scope_name(ext.scope_of(node)), node.start_point[0] + 1,
                           ext.src.text(value) if value is not None else ""))
     return out
@@ -146,8 +148,11 @@ def host_locals(assigns: list[Assign], call_targets: set[str]) -> frozenset[tupl
     from .python_sites import classify_device
 
     values: dict[tuple[str, str], set[str]] = {}
+    host = _HOST_WORD.search
     for a in assigns:
+        # only a value that says cpu or meta (in any case) can classify as
+        # either; any other answer counts the same as "unknown" here
+        device = classify_device(a.value) if len(a.targets) == 1 and a.op == "=" and host(a.value) else "unknown"
         for target in a.targets:
-            values.setdefault((a.scope, target), set()).add(
-                classify_device(a.value) if len(a.targets) == 1 and a.op == "=" else "unknown")
+            values.setdefault((a.scope, target), set()).add(device)
     return frozenset(k for k, v in values.items() if k[1] not in call_targets and v and v <= {"cpu", "meta"})

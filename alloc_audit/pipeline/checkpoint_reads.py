@@ -1,0 +1,143 @@
+"""Stage 5, classify (after the callers): weights read from a checkpoint.
+
+Input: classified sites, the project index and the caller globs of
+``rules/tiers.toml`` ``[callers]`` (``checkpoint-read``, ``per-step``).
+Output: the same sites, the checkpoint uploads re-tiered T1 with a reason
+naming the read.
+
+A device copy (``Tensor.to``/``Tensor.cuda``) of a tensor read out of a
+checkpoint (``f.get_slice(name)``, ``f.get_tensor(name)``, ``torch.load``,
+directly or through loaders that return what they read, up to
+``_CHECKPOINT_DEPTH`` calls down), that the function returns or keeps on
+its object, uploads a weight: T1 (DESIGN.md, "Lifetime tiers": weight
+upload), whatever the function is called (``Weights.get_packed_sharded``)
+and whoever calls it. The read must flow into the copied value through the
+function's locals (assignments and calls that use them): a function that
+loads an embedding file and also uploads an input is not a loader. A copy
+handed to another call may be load-time scratch (a scale a requantisation
+consumes) and a function a per-step function calls (within 2 calls)
+streams per step: both unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..catalog import CallerGlobs
+from ..globs import matcher
+from ..model import Call, Language, Site, SiteKind, Tier
+from .index import Func, ProjectIndex
+
+_CHECKPOINT_DEPTH = 3  # calls down from a function to a checkpoint read
+_STEP_DEPTH = 2  # calls up to a per-step function that makes it a per-step stream
+_COPIES = frozenset({"Tensor.to", "Tensor.cuda"})
+_FUNCTION_ROLES = frozenset({"function", "method"})
+
+
+@dataclass
+class _Ctx:
+    index: ProjectIndex
+    checkpoint: Callable[[str], bool]
+    per_step: Callable[[str], bool] | None
+    reads: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
+
+
+def checkpoint_uploads(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
+    if not globs.checkpoint:
+        return list(sites)
+    ctx = _Ctx(index, matcher(globs.checkpoint), matcher(globs.per_step) if globs.per_step else None)
+    return [_checkpoint_upload(site, ctx) if _candidate(site) else site for site in sites]
+
+
+def _candidate(site: Site) -> bool:
+    return (site.tier is Tier.T4 and site.api in _COPIES and site.kind is SiteKind.DEVICE and site.via is None
+            and site.language is Language.PYTHON and (site.kept == "return" or site.kept.startswith("self.")))
+
+
+def _per_step(func: Func, ctx: _Ctx) -> bool:
+    per_step = ctx.per_step
+    if per_step is None:
+        return False
+    if per_step(func.name):
+        return True
+    dist = ctx.index.callers_within([func], _STEP_DEPTH)
+    return any(d > 0 and fid in ctx.index.funcs and per_step(ctx.index.funcs[fid].name) for fid, d in dist.items())
+
+
+def _checkpoint_upload(site: Site, ctx: _Ctx) -> Site:
+    """A device copy of a tensor read from a checkpoint that the function
+    returns or keeps on its object (``tensor = slice_[a:b]`` ...
+    ``tensor.to(self.device)``; ``return torch.cat(shards).to(dev)``)
+    uploads a weight: T1, unless a per-step function calls it (a weight
+    streamed per step). One handed to another call may be load-time scratch
+    (a scale a requantisation consumes): unchanged."""
+    kept = site.kept
+    func = ctx.index.func(site.path, site.scope)
+    if func is None or func.scope is None or func.scope.role not in _FUNCTION_ROLES:
+        return site
+    reads = _reads(func, ctx, _CHECKPOINT_DEPTH, False)
+    if not reads or _per_step(func, ctx):
+        return site
+    line = site.span.line
+    read = next((r for r, callee in reads if _flows(func, callee, lambda c: c.span.line == line, ())), "")
+    if not read:
+        return site
+    return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+        f"weight upload: {func.qualname} reads checkpoint tensors ({read}) and uploads what it "
+        f"{'returns' if kept == 'return' else 'keeps in ' + kept}; {site.tier_reason}"))
+
+
+def _reads(func: Func, ctx: _Ctx, depth: int, returned: bool) -> list[tuple[str, str]]:
+    """The checkpoint reads of ``func`` (how, and the callee text of the call
+    in ``func``), directly or through loaders ``depth`` calls down that
+    return what they read; with ``returned``, only reads whose value
+    ``func`` returns."""
+    key = f"{func.id}#{depth}#{returned}"
+    found = ctx.reads.get(key)
+    if found is not None:
+        return found
+    ctx.reads[key] = []  # cycle guard
+    checkpoint = ctx.checkpoint
+    out = [(c.callee, c.callee) for c in func.calls if checkpoint(c.callee)]
+    if depth > 1:
+        for call, targets in ctx.index.callees(func):
+            inner = next((t for t in targets if _reads(t, ctx, depth - 1, True)), None)
+            if inner is not None:
+                out.append((f"{call.callee} -> {inner.qualname}", call.callee))
+    if returned:
+        lines = {r.line for r in func.returns}
+        values = tuple(r.value for r in func.returns)
+        out = [r for r in out if _flows(func, r[1], lambda c: c.span.line in lines, values)]
+    ctx.reads[key] = out[:4]
+    return ctx.reads[key]
+
+
+def _flows(func: Func, callee: str, at: Callable[[Call], bool], values: tuple[str, ...]) -> bool:
+    """Whether what calls to ``callee`` give flows (through the function's
+    locals: assignments and calls that use them) into a call ``at`` selects
+    (the site's line, a return's line) or one of the texts ``values``."""
+    calls = func.calls
+    tainted = {c.target for c in calls if c.callee == callee and c.target}
+    tainted.update(t for a in func.assigns if callee in a.value for t in a.targets)
+    for _ in range(4):
+        grown = set(tainted)
+        for a in func.assigns:
+            if _mentions(a.value, tainted):
+                grown.update(a.targets)
+        for c in calls:
+            if c.target and (_mentions(c.arglist, tainted) or _mentions(c.callee, tainted)):
+                grown.add(c.target)
+        if grown == tainted:
+            break
+        tainted = grown
+    if any(at(c) and (c.callee == callee or _mentions(c.arglist, tainted) or _mentions(c.callee, tainted))
+           for c in calls):
+        return True
+    return any(_mentions(v, tainted) for v in values)
+
+
+def _mentions(text: str, names: set[str]) -> bool:
+    return any(re.search(rf"(?<![\w.]){re.escape(n)}\b", text) for n in names)

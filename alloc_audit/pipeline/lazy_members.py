@@ -1,0 +1,127 @@
+"""Stage 5, classify (after the callers): buffers created lazily on the object.
+
+Input: classified sites and the project index. Output: the same sites, the
+lazily created ones re-tiered T2 with a reason naming the test.
+
+A buffer kept on the object (``self.x``) by a method that runs per step is
+churned when it is stored on every call, but kept for the process when the
+store sits under a test on the object's own state: the cache is missing or
+stale (``if self.x is None or self.x.shape != out.shape:``, the ``else`` of
+``if channel == self.channel: window = self.window``, after a guard clause
+``if self.freqs is not None and ...: return``). DESIGN.md ("Lifetime
+tiers"): kept in ``self.x`` -> persistent. A test on an argument alone, a
+store with no test, or a temporary under the test stay per call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+
+from ..model import Language, Site, SiteKind, Tier
+from .index import Func, ProjectIndex
+
+_IF_KINDS = frozenset({"if", "elif", "else"})
+
+
+def lazy_members(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
+    return [_lazy(site, index) if _candidate(site) else site for site in sites]
+
+
+def _candidate(site: Site) -> bool:
+    return (site.tier is Tier.T4 and site.kind is SiteKind.DEVICE and site.language is Language.PYTHON
+            and site.kept != "local")
+
+
+def _lazy(site: Site, index: ProjectIndex) -> Site:
+    func = index.func(site.path, site.scope)
+    if func is None or func.scope is None or func.scope.role not in ("function", "method"):
+        return site
+    member = _member(site, func)
+    if member is None:
+        return site
+    test = _cache_test(site, func, _members(func) | {member})
+    if not test:
+        return site
+    return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+        f"created lazily: {func.qualname} keeps it in {member} and rebuilds it only when `{_short(test)}` says "
+        f"the cached one is missing or stale: persistent ({site.tier_reason})"))
+
+
+def _member(site: Site, func: Func) -> str | None:
+    """The ``self.x`` the site's memory is stored in: where it is kept, its
+    target, or the target of its statement (a list of buffers)."""
+    for place in (site.kept, site.target or ""):
+        if place.startswith("self.") and "[" not in place:
+            return place
+    for assign in func.assigns:
+        if assign.line == site.stmt_line and len(assign.targets) == 1 and assign.targets[0].startswith("self."):
+            return assign.targets[0] if "[" not in assign.targets[0] else None
+    return None
+
+
+def _members(func: Func) -> set[str]:
+    """The ``self.x`` members the function stores buffers in (a test on one
+    of them decides whether the cache is rebuilt: `self._freqs` for
+    `self._freqs_state` built beside it)."""
+    out = set()
+    for site in func.sites:
+        member = _member(site, func)
+        if member is not None:
+            out.add(member)
+    return out
+
+
+def _cache_test(site: Site, func: Func, members: set[str]) -> str:
+    """The test on the object's state that decides whether the site runs:
+    a miss (``self.x is None``, ``not hasattr(self, "x")``, ``self.x.device
+    != device``) around it, or a hit (``self.x is not None and ...``,
+    ``channel == self.channel``) whose ``else`` holds it or whose body
+    returns before it (a guard clause)."""
+    line = site.span.line
+    tests: dict[object, str] = {}
+    for b in func.blocks:
+        if b.kind in ("if", "elif") and b.stmt is not None:
+            tests[b.stmt] = f"{tests[b.stmt]} / {b.test}" if b.stmt in tests else b.test
+    for block in func.blocks:
+        if block.kind not in _IF_KINDS:
+            continue
+        if block.span.contains_line(line):
+            test = tests.get(block.stmt, "") if block.kind == "else" else block.test
+            if (_hit(test, members) if block.kind == "else" else _miss(test, members)):
+                return test
+        elif block.exits and block.kind == "if" and block.span.end_line < line and _hit(block.test, members):
+            return block.test
+    return ""
+
+
+def _miss(test: str, members: set[str]) -> bool:
+    """A test that holds when the cached member is missing or stale."""
+    for name in _names(members):
+        if re.search(rf"""\bself\.{name}\s+is\s+None\b|getattr\(\s*self\s*,\s*["']{name}["'][^)]*\)\s+is\s+None\b"""
+                     rf"""|\bnot\s+hasattr\(\s*self\s*,\s*["']{name}["']"""
+                     rf"|\bself\.{name}(?:\.\w+|\[[^\]]*\])*\s*!=|!=\s*self\.{name}\b", test):
+            return True
+    return False
+
+
+def _hit(test: str, members: set[str]) -> bool:
+    """A test that holds when the cached member is there and fresh: ``self.x
+    is not None``, ``self.x.dtype == ...``, ``hasattr(self, "x")``, or the
+    member alone; every part of it (no ``or``)."""
+    text = " ".join(test.split())
+    if text.startswith("not ") or " or " in text:
+        return False
+    for name in _names(members):
+        if re.search(rf"""\bself\.{name}\s+is\s+not\s+None\b|\bself\.{name}(?:\.\w+|\[[^\]]*\])*\s*=="""
+                     rf"""|==\s*self\.{name}\b|\bhasattr\(\s*self\s*,\s*["']{name}["']|^\(?self\.{name}\)?$""", text):
+            return True
+    return False
+
+
+def _names(members: set[str]) -> list[str]:
+    return [re.escape(m[len("self."):]) for m in sorted(members)]
+def _short(test: str) -> str:
+    text = " ".join(test.split())
+    return text if len(text) <= 60 else text[:57] + "..."
