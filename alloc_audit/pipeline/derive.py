@@ -17,10 +17,39 @@ from .index import ProjectIndex
 
 def derive_sites(index: ProjectIndex, files: Mapping[str, FileFacts], tiers: tuple[TierPattern, ...],
                  direct: Sequence[Site], apis: ApiCatalog | None = None) -> list[Site]:
-    derived = index.derived_sites()
+    uploads = {(s.path, s.span.line): s for s in direct if _upload(s)}
+    derived = index.derived_sites(uploads=frozenset(uploads))
     if apis is not None:
         derived = kinds_from_use(derived, index, apis)
-    return _owner_tiers(classify_sites(derived, files, tiers), direct)
+    return _upload_tiers(_owner_tiers(classify_sites(derived, files, tiers), direct), uploads)
+
+
+_MOVES = frozenset({"Tensor.to", "Tensor.cuda", "Module.to", "Module.cuda"})
+
+
+def _upload(site: Site) -> bool:
+    """A weight upload: a whole-module move or a copy of checkpoint tensors
+    to the device (T1, "weight upload: ..."); not a parameter declared
+    in a layer, not a load-time temporary or a copy named by a
+    ``load*`` function only (every layer that loads its weights would
+    make its construction a derived site)."""
+    return (site.tier is Tier.T1 and site.via is None and site.api in _MOVES
+            and site.tier_reason.startswith("weight upload"))
+
+
+def _upload_tiers(derived: Iterable[Site], uploads: Mapping[tuple[str, int], Site]) -> list[Site]:
+    """A derived site whose allocation is a weight upload builds a model and
+    moves it to the device: T1, whoever calls it (DESIGN.md, "Lifetime
+    tiers": weight upload)."""
+    out = []
+    for site in derived:
+        via = site.via
+        under = uploads.get((via.path, via.line)) if via is not None else None
+        if via is not None and under is not None and site.tier is not Tier.T1:
+            site = dataclasses.replace(site, tier=Tier.T1, via=dataclasses.replace(via, api=under.api), tier_reason=(
+                f"builds a model and moves it to the device: via {under.api} at {under.path}:{under.span.line}"))
+        out.append(site)
+    return out
 
 
 def _owner_tiers(derived: Iterable[Site], direct: Sequence[Site]) -> list[Site]:

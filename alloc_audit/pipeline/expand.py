@@ -282,7 +282,7 @@ def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Fu
     python: dict[str, dict[str, set[str]]] = {"class": {}, "function": {}}  # kind -> name -> module parts
     packages: dict[str, set[str]] = {}
     native: set[str] = set()
-    for factory in sorted(index.factories()):
+    for factory in sorted(index.factories(uploads=True)):
         if not factory.python:
             # a class name defined in several places is not resolved from
             # elsewhere (see ``_derive``): its callers cannot be derived sites

@@ -238,6 +238,7 @@ def _all_uses_seen(ext: PythonExtractor, site: Site, assigns: list[Assign], retu
     begin = starts[site.span.end_line] if site.span.end_line < len(starts) else len(ext.src.data)
     end = ext.kept_memo.scope_ends.get(site.scope, len(ext.src.data))
     in_source = _count_word(ext.src.data, name.encode(), begin, end)
+    in_source -= _header_reads(ext.src.data, name.encode(), begin, end)
     seen = sum(_count_word(a.value, name) + sum(_count_word(t, name) for t in a.targets)
                for a in assigns if a.line > site.span.end_line)
     seen += sum(_count_word(r.value, name) for r in returns if r.line > site.span.end_line)
@@ -246,6 +247,36 @@ def _all_uses_seen(ext: PythonExtractor, site: Site, assigns: list[Assign], retu
             # `buf.sum()`, `buf[-1].item()`: a method of it or of an element
             seen += _count_word(calls.arglists[i], name) + (_receiver(calls.callees[i]) == name)
     return seen >= in_source
+
+# a loop or test header: `for x in buf:`, `if i in buf[m]:`, `while buf.any():`
+_HEADER = re.compile(rb"^[ \t]*(?:(?:async[ \t]+)?for[ \t][^\n]*?[ \t]in[ \t]|(?:el)?if[ \t]|while[ \t])"
+                     rb"([^\n]*):[ \t]*(?:#[^\n]*)?$", re.M)
+
+
+def _header_reads(data: bytes, name: bytes, begin: int, end: int) -> int:
+    """How often ``name`` is read in ``for``/``if``/``while`` headers of
+    ``data[begin:end]`` outside any call (`for b in buf:`,
+    `if i in buf[m]:`): reads, not keeps, and no fact shows them. Uses
+    inside a call's arguments or as its receiver are left to the calls."""
+    if name not in data[begin:end]:
+        return 0
+    count = 0
+    for m in _HEADER.finditer(data, begin, end):
+        text = m.group(1)
+        at = text.find(name)
+        while at >= 0:
+            before = text[at - 1:at] if at > 0 else b""
+            tail = text[at + len(name):]
+            depth = text[:at].count(b"(") - text[:at].count(b")")  # inside a call's arguments
+            if (not _is_name_char(before, dot=True) and not _is_name_char(tail[:1], paren=True) and depth == 0
+                    and not _CALLED.match(tail)):
+                count += 1
+            at = text.find(name, at + 1)
+    return count
+
+
+_CALLED = re.compile(rb"(?:\[[^\]]*\])*\.[A-Za-z_]\w*\s*\(")
+
 
 def _kept_direct(site: Site) -> Site:
     target = site.target

@@ -201,11 +201,11 @@ class ProjectIndex:
     def factory_allocation(self, func: Func, depth: int = 3) -> Reach | None:
         return self._factories.factory_allocation(func, depth)
 
-    def factories(self, depth: int = 3) -> set[Factory]:
-        return self._factories.factories(depth)
+    def factories(self, depth: int = 3, uploads: bool = False) -> set[Factory]:
+        return self._factories.factories(depth, uploads)
 
-    def derived_sites(self, depth: int = 3) -> tuple[Site, ...]:
-        return self._factories.derived_sites(depth)
+    def derived_sites(self, depth: int = 3, uploads: frozenset[tuple[str, int]] = frozenset()) -> tuple[Site, ...]:
+        return self._factories.derived_sites(depth, uploads)
 
 
 def build_index(files: Mapping[str, FileFacts]) -> ProjectIndex:

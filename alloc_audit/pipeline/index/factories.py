@@ -23,30 +23,33 @@ class Factories:
         self._calls = calls
         self._resolve = resolve
         self._constructed_class = constructed_class
-        self._factory: Memo[tuple[str, int], Reach | None] = Memo(symbols.deps)
-        self._class_alloc: Memo[tuple[str, int], Reach | None] = Memo(symbols.deps)
-        self._found: dict[int, set[Factory]] = {}  # factories(depth), until files are added
+        self._factory: Memo[tuple[str, int, bool], Reach | None] = Memo(symbols.deps)
+        self._class_alloc: Memo[tuple[str, int, bool], Reach | None] = Memo(symbols.deps)
+        # weight uploads (whole-module moves, checkpoint uploads): a
+        # construction or factory that moves a model to the device stands
+        # for it, only while the derived sites (and the expansion's
+        # factories) are made; the rules' constructions leave them out.
+        # By (path, line), those the later stages found.
+        self._with_uploads = False
+        self._uploads: frozenset[tuple[str, int]] = frozenset()
 
     def reset(self) -> None:
         self._factory.clear()
         self._class_alloc.clear()
-        self._found = {}
 
     def settle(self) -> None:
         self._factory.settle()
         self._class_alloc.settle()
 
     def invalidate(self, touched: set[str]) -> None:
-        """Files were added: forget what looked up a name they define (``memo``);
-        the list of factories is made again (from what is kept)."""
+        """Files were added: forget what looked up a name they define (``memo``)."""
         self._factory.invalidate(touched)
         self._class_alloc.invalidate(touched)
-        self._found = {}
 
     def class_allocates(self, cls: ClassInfo, depth: int = 3) -> Reach | None:
         """The first allocation a construction of ``cls`` executes (through its
         constructors and what they call), or None."""
-        key = (cls.key, depth)
+        key = (cls.key, depth, self._with_uploads)
         memo = self._class_alloc
         if key in memo:
             return memo.hit(key)
@@ -58,15 +61,16 @@ class Factories:
         # helper's per-call buffers, a buffer the constructor drops) die
         # before the construction returns: neither makes it a buffer factory
         reached = [r for ctor in self._symbols.constructors(cls) for r in self._calls.reach(ctor, depth)
-                   if not _weight(r.site) and not (r.site.tier is Tier.T4 and (r.hops or r.site.kept == "local"))]
+                   if self._upload(r.site) or (not _weight(r.site)
+                                               and not (r.site.tier is Tier.T4 and (r.hops or r.site.kept == "local")))]
         if reached:
-            found = min(reached, key=_significance)
+            found = min(reached, key=self._significance)
         return memo.store(key, found, deps.end())
 
     def factory_allocation(self, func: Func, depth: int = 3) -> Reach | None:
         """When ``func`` hands an allocation back to its caller (returns it,
         or fills an out-parameter), the first such allocation."""
-        key = (func.id, depth)
+        key = (func.id, depth, self._with_uploads)
         memo = self._factory
         if key in memo:
             return memo.hit(key)
@@ -86,7 +90,7 @@ class Factories:
         # handed back inside another object: `return SharedBuffer(ptr, handle)`, `return cls(owner)`
         wrapped = {n for r in func.returns for n in _wrapped_names(r.value)}
         for site in func.sites:
-            if not site.acquires or _weight(site):
+            if not site.acquires or (_weight(site) and not self._upload(site)):
                 continue
             if site.stmt_line in returned_lines or (site.target and (site.target in returned_names
                                                                      or site.target in wrapped)):
@@ -114,15 +118,39 @@ class Factories:
                         return Reach(inner.site, (hop, *inner.hops))
         return None
 
-    def derived_sites(self, depth: int = 3) -> tuple[Site, ...]:
+    def _upload(self, site: Site) -> bool:
+        return self._with_uploads and (_moves_module(site) or (site.path, site.span.line) in self._uploads)
+
+    def _significance(self, reach: Reach) -> tuple[bool, int, bool, int, str, int]:
+        """A weight upload stands for a construction first (it builds a
+        model), then ``_significance``."""
+        return (not self._upload(reach.site), *_significance(reach))
+
+    def derived_sites(self, depth: int = 3, uploads: frozenset[tuple[str, int]] = frozenset()) -> tuple[Site, ...]:
         """Calls to project factories and allocating classes, as sites in the
         caller's scope (api = the factory, via = the underlying allocation).
+        ``uploads`` (by path and line) are weight uploads the later stages
+        found (module moves): a construction or factory whose allocation is
+        one is a factory too, and one is its via before anything else
+        (parameter declarations never are: every module construction
+        would be a derived site).
 
         Python factory functions count when their result is kept (stored on an
         object, at module level, or in a class body): a temporary returned by
         an op wrapper is already a per-call site inside the wrapper.
         Constructions of allocating classes and native factories always count.
         """
+        if uploads != self._uploads:
+            self._uploads = uploads
+            self._factory.discard(lambda k: k[2])
+            self._class_alloc.discard(lambda k: k[2])
+        self._with_uploads = True
+        try:
+            return self._derived_sites(depth)
+        finally:
+            self._with_uploads = False
+
+    def _derived_sites(self, depth: int) -> tuple[Site, ...]:
         by_leaf = self._calls.calls_by_leaf()
         out: list[Site] = []
         for name in sorted(self._factory_names()):
@@ -135,9 +163,18 @@ class Factories:
         return tuple(out)
 
     def _factory_names(self, depth: int = 3) -> set[str]:
-        return {f.name for f in self.factories(depth)}
+        return {f.name for f in self._factories(depth)}
 
-    def factories(self, depth: int = 3) -> set[Factory]:
+    def factories(self, depth: int = 3, uploads: bool = False) -> set[Factory]:
+        """With ``uploads``, as the derived sites see them (weight uploads
+        the file shows make factories too); see ``_factories``."""
+        self._with_uploads = uploads
+        try:
+            return self._factories(depth)
+        finally:
+            self._with_uploads = False
+
+    def _factories(self, depth: int) -> set[Factory]:
         """Functions that hand an allocation back and classes whose
         construction allocates, found from the allocations outward:
         level 0 are functions returning (or filling an out-parameter with) a
@@ -145,14 +182,7 @@ class Factories:
         ``depth`` calls); each further level adds functions that return a
         call to a known factory. Only calls whose name matches the previous
         level are looked at, and only what is a factory when resolved (what
-        ``_derive`` accepts) is returned. Kept until files are added: the
-        derived sites ask again what the expansion's last round found."""
-        found = self._found.get(depth)
-        if found is None:
-            found = self._found[depth] = self._find_factories(depth)
-        return set(found)
-
-    def _find_factories(self, depth: int) -> set[Factory]:
+        ``_derive`` accepts) is returned."""
         names: set[Factory] = set()
         frontier: list[Func] = []
         for func in self._symbols.funcs.values():
@@ -229,8 +259,8 @@ class Factories:
                 if func.path not in cls.paths:
                     return None
                 own = [r for ctor in self._symbols.constructors(cls) if ctor.path == func.path
-                       for r in self._calls.reach(ctor, depth) if not _weight(r.site)]
-                reach = min(own, key=_significance) if own else None
+                       for r in self._calls.reach(ctor, depth) if not _weight(r.site) or self._upload(r.site)]
+                reach = min(own, key=self._significance) if own else None
         else:
             targets = self._resolve(func, call)
             if not targets:
@@ -273,6 +303,12 @@ def _significance(reach: Reach) -> tuple[int, bool, int, str, int]:
     construction), then the nearest, then the first in the source."""
     transient = reach.site.tier is Tier.T4
     return (_KIND_RANK[reach.site.kind], transient, len(reach.hops), reach.site.path, reach.site.span.line)
+
+
+def _moves_module(site: Site) -> bool:
+    """A whole-module move the file itself shows (a weight upload)."""
+    return site.tier is Tier.T1 and site.api in ("Module.to", "Module.cuda") and site.tier_reason.startswith(
+        "weight upload")
 
 
 def _weight(site: Site) -> bool:

@@ -17,7 +17,7 @@ built from scratch.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable
+from collections.abc import Callable, Collection, Hashable
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -99,6 +99,12 @@ class Memo(Generic[K, V]):
     def clear(self) -> None:
         self.values = {}
         self.names = {}
+
+    def discard(self, drop: Callable[[K], bool]) -> None:
+        """Forget the entries whose key ``drop`` says (the factories' weight uploads changed)."""
+        for key in [k for k in self.values if drop(k)]:
+            del self.values[key]
+            self.names.pop(key, None)
 
     def settle(self) -> None:
         """Keep the values, forget the names (no file will be added)."""
