@@ -101,6 +101,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     if promoted:
         index.add_sites(promoted)
         facts = {path: index.files.get(path, f) for path, f in facts.items()}
+    index.settle()  # nothing is added from here on: the memos drop what kept them across rounds
     phases.mark("default-device")
     errors = outcomes.errors + [FileError(path, e) for path, f in facts.items() for e in f.errors]
     sites = module_moves([s for f in facts.values() for s in f.sites], index, facts, catalog.tiers,

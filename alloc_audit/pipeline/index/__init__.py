@@ -16,16 +16,20 @@ which costs recall, never precision.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from ...model import Call, FileFacts, Language, Site
 from .calls import CallGraph
 from .cpp import CppResolution
 from .factories import Factories, Factory
+from .memo import Memo
 from .python import PythonResolution
 from .symbols import ClassInfo, Func, Hop, Reach, Symbols, last_name, split_callee
 from .types import Types
 from .values import Env, Value, bind_edge, module_constants
+
+LOG = logging.getLogger("alloc_audit")
 
 __all__ = ["ClassInfo", "Factory", "Func", "Hop", "ProjectIndex", "Reach", "build_index", "last_name",
            "split_callee"]
@@ -36,29 +40,56 @@ class ProjectIndex:
 
     def __init__(self, files: Mapping[str, FileFacts]) -> None:
         self._symbols = Symbols()
+        self._deps = self._symbols.deps
         self._types = Types(self._symbols)
         self._python = PythonResolution(self._symbols, self._types)
         self._cpp = CppResolution(self._symbols, self._types)
         self._calls = CallGraph(self._symbols, self.resolve)
         self._factories = Factories(self._symbols, self._calls, self.resolve, self.constructed_class)
-        self._resolved: dict[tuple[str, str], tuple[Func, ...]] = {}
+        self._resolved: Memo[tuple[str, str], tuple[Func, ...]] = Memo(self._deps)
         self._constants: dict[str, dict[str, Value]] = {}
         self.add(files)
 
     def add(self, files: Mapping[str, FileFacts]) -> None:
-        """Add files (the on-demand expansion adds them round by round)."""
-        self._resolved = {}
+        """Add files (the on-demand expansion adds them round by round).
+        What the new files cannot change is kept: resolutions, reaches and
+        factories that looked up none of the names they define (``memo``)."""
         self._constants = {}
-        for part in (self._types, self._python, self._calls, self._factories):
+        for part in (self._types, self._python):
             part.reset()
-        self._symbols.add(files)
+        if self._deps.settled:  # the names are gone: start over
+            self._reset_memos()
+        touched = self._symbols.add(files)
+        kept = len(self._resolved)
+        dropped = self._resolved.invalidate(touched)
+        self._calls.invalidate(touched)
+        self._factories.invalidate(touched)
+        if kept:
+            LOG.debug("index: %d files added, %d names touched, %d of %d resolutions kept", len(files),
+                      len(touched), kept - dropped, kept)
 
     def add_sites(self, sites: Iterable[Site]) -> None:
-        """Add sites found after indexing (stage default_device)."""
-        self._resolved = {}
+        """Add sites found after indexing (stage default_device). Calls
+        resolve as before; what read the sites of those files is forgotten."""
+        self._constants = {}
+        if self._deps.settled:
+            self._reset_memos()
+        touched = self._symbols.add_sites(sites)
+        self._calls.invalidate(touched)
+        self._factories.invalidate(touched)
+
+    def settle(self) -> None:
+        """No file or site will be added: the memos keep their values but
+        not the names each used (memory: tens of MB on a large tree)."""
+        self._deps.settled = True
+        self._resolved.settle()
+        self._calls.settle()
+        self._factories.settle()
+
+    def _reset_memos(self) -> None:
+        self._resolved.clear()
         for part in (self._types, self._python, self._calls, self._factories):
             part.reset()
-        self._symbols.add_sites(sites)
 
     # ------------------------------------------------------------ symbols
     @property
@@ -104,14 +135,23 @@ class ProjectIndex:
         construction); empty when it cannot be told."""
         callee = call if isinstance(call, str) else call.callee
         key = (func.id, callee)
-        found = self._resolved.get(key)
-        if found is None:
-            if func.language is Language.PYTHON:
-                found = tuple(self._python.resolve(func, callee))
-            else:
-                found = tuple(self._cpp.resolve(func, callee))
-            self._resolved[key] = found
-        return found
+        memo = self._resolved
+        found = memo.values.get(key)
+        stack = self._deps.stack
+        if found is not None:
+            if stack:  # inside a memoised computation: it used what this resolution looked up
+                stack[-1].update(memo.names[key])
+            return found
+        names: set[str] = set()
+        stack.append(names)
+        scope = func.scope
+        if scope is not None and scope.owner:  # a method defined out of line may meet its class later
+            names.add(last_name(scope.owner))
+        if func.language is Language.PYTHON:
+            found = tuple(self._python.resolve(func, callee))
+        else:
+            found = tuple(self._cpp.resolve(func, callee))
+        return memo.store(key, found, self._deps.end())
 
     def constructed_class(self, func: Func, call: Call) -> ClassInfo | None:
         """The project class a call constructs, if it is a construction."""

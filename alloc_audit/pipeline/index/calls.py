@@ -5,9 +5,11 @@ shortest path to each."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 
 from ...model import Call
+from .memo import Memo
 from .symbols import Func, Hop, Reach, Symbols, split_callee
 
 
@@ -19,10 +21,22 @@ class CallGraph:
         self._by_callee: dict[str, list[str]] = {}  # callee -> ids of the functions calling it
         self._leaves: dict[str, str] = {}  # callee -> its last name
         self._calls_indexed: set[str] = set()
-        self._reach: dict[tuple[str, int], tuple[Reach, ...]] = {}
+        self._callee_order: list[str] = []  # the keys of _by_callee, in the order they came
+        # predicate -> (how many callees it was asked about, those it matched): the expansion's
+        # root finder asks the same predicate each round, of the callees of the new files only
+        self._matched: weakref.WeakKeyDictionary[Callable[[str], bool], tuple[int, list[str]]] = \
+            weakref.WeakKeyDictionary()
+        self._reach: Memo[tuple[str, int], tuple[Reach, ...]] = Memo(symbols.deps)
 
     def reset(self) -> None:
-        self._reach = {}
+        self._reach.clear()
+
+    def settle(self) -> None:
+        self._reach.settle()
+
+    def invalidate(self, touched: set[str]) -> None:
+        """Files were added: forget the reaches that looked up a name they define (``memo``)."""
+        self._reach.invalidate(touched)
 
     def calls_by_leaf(self) -> dict[str, list[tuple[Func, int]]]:
         """Every call as (function, index in its file's CallTable), grouped
@@ -33,15 +47,28 @@ class CallGraph:
 
     def callers_matching(self, predicate: Callable[[str], bool]) -> frozenset[str]:
         """Ids of the functions with a call whose callee satisfies
-        ``predicate``. Each distinct callee is asked once: the rules ask
-        this of every function, and callees repeat across thousands."""
+        ``predicate`` (a pure function of the callee). Each distinct callee
+        is asked once: the rules ask this of every function, and callees
+        repeat across thousands; asked again after files were added, only
+        the new callees are asked."""
         self._index_calls()
-        return frozenset(fid for callee, fids in self._by_callee.items() if predicate(callee) for fid in fids)
+        order, by_callee = self._callee_order, self._by_callee
+        try:
+            asked, matched = self._matched.get(predicate, (0, []))
+        except TypeError:  # a predicate that cannot be weakly referenced: asked afresh
+            asked, matched = 0, []
+        if asked < len(order):
+            matched = matched + [c for c in order[asked:] if predicate(c)]
+            try:
+                self._matched[predicate] = (len(order), matched)
+            except TypeError:
+                pass
+        return frozenset(fid for callee in matched for fid in by_callee[callee])
 
     def _index_calls(self) -> None:
         """Group the calls of the files added since the last time by callee
         leaf and by callee (a file's functions never change once added)."""
-        by_leaf, by_callee, leaves = self._calls_by_leaf, self._by_callee, self._leaves
+        by_leaf, by_callee, leaves, order = self._calls_by_leaf, self._by_callee, self._leaves, self._callee_order
         for path in self._symbols.files:
             if path in self._calls_indexed:
                 continue
@@ -60,7 +87,11 @@ class CallGraph:
                     by_leaf.setdefault(leaf, []).append((func, i))
                     if callee not in seen:
                         seen.add(callee)
-                        by_callee.setdefault(callee, []).append(func.id)
+                        callers = by_callee.get(callee)
+                        if callers is None:
+                            callers = by_callee[callee] = []
+                            order.append(callee)
+                        callers.append(func.id)
 
     def callers_within(self, seeds: Iterable[Func], depth: int) -> dict[str, int]:
         """Functions that reach one of ``seeds`` through at most ``depth``
@@ -103,9 +134,11 @@ class CallGraph:
         ``depth`` resolved calls, each with the shortest call path found
         (breadth first, so the first path to a site is a shortest one)."""
         key = (func.id, depth)
-        cached = self._reach.get(key)
-        if cached is not None:
-            return cached
+        if key in self._reach:
+            return self._reach.hit(key)
+        deps = self._symbols.deps
+        deps.begin()
+        names = deps.stack[-1]
         out: list[Reach] = []
         seen_sites: set[tuple[str, int, int]] = set()
         seen_funcs = {func.id}
@@ -113,6 +146,7 @@ class CallGraph:
         for level in range(depth + 1):
             next_frontier: list[tuple[Func, tuple[Hop, ...]]] = []
             for current, hops in frontier:
+                names.add(current.path)  # sites_of
                 for site in current.sites:
                     if not site.acquires:
                         continue
@@ -130,6 +164,4 @@ class CallGraph:
                         hop = Hop(call, current.path, current.qualname, target.qualname)
                         next_frontier.append((target, (*hops, hop)))
             frontier = next_frontier
-        result = tuple(out)
-        self._reach[key] = result
-        return result
+        return self._reach.store(key, tuple(out), deps.end())

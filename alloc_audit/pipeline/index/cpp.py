@@ -75,6 +75,7 @@ class CppResolution:
                 and not _CPP_EXTERNAL.match(n)}
 
     def _free_function(self, func: Func, name: str) -> list[Func]:
+        self._symbols.deps.note("function:" + name)
         candidates = self._symbols.cpp_functions.get(name, [])
         if len(candidates) <= 1:
             return list(candidates)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from ...arglists import split_args
 from ...model import Call, Language, Site, SiteKind, Tier, Via
 from .calls import CallGraph
-from .symbols import ClassInfo, Func, Hop, Reach, Symbols
+from .memo import Memo
+from .symbols import ClassInfo, Func, Hop, Reach, Symbols, last_name, sites_of
 
 
 class Factories:
@@ -22,8 +23,8 @@ class Factories:
         self._calls = calls
         self._resolve = resolve
         self._constructed_class = constructed_class
-        self._factory: dict[tuple[str, int, bool], Reach | None] = {}
-        self._class_alloc: dict[tuple[str, int, bool], Reach | None] = {}
+        self._factory: Memo[tuple[str, int, bool], Reach | None] = Memo(symbols.deps)
+        self._class_alloc: Memo[tuple[str, int, bool], Reach | None] = Memo(symbols.deps)
         # weight uploads (whole-module moves, checkpoint uploads): a
         # construction or factory that moves a model to the device stands
         # for it, only while the derived sites (and the expansion's
@@ -33,16 +34,28 @@ class Factories:
         self._uploads: frozenset[tuple[str, int]] = frozenset()
 
     def reset(self) -> None:
-        self._factory = {}
-        self._class_alloc = {}
+        self._factory.clear()
+        self._class_alloc.clear()
+
+    def settle(self) -> None:
+        self._factory.settle()
+        self._class_alloc.settle()
+
+    def invalidate(self, touched: set[str]) -> None:
+        """Files were added: forget what looked up a name they define (``memo``)."""
+        self._factory.invalidate(touched)
+        self._class_alloc.invalidate(touched)
 
     def class_allocates(self, cls: ClassInfo, depth: int = 3) -> Reach | None:
         """The first allocation a construction of ``cls`` executes (through its
         constructors and what they call), or None."""
         key = (cls.key, depth, self._with_uploads)
-        if key in self._class_alloc:
-            return self._class_alloc[key]
-        self._class_alloc[key] = None  # cycle guard
+        memo = self._class_alloc
+        if key in memo:
+            return memo.hit(key)
+        memo.guard(key, None)  # cycle guard
+        deps = self._symbols.deps
+        deps.begin()
         found: Reach | None = None
         # weights are counted where they are allocated; temporaries (a
         # helper's per-call buffers, a buffer the constructor drops) die
@@ -52,19 +65,21 @@ class Factories:
                                                and not (r.site.tier is Tier.T4 and (r.hops or r.site.kept == "local")))]
         if reached:
             found = min(reached, key=self._significance)
-        self._class_alloc[key] = found
-        return found
+        return memo.store(key, found, deps.end())
 
     def factory_allocation(self, func: Func, depth: int = 3) -> Reach | None:
         """When ``func`` hands an allocation back to its caller (returns it,
         or fills an out-parameter), the first such allocation."""
         key = (func.id, depth, self._with_uploads)
-        if key in self._factory:
-            return self._factory[key]
-        self._factory[key] = None  # cycle guard
+        memo = self._factory
+        if key in memo:
+            return memo.hit(key)
+        memo.guard(key, None)  # cycle guard
+        deps = self._symbols.deps
+        deps.begin()
+        deps.note(sites_of(func.path))
         found = self._find_factory_allocation(func, depth)
-        self._factory[key] = found
-        return found
+        return memo.store(key, found, deps.end())
 
     def _find_factory_allocation(self, func: Func, depth: int) -> Reach | None:
         scope = func.scope
@@ -92,6 +107,8 @@ class Factories:
                                                                         or call.target in inside)):
                     continue
                 for target in self._resolve(func, call):
+                    if target.scope is not None and target.scope.owner:  # its class may be added later
+                        self._symbols.deps.note(last_name(target.scope.owner))
                     inner = self.factory_allocation(target, depth - 1)
                     if inner is None and target.scope is not None and target.scope.role == "constructor" \
                             and target.owner is not None:
@@ -125,8 +142,8 @@ class Factories:
         """
         if uploads != self._uploads:
             self._uploads = uploads
-            self._factory = {k: v for k, v in self._factory.items() if not k[2]}
-            self._class_alloc = {k: v for k, v in self._class_alloc.items() if not k[2]}
+            self._factory.discard(lambda k: k[2])
+            self._class_alloc.discard(lambda k: k[2])
         self._with_uploads = True
         try:
             return self._derived_sites(depth)

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ...model import Assign, Block, Call, CallTable, FileFacts, Language, Return, Scope, Site, Span, With
+from .memo import Deps
 
 _CONSTRUCTOR_NAMES = ("__init__", "__post_init__", "__new__")
 
@@ -149,6 +150,9 @@ class Symbols:
         self.cpp_functions: dict[str, list[Func]] = {}  # simple name -> free functions
         self._unattached: list[Func] = []
         self._subclasses: dict[str, list[ClassInfo]] | None = None
+        # lookups by name are noted here: the memos of the index keep what
+        # files added later cannot change (see ``memo``)
+        self.deps = Deps()
 
     def _func(self, path: str, qualname: str, scope: Scope | None, facts: FileFacts) -> Func:
         table = self.by_path.setdefault(path, {})
@@ -164,8 +168,12 @@ class Symbols:
             found.name = scope.name
         return found
 
-    def add(self, files: Mapping[str, FileFacts]) -> None:
-        """Add files (the on-demand expansion adds them round by round)."""
+    def add(self, files: Mapping[str, FileFacts]) -> set[str]:
+        """Add files (the on-demand expansion adds them round by round);
+        returns the names whose lookups they may change (``memo``): module
+        leaves, the classes they define or extend and their bases' names,
+        the native free functions they add."""
+        touched: set[str] = set()
         new_paths = sorted(p for p in files if p not in self.files)
         for path in new_paths:
             self.files[path] = files[path]
@@ -174,6 +182,9 @@ class Symbols:
             facts = self.files[path]
             if facts.language is Language.PYTHON and facts.module:
                 self.modules[facts.module] = path
+                # ``module_path`` finds a module by any dotted tail of its name
+                parts = facts.module.split(".")
+                touched.update("module:" + ".".join(parts[i:]) for i in range(len(parts)))
                 self.modules_by_leaf.setdefault(facts.module.rsplit(".", 1)[-1], []).append(facts.module)
                 self.module_imports[path] = {imp.name: imp.target for imp in facts.imports}
             symbols = self.module_symbols.setdefault(path, {})
@@ -186,6 +197,8 @@ class Symbols:
                         cls = self.classes[key] = ClassInfo(key, scope.qualname, facts.language, facts.module)
                         self.classes_by_name.setdefault(cls.name, []).append(cls)
                     cls.paths.append(path)
+                    touched.add(_touched_class(cls))
+                    touched.update("subclass:" + last_name(b) for b in scope.bases)
                     cls.bases += [b for b in scope.bases if b not in cls.bases]
                     cls.scope = cls.scope or scope
                     if "." not in scope.qualname and "::" not in scope.qualname:
@@ -200,6 +213,7 @@ class Symbols:
                     cls = self.classes[field.owner] = ClassInfo(field.owner, field.owner, facts.language, "")
                     self.classes_by_name.setdefault(cls.name, []).append(cls)
                 cls.fields.setdefault(field.name, field.type)
+                touched.add(_touched_class(cls))
         # attach methods to classes (out-of-line C++ definitions included); a
         # C++ method whose class is not known yet waits for a later round
         waiting: list[Func] = []
@@ -210,6 +224,7 @@ class Symbols:
             if not scope.owner:
                 if func.language is not Language.PYTHON:
                     self.cpp_functions.setdefault(func.name, []).append(func)
+                    touched.add("function:" + func.name)
                 continue
             key = f"{func.path}::{scope.owner}" if func.language is Language.PYTHON else scope.owner
             cls = self.classes.get(key)
@@ -218,37 +233,28 @@ class Symbols:
             if cls is None:
                 if func.language is not Language.PYTHON:
                     self.cpp_functions.setdefault(func.name, []).append(func)
+                    touched.add("function:" + func.name)
                     waiting.append(func)
                 continue
             func.owner = cls
+            touched.add(_touched_class(cls))
             parent_qual = func.qualname.rsplit("::" if "::" in func.qualname else ".", 1)[0]
             if parent_qual == scope.owner or func.language is not Language.PYTHON:
                 cls.methods.setdefault(func.name, []).append(func)
         self._unattached = waiting
-        # statements into their functions
         for path in new_paths:
-            facts = self.files[path]
-            table = self.by_path[path]
-            calls = facts.calls
-            for i, scope_name in enumerate(calls.scopes):
-                func = self._func_for(table, path, scope_name, facts)
-                func.table = calls
-                func.call_ix.append(i)
-            for site in facts.sites:
-                self._func_for(table, path, site.scope, facts).sites.append(site)
-            for assign in facts.assigns:
-                self._func_for(table, path, assign.scope, facts).assigns.append(assign)
-            for ret in facts.returns:
-                self._func_for(table, path, ret.scope, facts).returns.append(ret)
-            for block in facts.blocks:
-                self._func_for(table, path, block.scope, facts).blocks.append(block)
-            for w in facts.withs:
-                self._func_for(table, path, w.scope, facts).withs.append(w)
+            _statements_into_functions(self, path)
+        return touched
 
-    def add_sites(self, sites: Iterable[Site]) -> None:
+    def _note_native(self, cls: ClassInfo) -> None:
+        if cls.language is not Language.PYTHON:  # a Python class is one file's; a native one grows
+            self.deps.note(cls.name)
+
+    def add_sites(self, sites: Iterable[Site]) -> set[str]:
         """Add sites found after the files were indexed (allocations without a
         device found to run under a default-device context); their files'
-        facts are updated to match."""
+        facts are updated to match. Returns what a memo that read the sites
+        of those files noted (``sites_of``)."""
         added: dict[str, list[Site]] = {}
         for site in sites:
             facts = self.files[site.path]
@@ -258,6 +264,7 @@ class Symbols:
             facts = self.files[path]
             merged = sorted((*facts.sites, *extra), key=lambda s: (s.span.line, s.span.col))
             self.files[path] = dataclasses.replace(facts, sites=tuple(merged))
+        return {sites_of(path) for path in added}
 
     def _func_for(self, table: dict[str, Func], path: str, scope: str, facts: FileFacts) -> Func:
         found = table.get(scope)
@@ -268,6 +275,7 @@ class Symbols:
     def subclasses(self, name: str) -> list[ClassInfo]:
         """The known classes that name ``name`` as a direct base (bases are
         matched by their last name)."""
+        self.deps.note("subclass:" + name)
         if self._subclasses is None:
             children: dict[str, list[ClassInfo]] = {}
             for cls in self.classes.values():
@@ -304,10 +312,11 @@ class Symbols:
     def cpp_class(self, qualname: str) -> ClassInfo | None:
         """A C++ class by qualified name, allowing either side to carry fewer
         namespace qualifiers (`Foo` vs `ns::Foo`)."""
+        name = qualname.rsplit("::", 1)[-1]
+        self.deps.note(last_name(name))
         found = self.classes.get(qualname)
         if found is not None:
             return found
-        name = qualname.rsplit("::", 1)[-1]
         candidates = [c for c in self.classes_by_name.get(name, ()) if c.language is not Language.PYTHON
                       and (c.qualname.endswith("::" + qualname) or qualname.endswith("::" + c.qualname)
                            or c.qualname == qualname)]
@@ -325,6 +334,7 @@ class Symbols:
         match (a tree that vendors `server/pkg` and `backends/x/server/pkg`),
         the one that shares the most leading directories with ``near`` (the
         importing file) is meant; a tie is ambiguous."""
+        self.deps.note("module:" + module)
         found = self.modules.get(module)
         if found is not None:
             return found
@@ -369,6 +379,7 @@ class Symbols:
 
     def base_classes(self, cls: ClassInfo, depth: int = 0) -> list[ClassInfo]:
         out: list[ClassInfo] = []
+        self._note_native(cls)
         if depth > 8:
             return out
         for base in cls.bases:
@@ -395,28 +406,67 @@ class Symbols:
             found = self.resolve_symbol(name) if "." in name else None
             if isinstance(found, ClassInfo):
                 return found
+            self.deps.note("class:" + last_name(name))
             candidates = [c for c in self.classes_by_name.get(name.rsplit(".", 1)[-1], ())
                           if c.language is Language.PYTHON]
             return candidates[0] if len(candidates) == 1 else None
         return self.cpp_class(name)
 
     def method_lookup(self, cls: ClassInfo, name: str) -> list[Func]:
+        self._note_native(cls)
         found = cls.methods.get(name)
         if found:
             return found
         for base in self.base_classes(cls):
+            self._note_native(base)
             found = base.methods.get(name)
             if found:
                 return found
         return []
 
     def constructors(self, cls: ClassInfo) -> list[Func]:
+        self._note_native(cls)
         if cls.language is Language.PYTHON:
             out: list[Func] = []
             for name in _CONSTRUCTOR_NAMES:
                 out += self.method_lookup(cls, name)
             return out
         return list(cls.methods.get(cls.name, ()))
+
+
+def _touched_class(cls: ClassInfo) -> str:
+    """What a new or extended class touches (``memo``): a native class by its
+    name (``cpp_class``, its methods and fields), a Python class as a
+    candidate of ``class_by_name`` (the rest of it is its own file's)."""
+    return cls.name if cls.language is not Language.PYTHON else "class:" + cls.name
+
+
+def _statements_into_functions(symbols: Symbols, path: str) -> None:
+    """A new file's calls, sites and statements into its functions."""
+    facts = symbols.files[path]
+    table = symbols.by_path[path]
+    func_for = symbols._func_for
+    calls = facts.calls
+    for i, scope_name in enumerate(calls.scopes):
+        func = func_for(table, path, scope_name, facts)
+        func.table = calls
+        func.call_ix.append(i)
+    for site in facts.sites:
+        func_for(table, path, site.scope, facts).sites.append(site)
+    for assign in facts.assigns:
+        func_for(table, path, assign.scope, facts).assigns.append(assign)
+    for ret in facts.returns:
+        func_for(table, path, ret.scope, facts).returns.append(ret)
+    for block in facts.blocks:
+        func_for(table, path, block.scope, facts).blocks.append(block)
+    for w in facts.withs:
+        func_for(table, path, w.scope, facts).withs.append(w)
+
+
+def sites_of(path: str) -> str:
+    """What a memo notes when it reads the sites of a file's functions: the
+    path itself (a source file's path has a suffix; no name noted has)."""
+    return path
 
 
 def _shared_dirs(a: str, b: str) -> int:

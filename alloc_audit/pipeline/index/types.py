@@ -27,6 +27,8 @@ class Types:
     def member(self, cls: ClassInfo, attr: str) -> str | None:
         """The declared type of ``cls.attr``, else a Python member's type
         learnt earlier (``""``: known to be unknown); None if never asked."""
+        if cls.language is not Language.PYTHON:  # a native class's fields grow as its files are added
+            self._symbols.deps.note(cls.name)
         found = cls.fields.get(attr)
         return found if found is not None else self._members.get((cls.key, attr))
 

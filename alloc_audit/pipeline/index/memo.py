@@ -1,0 +1,125 @@
+"""Memos that survive the expansion's rounds: each entry remembers the
+names its computation looked up in the symbol tables, and adding files
+forgets only the entries that looked up a name the new files define.
+
+Why that is enough: a file, once indexed, never changes (its functions,
+calls, sites and imports stay as they are), so a resolution can change
+only through a lookup by name in the tables new files extend: a module by
+its leaf, a class by its last name (new, or given more paths, bases,
+fields or methods), a native free function by name, the subclasses of a
+base name. ``Symbols`` notes each such lookup here (``note``) and reports
+the names an ``add`` touched; a memo that used a name the new files touch
+is dropped, and so is everything computed from it (a computation inherits
+the names of the entries it used, memo hits included). The
+``tests/test_index_memo.py`` tests check the incremental index against one
+built from scratch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+# the names of every entry once the index is settled (shared, never changed)
+SETTLED: set[str] = set()
+
+# a computation that saw an entry still being computed (a cycle guard):
+# what it found depends on the order of evaluation, so it never survives
+UNSTABLE = "\0unstable"
+
+
+class Deps:
+    """The names the computations now running have looked up (a stack: a
+    nested computation's names are its caller's too). Hot paths read
+    ``stack`` themselves: nothing is noted outside a memoised computation."""
+
+    __slots__ = ("stack", "settled")
+
+    def __init__(self) -> None:
+        self.stack: list[set[str]] = []
+        self.settled = False  # no file will be added: entries keep no names (``ProjectIndex.settle``)
+
+    def note(self, name: str) -> None:
+        if self.stack:
+            self.stack[-1].add(name)
+
+    def used(self, names: set[str]) -> None:
+        """A memo hit: the entry's names are the caller's too."""
+        if self.stack and names:
+            self.stack[-1].update(names)
+
+    def begin(self) -> None:
+        self.stack.append(set())
+
+    def end(self) -> set[str]:
+        """The names of the computation that ends (never changed afterwards)."""
+        names = self.stack.pop()
+        if self.settled:
+            return SETTLED
+        if self.stack:
+            self.stack[-1].update(names)
+        return names
+
+
+class Memo(Generic[K, V]):
+    """A dict of computed values with the names each one used."""
+
+    __slots__ = ("_deps", "values", "names")
+
+    def __init__(self, deps: Deps) -> None:
+        self._deps = deps
+        self.values: dict[K, V] = {}
+        self.names: dict[K, set[str]] = {}
+
+    def __contains__(self, key: K) -> bool:
+        return key in self.values
+
+    def hit(self, key: K) -> V:
+        """The stored value (the caller checked ``key in memo``); its names go to the running computation."""
+        names = self.names.get(key)
+        if names is None:  # still being computed: a cycle
+            self._deps.note(UNSTABLE)
+        else:
+            self._deps.used(names)
+        return self.values[key]
+
+    def guard(self, key: K, value: V) -> None:
+        """A provisional value while ``key`` is computed (a cycle guard)."""
+        self.values[key] = value
+        self.names.pop(key, None)
+
+    def store(self, key: K, value: V, names: set[str]) -> V:
+        self.values[key] = value
+        self.names[key] = names
+        return value
+
+    def clear(self) -> None:
+        self.values = {}
+        self.names = {}
+
+    def discard(self, drop: Callable[[K], bool]) -> None:
+        """Forget the entries whose key ``drop`` says (the factories' weight uploads changed)."""
+        for key in [k for k in self.values if drop(k)]:
+            del self.values[key]
+            self.names.pop(key, None)
+
+    def settle(self) -> None:
+        """Keep the values, forget the names (no file will be added)."""
+        self.names = dict.fromkeys(self.names, SETTLED)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def invalidate(self, touched: Collection[str]) -> int:
+        """Drop the entries that used a name in ``touched`` (and the unstable
+        ones); how many were dropped."""
+        touched = frozenset(touched)
+        drop = [key for key, names in self.names.items() if not touched.isdisjoint(names) or UNSTABLE in names]
+        drop += [key for key in self.values if key not in self.names]  # guards left behind
+        for key in drop:
+            self.values.pop(key, None)
+            self.names.pop(key, None)
+        return len(drop)

@@ -1,0 +1,170 @@
+"""The index keeps its memos (resolutions, reaches, factories) across the
+expansion's rounds and forgets only what the added files can change
+(``pipeline/index/memo``). The fixture project
+``project-expansion-rounds`` is indexed round by round as the expansion
+would (and in other orders); an index asked everything between rounds must
+answer exactly as one asked only at the end."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from alloc_audit.catalog import load_catalog
+from alloc_audit.config import load_config
+from alloc_audit.model import FileFacts, Span
+from alloc_audit.pipeline.discover import language_of
+from alloc_audit.pipeline.extract import extract_facts
+from alloc_audit.pipeline.index import ProjectIndex, Reach
+from alloc_audit.pipeline.index.memo import Deps, Memo
+from alloc_audit.pipeline.parse import parse_source
+
+PROJECT = Path(__file__).parent / "fixtures" / "python" / "project-expansion-rounds"
+# what passes the pre-filter, then what the first expansion round parses
+FIRST = ("csrc/engine.cc", "csrc/pool.cc", "pkg/__init__.py", "pkg/engine.py", "pkg/raw.py")
+ON_DEMAND = ("csrc/pool.h", "pkg/pools.py")
+
+
+@pytest.fixture(scope="module")
+def facts() -> dict[str, FileFacts]:
+    apis = load_catalog(load_config(PROJECT, None)).apis
+    out = {}
+    for path in (*FIRST, *ON_DEMAND):
+        lang = language_of(path)
+        assert lang is not None
+        parsed = parse_source((PROJECT / path).read_bytes(), lang, apis.attribute_macros, apis.specifier_macros,
+                              apis.lone_macro_lines)
+        out[path] = extract_facts(path, lang, parsed, apis)
+    return out
+
+
+def _reach(found: Reach | tuple[Reach, ...] | None) -> Any:
+    if found is None:
+        return None
+    if isinstance(found, tuple):
+        return tuple(_reach(r) for r in found)
+    return found.site, tuple((h.call, h.path, h.caller, h.callee) for h in found.hops)
+
+
+def answers(index: ProjectIndex) -> dict[str, Any]:
+    """Everything the expansion, the derivation and the rules ask of the index."""
+    out: dict[str, Any] = {}
+    for fid in sorted(index.funcs):
+        func = index.funcs[fid]
+        out[fid] = ([(c, tuple(t.id for t in index.resolve(func, c))) for c in func.callees],
+                    _reach(index.reach(func, 3)), _reach(index.factory_allocation(func, 3)))
+    for name in sorted({c.name for f in index.funcs.values() if f.owner for c in [f.owner]}):
+        out[f"class {name}"] = [_reach(index.class_allocates(c)) for c in index.classes_named(name)]
+    out["factories"] = sorted(index.factories())
+    out["derived"] = index.derived_sites()
+    return out
+
+
+ORDERS = {
+    "as the expansion adds them": [FIRST, ON_DEMAND],
+    "one file a round": [FIRST[:1], *[(p,) for p in (*FIRST[1:], *ON_DEMAND)]],
+    "one file a round, backwards": [(p,) for p in reversed((*FIRST, *ON_DEMAND))],
+}
+
+
+@pytest.mark.parametrize("rounds", ORDERS.values(), ids=list(ORDERS))
+def test_an_index_asked_between_rounds_answers_as_one_asked_at_the_end(facts: dict[str, FileFacts],
+                                                                       rounds: list[tuple[str, ...]]) -> None:
+    asked = ProjectIndex({p: facts[p] for p in rounds[0]})
+    quiet = ProjectIndex({p: facts[p] for p in rounds[0]})
+    for paths in rounds[1:]:
+        answers(asked)  # fills every memo; the next add keeps what it can
+        asked.add({p: facts[p] for p in paths})
+        quiet.add({p: facts[p] for p in paths})
+    final = answers(quiet)
+    assert answers(asked) == final
+    # the on-demand files matter: without them there is less to find
+    assert final["derived"] != answers(ProjectIndex({p: facts[p] for p in FIRST}))["derived"]
+
+
+def test_a_new_module_changes_what_names_it_and_keeps_the_rest(facts: dict[str, FileFacts]) -> None:
+    index = ProjectIndex({p: facts[p] for p in FIRST})
+    init = index.func("pkg/engine.py", "Engine.__init__")
+    assert init is not None
+    make_pool = next(c for c in init.callees if c.endswith("make_pool"))
+    alloc_block = next(c for c in init.callees if c.endswith("alloc_block"))
+    assert index.resolve(init, make_pool) == ()  # pools.py is not analysed yet
+    kept = index.resolve(init, alloc_block)
+    assert [f.id for f in kept] == ["pkg/raw.py::alloc_block"]
+    runner = index.func("csrc/engine.cc", "Runner::Runner")
+    assert runner is not None
+    assert not [s for s in index.derived_sites() if s.api == "Pool"]  # its class is in pool.h
+
+    index.add({p: facts[p] for p in ON_DEMAND})
+    assert [f.id for f in index.resolve(init, make_pool)] == ["pkg/pools.py::make_pool"]
+    assert index.resolve(init, alloc_block) is kept  # pools.py defines nothing it looked up
+    # the constructor in pool.cc waited for its class: a construction is a derived site now
+    assert [(s.path, s.api) for s in index.derived_sites() if s.api == "Pool"] == [("csrc/engine.cc", "Pool")]
+
+
+def test_sites_added_later_reach_the_functions_that_call_them(facts: dict[str, FileFacts]) -> None:
+    index = ProjectIndex(facts)
+    make_pool = index.func("pkg/pools.py", "make_pool")
+    alloc_block = index.func("pkg/raw.py", "alloc_block")
+    assert make_pool is not None and alloc_block is not None
+    before = index.reach(make_pool, 3)
+    untouched = index.reach(alloc_block, 3)
+    assert [r.site.path for r in before] == ["pkg/raw.py"]
+    site = dataclasses.replace(before[0].site, path="pkg/pools.py", scope="make_pool", span=Span(10, 5, 10, 30))
+    index.add_sites([site])
+    assert [r.site.path for r in index.reach(make_pool, 3)] == ["pkg/pools.py", "pkg/raw.py"]
+    assert index.reach(alloc_block, 3) is untouched  # reads nothing of pools.py
+
+
+def test_a_memo_forgets_what_used_a_touched_name_and_what_was_built_on_it() -> None:
+    deps = Deps()
+    inner: Memo[str, int] = Memo(deps)
+    outer: Memo[str, int] = Memo(deps)
+    deps.begin()
+    deps.note("Pool")
+    inner.store("pool", 1, deps.end())
+    deps.begin()
+    deps.note("Arena")
+    deps.begin()
+    deps.note("Other")
+    inner.store("other", 2, deps.end())
+    outer.store("arena", inner.hit("pool") + 10, deps.end())  # a hit: uses what "pool" used
+    assert inner.invalidate({"Pool"}) == 1 and "other" in inner
+    assert outer.invalidate({"Pool"}) == 1 and "arena" not in outer
+    # an entry computed while another was still in progress depends on the
+    # order of evaluation: never kept
+    outer.guard("cycle", 0)
+    deps.begin()
+    inner.store("late", outer.hit("cycle"), deps.end())
+    assert inner.invalidate(set()) == 1 and "late" not in inner
+
+
+def test_callers_matching_asks_a_predicate_only_about_new_callees(facts: dict[str, FileFacts]) -> None:
+    index = ProjectIndex({p: facts[p] for p in FIRST})
+    asked: list[str] = []
+
+    def is_alloc_block(callee: str) -> bool:
+        asked.append(callee)
+        return callee.endswith("alloc_block")
+
+    assert index.callers_matching(is_alloc_block) == {"pkg/engine.py::Engine.__init__"}
+    first = len(asked)
+    assert len(set(asked)) == first  # each distinct callee once
+    index.add({p: facts[p] for p in ON_DEMAND})
+    assert index.callers_matching(is_alloc_block) == {"pkg/engine.py::Engine.__init__", "pkg/pools.py::make_pool"}
+    assert not set(asked[first:]) & set(asked[:first])  # only the new files' callees
+    fresh = ProjectIndex(facts)
+    assert fresh.callers_matching(lambda c: c.endswith("alloc_block")) == index.callers_matching(is_alloc_block)
+
+
+def test_a_settled_index_forgets_the_names_and_starts_over_if_files_come_after_all(
+        facts: dict[str, FileFacts]) -> None:
+    index = ProjectIndex({p: facts[p] for p in FIRST})
+    answers(index)
+    index.settle()  # the scan settles the index once the expansion and the default-device sites are done
+    assert answers(index) == answers(ProjectIndex({p: facts[p] for p in FIRST}))
+    index.add({p: facts[p] for p in ON_DEMAND})
+    assert answers(index) == answers(ProjectIndex(facts))
