@@ -49,37 +49,36 @@ class Factories:
     def class_allocates(self, cls: ClassInfo, depth: int = 3) -> Reach | None:
         """The first allocation a construction of ``cls`` executes (through its
         constructors and what they call), or None."""
-        key = (cls.key, depth, self._with_uploads)
-        memo = self._class_alloc
-        if key in memo:
-            return memo.hit(key)
-        memo.guard(key, None)  # cycle guard
-        deps = self._symbols.deps
-        deps.begin()
-        found: Reach | None = None
+        return self._memoised(self._class_alloc, (cls.key, depth, self._with_uploads),
+                              lambda: self._find_class_allocation(cls, depth))
+
+    def _find_class_allocation(self, cls: ClassInfo, depth: int) -> Reach | None:
         # weights are counted where they are allocated; temporaries (a
         # helper's per-call buffers, a buffer the constructor drops) die
         # before the construction returns: neither makes it a buffer factory
         reached = [r for ctor in self._symbols.constructors(cls) for r in self._calls.reach(ctor, depth)
                    if self._upload(r.site) or (not _weight(r.site)
                                                and not (r.site.tier is Tier.T4 and (r.hops or r.site.kept == "local")))]
-        if reached:
-            found = min(reached, key=self._significance)
-        return memo.store(key, found, deps.end())
+        return min(reached, key=self._significance) if reached else None
 
     def factory_allocation(self, func: Func, depth: int = 3) -> Reach | None:
         """When ``func`` hands an allocation back to its caller (returns it,
         or fills an out-parameter), the first such allocation."""
-        key = (func.id, depth, self._with_uploads)
-        memo = self._factory
+        return self._memoised(self._factory, (func.id, depth, self._with_uploads),
+                              lambda: self._find_factory_allocation(func, depth), sites_of(func.path))
+
+    def _memoised(self, memo: Memo[tuple[str, int, bool], Reach | None], key: tuple[str, int, bool],
+                  compute: Callable[[], Reach | None], note: str | None = None) -> Reach | None:
+        """``compute()`` once per key, remembering the names it looked up (``memo``);
+        a key asked again while it is being computed (a cycle) answers None."""
         if key in memo:
             return memo.hit(key)
-        memo.guard(key, None)  # cycle guard
+        memo.guard(key, None)
         deps = self._symbols.deps
         deps.begin()
-        deps.note(sites_of(func.path))
-        found = self._find_factory_allocation(func, depth)
-        return memo.store(key, found, deps.end())
+        if note is not None:
+            deps.note(note)
+        return memo.store(key, compute(), deps.end())
 
     def _find_factory_allocation(self, func: Func, depth: int) -> Reach | None:
         scope = func.scope
