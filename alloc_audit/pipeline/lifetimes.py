@@ -9,6 +9,17 @@ class, the guards around the site).
   ``self.saved[n] = copy_to_cpu(...)``) outlives the call: it is kept, not
   transient staging. A derived pinned site whose call is stored so is kept
   too.
+- **Pinned, returned by a wrapper method → its callers' tier.** A method
+  that returns a pinned buffer made from its argument (``def
+  pin_memory(self, tensor): return tensor.pin_memory()``) and that no call
+  resolves to (it is reached through an object the index cannot type:
+  ``get_accelerator().pin_memory(t)``) is known by its name: the calls
+  ``<receiver>.pin_memory(t)`` with an argument. When production calls keep
+  the result on an object (stored there, or held in a local that is then
+  stored there) at least as often as they drop it, the wrapper's buffers
+  are mostly kept: T5b. A pinned buffer held in a local that the function
+  then stores on an object (``t = pin(t)`` ... ``param.ds_tensor = t``) is
+  kept the same way.
 - **Pinned, released per phase → T5a.** A pinned host buffer a method keeps
   on ``self`` where another method of the class releases it (``self.buf =
   None`` or ``del self.buf``) is staging for one phase, set up and released
@@ -41,8 +52,9 @@ import dataclasses
 import re
 from collections.abc import Sequence
 
-from ..model import Language, Site, SiteKind, Tier
+from ..model import PRODUCTION, Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
+from .roles import conventional_role
 
 # an attribute of an object, or an entry of one: `self.pin`, `self.saved[n]`, `ctx.cache[k]`
 _ON_OBJECT = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\[[^\]]*\])*")
@@ -139,13 +151,105 @@ def _kept_by_caller(site: Site, index: ProjectIndex, memo: dict[str, list[tuple[
                 f"persistent pinned host buffer kept in {target} by {site.scope} (was: {site.tier_reason})"))
         return site
     func = index.func(site.path, site.scope)
-    if func is None or not _returned(site, func):
+    if func is None:
+        return site
+    local = (site.target or "").strip()
+    if local.isidentifier():
+        place = _kept_at(func, local, site.stmt_line or site.span.line)
+    else:  # inside a larger expression: `self.parts.append(t.pin_memory())`
+        own = next((c.callee for c in func.calls if c.span == site.span), "") if site.target is None else ""
+        place = _kept_at(func, None, site.span.line, own) if own else ""
+    if place:
+        return dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
+            f"persistent pinned host buffer kept in {place} by {site.scope}"
+        + (f" (held in {local} first)" if local.isidentifier() else "")))
+    if not _returned(site, func):
         return site
     keeper = _keeper(func, index, memo)
+    if not keeper and func.owner is not None and not _calls_of(func, index, memo):
+        keeper = _kept_by_name(func, index)
     if not keeper:
         return site
     return dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
         f"persistent pinned host buffer returned by {site.scope} to a caller that keeps it: {keeper}"))
+
+
+def _kept_by_name(func: Func, index: ProjectIndex) -> str:
+    """For a method no call resolves to: the production calls by its name
+    with an argument (``get_accelerator().pin_memory(t)``) keep the result
+    at least as often as they drop it (``Caller keeps it in self.x; ...``), or ""."""
+    name = func.name
+    params = func.scope.params if func.scope is not None else ()
+    if len(params) < 2 or not name.isidentifier():
+        return ""
+    suffix = "." + name
+    kept: list[str] = []
+    dropped = 0
+    for fid in sorted(index.callers_matching(lambda c: c.endswith(suffix))):
+        caller = index.funcs.get(fid)
+        if caller is None or caller.language is not Language.PYTHON or \
+                conventional_role(caller.path) != PRODUCTION:
+            continue
+        for call in caller.calls:
+            if not call.callee.endswith(suffix) or not call.arglist.strip() or call.callee.startswith("self.") \
+                    or caller.name == name:
+                continue  # not the wrapper's own body (`return tensor.pin_memory(device=d)`)
+            place = _kept_at(caller, call.target, call.span.line, call.callee)
+            if place:
+                kept.append(f"{caller.qualname} keeps it in {place}")
+            else:
+                dropped += 1
+    if len(kept) < 2 or len(kept) < dropped:
+        return ""
+    return f"{len(kept)} of {len(kept) + dropped} production calls `.{name}(...)` keep it: " + \
+        "; ".join(sorted(set(kept))[:2])
+
+
+# a member of an object, however reached: `self.buf`, `self.groups[i].grad`, `param.ds_tensor`
+_MEMBER = re.compile(r"[A-Za-z_]\w*(?:\[[^\]]*\])*\.[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[[^\]]*\])*")
+_ADD = re.compile(r"(.+)\.(?:append|extend|insert|add)")
+
+
+def _kept_at(caller: Func, target: str | None, line: int, callee: str = "") -> str:
+    """Where a call's value stored to ``target`` at ``line`` ends on an
+    object: the target itself (a member, or an entry of a container the
+    caller was handed: ``state[k] = pin(...)``), a member a later statement
+    stores the local in (``t = pin(t)`` ... ``param.ds_tensor = t`` or
+    ``self.parts.append(t)``), or, for a call inside a larger expression,
+    the member the statement builds (``self.bufs = [pin(...) for ...]``,
+    ``self.bufs.append(pin(...))``)."""
+    params = caller.scope.params if caller.scope is not None else ()
+    if target is None:
+        if not callee:
+            return ""
+        text = callee + "("
+        for a in caller.assigns:
+            if a.line <= line <= a.line + a.value.count("\n") and text in a.value:
+                return next((t for t in a.targets if _MEMBER.fullmatch(t)), "")
+        for c in caller.calls:
+            if c.span.line <= line <= c.span.end_line and text in c.arglist and \
+                    (m := _ADD.fullmatch(c.callee)) is not None and _MEMBER.fullmatch(m.group(1)):
+                return m.group(1)
+        return ""
+    names = [t.strip() for t in target.split(",")]
+    if len(names) != 1:
+        return ""
+    name = names[0]
+    if _MEMBER.fullmatch(name):
+        return name
+    root = re.fullmatch(r"([A-Za-z_]\w*)\[[^\]]*\]", name)
+    if root is not None and root.group(1) in params and root.group(1) not in ("self", "cls"):
+        return f"{name} (a container handed in by its caller)"
+    if not name.isidentifier():
+        return ""
+    for a in caller.assigns:
+        if a.line > line and a.value.strip() == name:
+            return next((t for t in a.targets if _MEMBER.fullmatch(t)), "")
+    for c in caller.calls:
+        if c.span.line > line and c.arglist.strip() == name and \
+                (m := _ADD.fullmatch(c.callee)) is not None and _MEMBER.fullmatch(m.group(1)):
+            return m.group(1)
+    return ""
 
 
 def _returned(site: Site, func: Func) -> bool:
