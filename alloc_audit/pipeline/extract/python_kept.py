@@ -212,11 +212,29 @@ def mark_kept(ext: PythonExtractor, sites: list[Site], assigns: list[Assign], re
             out.append(site)
             continue
         named_assigns, named_calls = by_name.get((site.scope, site.target), ([], []))
+        rebound = _rebound(site, named_assigns, named_calls, calls)
+        if rebound is not None:  # `t = t.tolist()`: from there on the name holds something else
+            named_assigns = [a for a in named_assigns if a.line <= rebound]
+            rets = [r for r in rets if r.line < rebound]
+            named_calls = [i for i in named_calls if calls.line(i) <= rebound]
         kept = _escape(site, named_assigns, rets, named_calls, calls, ext.apis.py_non_retaining)
-        if kept == "local" and not _all_uses_seen(ext, site, named_assigns, rets, named_calls, calls):
+        if kept == "local" and not _all_uses_seen(ext, site, named_assigns, rets, named_calls, calls, rebound):
             kept = ""  # a use the facts do not show in full (a long return, a capped argument list)
         out.append(dataclasses.replace(site, kept=kept))
     return out
+
+def _rebound(site: Site, assigns: list[Assign], call_ix: list[int], calls: CallTable) -> int | None:
+    """The first line after the allocation that binds its name to something
+    that is not its memory (`t = t.tolist()`, `t = other`), or None."""
+    name = site.target or ""
+    after = site.span.end_line
+    lines = [a.line for a in assigns if a.line > after and a.targets == (name,) and a.op == "="
+             and not _same_memory(a.value, name)]
+    views = re.compile(re.escape(name) + r"\.(?:" + _VIEW_METHODS + r")")
+    lines += [line for i in call_ix if (line := calls.line(i)) > after and calls.targets[i] == name
+              and not views.fullmatch(calls.callees[i])]
+    return min(lines, default=None)
+
 
 def _receiver(callee: str) -> str:
     """The name a method call is made on, subscripts dropped
@@ -225,9 +243,10 @@ def _receiver(callee: str) -> str:
 
 
 def _all_uses_seen(ext: PythonExtractor, site: Site, assigns: list[Assign], returns: list[Return],
-               call_ix: list[int], calls: CallTable) -> bool:
-    """True when every later use of a local in the source of its scope
-    was among the (capped) texts the kept analysis read."""
+               call_ix: list[int], calls: CallTable, rebound: int | None = None) -> bool:
+    """True when every later use of a local in the source of its scope (up
+    to the line that binds the name anew) was among the (capped) texts the
+    kept analysis read."""
     name = site.target or ""
     if ext.kept_memo.line_starts is None:
         ext.kept_memo.line_starts = [0] + [m.end() for m in re.finditer(b"\n", ext.src.data)]
@@ -237,6 +256,8 @@ def _all_uses_seen(ext: PythonExtractor, site: Site, assigns: list[Assign], retu
     starts = ext.kept_memo.line_starts
     begin = starts[site.span.end_line] if site.span.end_line < len(starts) else len(ext.src.data)
     end = ext.kept_memo.scope_ends.get(site.scope, len(ext.src.data))
+    if rebound is not None and rebound < len(starts):
+        end = min(end, starts[rebound])  # through the rebinding line, whose target is the new binding
     in_source = _count_word(ext.src.data, name.encode(), begin, end)
     in_source -= _header_reads(ext.src.data, name.encode(), begin, end)
     seen = sum(_count_word(a.value, name) + sum(_count_word(t, name) for t in a.targets)
@@ -246,6 +267,8 @@ def _all_uses_seen(ext: PythonExtractor, site: Site, assigns: list[Assign], retu
         if calls.line(i) > site.span.end_line:
             # `buf.sum()`, `buf[-1].item()`: a method of it or of an element
             seen += _count_word(calls.arglists[i], name) + (_receiver(calls.callees[i]) == name)
+    if rebound is not None and not any(a.line == rebound and a.targets == (name,) for a in assigns):
+        seen += 1  # `t = t.tolist()`: the call's target, which no call text holds
     return seen >= in_source
 
 # a loop or test header: `for x in buf:`, `if i in buf[m]:`, `while buf.any():`
