@@ -357,6 +357,10 @@ def _script_code(site: Site, index: ProjectIndex) -> Site:
     func = index.func(site.path, "<module>")
     if func is None:
         return site
+    if site.target is None and (operand := _operand(site, func)):
+        return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
+            f"an operand of `{operand}` at module level: the arithmetic makes a new tensor, this one is "
+            "dropped at once"))
     for block in func.blocks:
         if not block.span.contains_line(site.span.line):
             continue
@@ -364,3 +368,31 @@ def _script_code(site: Site, index: ProjectIndex) -> Site:
             return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
                 f"per iteration of a module-level loop (line {block.stmt.line if block.stmt else block.span.line})"))
     return site
+
+
+_ARITHMETIC = frozenset("+-*/%@")
+
+
+def _operand(site: Site, func: Func) -> str:
+    """The statement's value when the allocation is an operand of arithmetic
+    in it (``a = (torch.rand(n) - 0.5) + b``), or ""."""
+    line = site.stmt_line or site.span.line
+    for a in func.assigns:
+        if a.line != line or a.op != "=":
+            continue
+        value = a.value
+        name = site.api.rsplit(".", 1)[-1] + "("
+        at = value.find(name)
+        while at >= 0:
+            depth, end = 0, at + len(name) - 1
+            for end in range(at + len(name) - 1, len(value)):
+                depth += {"(": 1, ")": -1}.get(value[end], 0)
+                if depth == 0:
+                    break
+            after = value[end + 1:].lstrip(" )")
+            before = value[:at].rstrip(" (")
+            start = before[-1] if before else ""
+            if (after[:1] in _ARITHMETIC and after[:2] != "**") or (start in _ARITHMETIC and not before.endswith("**")):
+                return " ".join(value.split())
+            at = value.find(name, at + 1)
+    return ""
