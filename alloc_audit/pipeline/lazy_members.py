@@ -23,6 +23,7 @@ from ..model import Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
 
 _IF_KINDS = frozenset({"if", "elif", "else"})
+_ADD = re.compile(r"(self\.[A-Za-z_]\w*)\.(?:append|extend|insert)")
 
 
 def lazy_members(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
@@ -58,6 +59,10 @@ def _member(site: Site, func: Func) -> str | None:
     for assign in func.assigns:
         if assign.line == site.stmt_line and len(assign.targets) == 1 and assign.targets[0].startswith("self."):
             return assign.targets[0] if "[" not in assign.targets[0] else None
+    for call in func.calls:  # added to a member list: `self.kv_cache.append((torch.zeros(n), ...))`
+        m = _ADD.fullmatch(call.callee)
+        if m is not None and call.span != site.span and call.span.contains(site.span):
+            return m.group(1)
     return None
 
 
