@@ -225,15 +225,20 @@ def mark_kept(ext: PythonExtractor, sites: list[Site], assigns: list[Assign], re
 
 def _rebound(site: Site, assigns: list[Assign], call_ix: list[int], calls: CallTable) -> int | None:
     """The first line after the allocation that binds its name to something
-    that is not its memory (`t = t.tolist()`, `t = other`), or None."""
+    that is not its memory (`t = t.tolist()`, `t = t * 2`, `t = other`; not
+    `t = t.to(dtype)`, which may return it), or None."""
     name = site.target or ""
     after = site.span.end_line
     lines = [a.line for a in assigns if a.line > after and a.targets == (name,) and a.op == "="
              and not _same_memory(a.value, name)]
-    views = re.compile(re.escape(name) + r"\.(?:" + _VIEW_METHODS + r")")
     lines += [line for i in call_ix if (line := calls.line(i)) > after and calls.targets[i] == name
-              and not views.fullmatch(calls.callees[i])]
+              and calls.callees[i].startswith(name + ".") and calls.callees[i][len(name) + 1:] in _NOT_ITSELF]
     return min(lines, default=None)
+
+
+# methods whose result is never the tensor they are called on (`t.tolist()`,
+# `t.sum()`); conversions (`t.to(...)`, `t.float()`, `t.cpu()`) may return it
+_NOT_ITSELF = _READS - {"cpu", "float", "half", "int", "long", "bool"}
 
 
 def _receiver(callee: str) -> str:
