@@ -66,10 +66,11 @@ def decided_by_use(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     out = []
     callers: dict[str, list[tuple[Func, str | None]]] = {}
     storing: dict[str, bool] = {}
+    named: dict[tuple[str, int], str] = {}
     for site in sites:
         if site.language is Language.PYTHON:
             if site.kind is SiteKind.PINNED_HOST and site.tier is Tier.T5A:
-                site = _kept_by_caller(site, index, callers)
+                site = _kept_by_caller(site, index, callers, named)
             elif site.kind is SiteKind.PINNED_HOST and site.tier is Tier.T5B and site.via is None:
                 site = _released_per_phase(site, index)
             elif site.kind is SiteKind.DEVICE and site.via is None and site.tier is not Tier.T1 \
@@ -143,7 +144,8 @@ def _returned_on(caller: Func, names: list[str]) -> bool:
     return m.group(1) in returned
 
 
-def _kept_by_caller(site: Site, index: ProjectIndex, memo: dict[str, list[tuple[Func, str | None]]]) -> Site:
+def _kept_by_caller(site: Site, index: ProjectIndex, memo: dict[str, list[tuple[Func, str | None]]],
+                    named: dict[tuple[str, int], str]) -> Site:
     if site.via is not None:
         target = (site.target or "").strip()
         if target and _ON_OBJECT.fullmatch(target):
@@ -167,14 +169,14 @@ def _kept_by_caller(site: Site, index: ProjectIndex, memo: dict[str, list[tuple[
         return site
     keeper = _keeper(func, index, memo)
     if not keeper and func.owner is not None and not _calls_of(func, index, memo):
-        keeper = _kept_by_name(func, index)
+        keeper = _kept_by_name(func, index, named)
     if not keeper:
         return site
     return dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
         f"persistent pinned host buffer returned by {site.scope} to a caller that keeps it: {keeper}"))
 
 
-def _kept_by_name(func: Func, index: ProjectIndex) -> str:
+def _kept_by_name(func: Func, index: ProjectIndex, named: dict[tuple[str, int], str]) -> str:
     """For a method no call resolves to: the production calls by its name
     with an argument (``get_accelerator().pin_memory(t)``) keep the result
     at least as often as they drop it (``Caller keeps it in self.x; ...``), or ""."""
@@ -182,6 +184,13 @@ def _kept_by_name(func: Func, index: ProjectIndex) -> str:
     params = func.scope.params if func.scope is not None else ()
     if len(params) < 2 or not name.isidentifier():
         return ""
+    found = named.get((name, len(params)))
+    if found is None:  # the same wrapper in every accelerator class: its calls are read once
+        found = named[(name, len(params))] = _named_calls_keep(name, index)
+    return found
+
+
+def _named_calls_keep(name: str, index: ProjectIndex) -> str:
     suffix = "." + name
     kept: list[str] = []
     dropped = 0

@@ -225,12 +225,14 @@ def mark_kept(ext: PythonExtractor, sites: list[Site], assigns: list[Assign], re
 
 def _rebound(site: Site, assigns: list[Assign], call_ix: list[int], calls: CallTable) -> int | None:
     """The first line after the allocation that binds its name to something
-    that is not its memory (`t = t.tolist()`, `t = t * 2`, `t = other`; not
-    `t = t.to(dtype)`, which may return it), or None."""
+    that is not its memory, computed from it (`t = t.tolist()`, `t = t * 2`;
+    not `t = t.to(dtype)`, which may return it, nor `t = other` in another
+    branch), or None."""
     name = site.target or ""
     after = site.span.end_line
+    # computed from the buffer itself (`t = t * 2`): on the buffer's own path, not another branch's value
     lines = [a.line for a in assigns if a.line > after and a.targets == (name,) and a.op == "="
-             and not _same_memory(a.value, name)]
+             and _count_word(a.value, name) and not _same_memory(a.value, name)]
     lines += [line for i in call_ix if (line := calls.line(i)) > after and calls.targets[i] == name
               and calls.callees[i].startswith(name + ".") and calls.callees[i][len(name) + 1:] in _NOT_ITSELF]
     return min(lines, default=None)
