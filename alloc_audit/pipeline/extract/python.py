@@ -97,7 +97,8 @@ class PythonExtractor:
         self._yields(get("yield", []))
         self.rhs_targets: dict[int, str] = {}
         assigns = python_statements.assigns(self, get("assign", []), get("augassign", []), get("del", []))
-        self.host_locals = python_statements.host_locals(assigns, set(self.rhs_targets.values()))
+        self.host_locals = python_statements.host_locals(assigns, {
+            (self.scope_name(self.containers.innermost(start)), name) for start, name in self.rhs_targets.items()})
         calls, sites = python_sites.calls(self, get("call", []), get("with", []))
         returns = python_statements.returns(self, get("return", []))
         sites = python_kept.mark_kept(self, sites, assigns, returns, calls)

@@ -141,10 +141,11 @@ def withs(ext: PythonExtractor, nodes: list[Any]) -> list[With]:
     return out
 
 
-def host_locals(assigns: list[Assign], call_targets: set[str]) -> frozenset[tuple[str, str]]:
+def host_locals(assigns: list[Assign], call_targets: set[tuple[str, str]]) -> frozenset[tuple[str, str]]:
     """(scope, name) of locals only ever assigned a literal "cpu"/"meta"
     device string (`dev = "cpu"`): a tensor made with `device=dev` is host
-    memory. A name also bound from a call anywhere in the file is not."""
+    memory. A name also bound from a call in the same scope is not (the
+    same name bound from a call in another function is another local)."""
     from .python_sites import classify_device
 
     values: dict[tuple[str, str], set[str]] = {}
@@ -155,4 +156,4 @@ def host_locals(assigns: list[Assign], call_targets: set[str]) -> frozenset[tupl
         device = classify_device(a.value) if len(a.targets) == 1 and a.op == "=" and host(a.value) else "unknown"
         for target in a.targets:
             values.setdefault((a.scope, target), set()).add(device)
-    return frozenset(k for k, v in values.items() if k[1] not in call_targets and v and v <= {"cpu", "meta"})
+    return frozenset(k for k, v in values.items() if k not in call_targets and v and v <= {"cpu", "meta"})
