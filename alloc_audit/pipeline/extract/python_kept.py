@@ -232,12 +232,13 @@ def _rebound(site: Site, assigns: list[Assign], call_ix: list[int], calls: CallT
     after = site.span.end_line
     # computed from the buffer itself (`t = t * 2`): on the buffer's own path, not another branch's value
     lines = [a.line for a in assigns if a.line > after and a.targets == (name,) and a.op == "="
-             and _count_word(a.value, name) and not _same_memory(a.value, name)]
+             and _count_word(_STRINGS.sub('""', a.value), name) and not _same_memory(a.value, name)]
     lines += [line for i in call_ix if (line := calls.line(i)) > after and calls.targets[i] == name
               and calls.callees[i].startswith(name + ".") and calls.callees[i][len(name) + 1:] in _NOT_ITSELF]
     return min(lines, default=None)
 
 
+_STRINGS = re.compile(r"""(['"])(?:\\.|(?!\1).)*\1""")
 # methods whose result is never the tensor they are called on (`t.tolist()`,
 # `t.sum()`); conversions (`t.to(...)`, `t.float()`, `t.cpu()`) may return it
 _NOT_ITSELF = _READS - {"cpu", "float", "half", "int", "long", "bool"}
