@@ -91,3 +91,11 @@ def _on_host(reach: Reach, start: Func, env: Env, index: ProjectIndex) -> str:
     if value.kind == LITERAL and isinstance(value.literal, str) and value.literal.startswith("cpu"):
         return f"{site.api} at {site.path}:{site.span.line} moves to the CPU: {value.why}"
     return ""
+
+
+def edge_stays_on_host(site: Site, caller: Func, call: Call, func: Func, index: ProjectIndex) -> str:
+    """Why the move ``site`` in ``func`` moves nothing to the device when
+    ``call`` in ``caller`` runs it, or ""."""
+    if site.api not in _MOVES:
+        return ""
+    return _on_host(Reach(site, ()), func, _bind(index, caller, call, func, {}), index)
