@@ -6,14 +6,17 @@ A call to a project function or class whose allocations are all moves
 parameter allocates nothing on the device when the call chain binds that
 parameter to the CPU (``"cpu"``, ``torch.device("cpu")``, a module constant
 bound to either, imported or not: ``move_to(m, device=CPU)``) or leaves it
-``None`` (the move, or the branch ``if device is not None:`` around it,
-moves nothing: ``build_buffers(n)`` without ``device``). Such a derived site
+``None`` where the move sits under ``if device is not None:`` (the branch
+never runs: ``build_buffers(n)`` without ``device``; an unguarded
+``x.to(None)`` leaves ``x`` where it is, which a default-device context may
+have made the GPU, so it keeps its site). Such a derived site
 is dropped. The values come from the index (``values.bind_edge``): only what the
 calls state is known, so a chain with an unknown link keeps its site.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from ..arglists import split_args
@@ -83,11 +86,18 @@ def _on_host(reach: Reach, start: Func, env: Env, index: ProjectIndex) -> str:
     device = next((a.text for a in args if a.keyword == "device"), None)
     if device is None:
         device = next((a.text for a in args if a.keyword is None), "")
-    value = env.get(device.strip())
+    name = device.strip()
+    value = env.get(name)
     if value is None:
         return ""
     if value.kind == NONE:
-        return f"{site.api} at {site.path}:{site.span.line} gets no device: {value.why}"
+        # only a branch the call never takes; `x.to(None)` leaves x where it is,
+        # which a default-device context may have made the GPU
+        guard = re.compile(r"(?:\b" + re.escape(name) + r"\s+is\s+not\s+None|" + re.escape(name) + r")")
+        if not any(b.kind in ("if", "elif") and b.span.contains_line(site.span.line) and guard.fullmatch(b.test.strip())
+                   for b in last.blocks):
+            return ""
+        return f"{site.api} at {site.path}:{site.span.line} is under a branch the call skips: {value.why}"
     if value.kind == LITERAL and isinstance(value.literal, str) and value.literal.startswith("cpu"):
         return f"{site.api} at {site.path}:{site.span.line} moves to the CPU: {value.why}"
     return ""
