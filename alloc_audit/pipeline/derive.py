@@ -12,13 +12,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from ..catalog import ApiCatalog, TierPattern
 from ..model import FileFacts, Language, Site, SiteKind, Tier
 from .classify import classify_sites
+from .host_moves import drop_host_moves
 from .index import ProjectIndex
 
 
 def derive_sites(index: ProjectIndex, files: Mapping[str, FileFacts], tiers: tuple[TierPattern, ...],
                  direct: Sequence[Site], apis: ApiCatalog | None = None) -> list[Site]:
     uploads = {(s.path, s.span.line): s for s in direct if _upload(s)}
-    derived = index.derived_sites(uploads=frozenset(uploads))
+    derived = tuple(drop_host_moves(index.derived_sites(uploads=frozenset(uploads)), index))
     if apis is not None:
         derived = kinds_from_use(derived, index, apis)
     return _upload_tiers(_owner_tiers(classify_sites(derived, files, tiers), direct), uploads)

@@ -20,6 +20,12 @@ class, the guards around the site).
   are mostly kept: T5b. A pinned buffer held in a local that the function
   then stores on an object (``t = pin(t)`` ... ``param.ds_tensor = t``) is
   kept the same way.
+- **Pinned, kept by the module or a pool → T5b.** A pinned host buffer
+  stored to a module global that the function re-makes only under a guard naming it (``global
+  X`` ... ``if X is None or X.shape[0] < n: X = ...``), lives for the
+  process. So does one a method returns from a pool: it takes buffers from a
+  container on ``self`` (``self._store.get(k)``) that another method of the
+  class puts them back into (``self._store.setdefault(k, []).append(t)``).
 - **Pinned, released per phase → T5a.** A pinned host buffer a method keeps
   on ``self`` where another method of the class releases it (``self.buf =
   None`` or ``del self.buf``) is staging for one phase, set up and released
@@ -70,7 +76,8 @@ def decided_by_use(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     for site in sites:
         if site.language is Language.PYTHON:
             if site.kind is SiteKind.PINNED_HOST and site.tier is Tier.T5A:
-                site = _kept_by_caller(site, index, callers, named)
+                kept = _kept_by_module(site, index) if site.via is None else site
+                site = kept if kept is not site else _kept_by_caller(site, index, callers, named)
             elif site.kind is SiteKind.PINNED_HOST and site.tier is Tier.T5B and site.via is None:
                 site = _released_per_phase(site, index)
             elif site.kind is SiteKind.DEVICE and site.via is None and site.tier is not Tier.T1 \
@@ -259,6 +266,48 @@ def _kept_at(caller: Func, target: str | None, line: int, callee: str = "") -> s
                 (m := _ADD.fullmatch(c.callee)) is not None and _MEMBER.fullmatch(m.group(1)):
             return m.group(1)
     return ""
+
+
+_PUT = r"\.(?:append|appendleft|add|put|put_nowait|extend)"
+_PUT_BACK = re.compile(r"self\.([A-Za-z_]\w*)" + _PUT)
+_CHAINED_PUT = re.compile(r"\(\.\.\.\)" + _PUT)
+_SETDEFAULT = re.compile(r"self\.([A-Za-z_]\w*)\.setdefault")
+_TAKE = re.compile(r"self\.([A-Za-z_]\w*)\.(?:get|pop|popleft|get_nowait|setdefault)")
+
+
+def _kept_by_module(site: Site, index: ProjectIndex) -> Site:
+    func = index.func(site.path, site.scope)
+    if func is None:
+        return site
+    if site.scope == "<module>":
+        return site
+    target = (site.target or "").strip()
+    module = index.func(site.path, "<module>")
+    globals_ = {t for a in module.assigns for t in a.targets} if module is not None else set()
+    if re.fullmatch(r"[A-Za-z_]\w*", target) and target in globals_:
+        for b in func.blocks:
+            if b.kind.startswith("if") and b.span.contains_line(site.span.line) \
+                    and globals_ & set(re.findall(r"[A-Za-z_]\w*", b.test)):
+                return dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
+                    f"persistent pinned host buffer kept in the module global {target}: {site.scope} re-makes it "
+                    f"only under `if {b.test.strip()}`"))
+    if site.kept != "return" or func.owner is None:
+        return site
+    taken = {m.group(1) for c in func.callees if (m := _TAKE.fullmatch(c))}
+    for methods in func.owner.methods.values():
+        for method in methods:
+            if method is func:
+                continue
+            callees = method.callees
+            # `self.x.setdefault(k, []).append(t)`: the chained call's callee is `(...).append`
+            chained = any(_CHAINED_PUT.fullmatch(c) for c in callees)
+            for c in callees:
+                m = _PUT_BACK.fullmatch(c) or (_SETDEFAULT.fullmatch(c) if chained else None)
+                if m is not None and m.group(1) in taken:
+                    return dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
+                        f"pooled pinned host buffer: {site.scope} hands it out from self.{m.group(1)} and "
+                        f"{method.qualname} puts it back for reuse"))
+    return site
 
 
 def _returned(site: Site, func: Func) -> bool:

@@ -89,32 +89,96 @@ def parse_source(data: bytes, lang: Language, attribute_macros: tuple[str, ...] 
             flat = _DIRECTIVE.sub(_blank, repaired)
             if flat != repaired:
                 third = _parser(Language.CUDA).parse(flat)
-                if error_bytes(third.root_node) < best_errors:
-                    best, best_source = third, flat
+                third_errors = error_bytes(third.root_node)
+                if third_errors < best_errors:
+                    best, best_source, best_errors = third, flat, third_errors
+            if best.root_node.has_error and flat != repaired:
+                # conditionals that open a header in one branch and close it
+                # after `#endif` (`#if A\n for (x;\n#else\n for (y;\n#endif\n
+                # i++) {`), or whose branches each close a namespace: one
+                # branch kept per conditional, the `#else` one where it exists
+                single = _keep_one_branch(repair_idioms(masked, conditionals_in_parens=False))
+                fourth = _parser(Language.CUDA).parse(single)
+                if error_bytes(fourth.root_node) < best_errors:
+                    best, best_source = fourth, single
         return Parsed(best, Language.CUDA, best_source)
     return Parsed(tree, Language.CUDA, masked)
 
 
-_DIRECTIVE = re.compile(rb"(?m)^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|endif)\b[^\n]*")
+# a directive with its `\\`-continued lines (`#if defined(X) && \\` + condition)
+_DIRECTIVE = re.compile(rb"(?m)^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|endif)\b(?:[^\n]*\\\n)*[^\n]*")
+
+
+def _keep_one_branch(data: bytes) -> bytes:
+    """Blank every conditional directive (with its continued lines) and all
+    branches but one: the `#else` branch where there is one, else the first."""
+    lines = data.split(b"\n")
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    out = bytearray(data)
+    stack: list[list[tuple[int, int, bytes]]] = []  # open conditionals: (first, last line, word)
+    i = 0
+    while i < len(lines):
+        first = i
+        while lines[i].rstrip().endswith(b"\\") and i + 1 < len(lines):
+            i += 1
+        stripped = lines[first].lstrip()
+        word = stripped[1:].lstrip()[:6] if stripped.startswith(b"#") else b""
+        if word.startswith(b"if"):
+            stack.append([(first, i, b"if")])
+        elif stack and (word.startswith(b"elif") or word.startswith(b"else")):
+            stack[-1].append((first, i, word[:4]))
+        elif stack and word.startswith(b"endif"):
+            chain = stack.pop() + [(first, i, b"endif")]
+            keep = len(chain) - 2 if chain[-2][2] == b"else" else 0
+            for k, (head, head_end, _) in enumerate(chain):
+                body_end = chain[k + 1][0] if k + 1 < len(chain) else head_end + 1
+                stop = head_end + 1 if k == keep else body_end
+                _blank_range(out, starts[head], starts[stop] - 1)
+        i += 1
+    return bytes(out)
 
 
 _STATEMENT_MACRO = re.compile(rb"(?m)^[ \t]*_*[A-Z][A-Z0-9_]*[ \t]*\(")
 _COMMENT_LINES = re.compile(rb"(?:[ \t]*(?://[^\n]*)?\n)*[ \t]*")
-_TYPENAME_BRACE = re.compile(rb"\btypename(?=\s+[\w:]+(?:<[^<>;{}()]*>)?(?:::\w+)*\s*\{)")
+# `typename T::Args{...}`, `typename FF<T>::Config(...)` (a braced or functional cast)
+_TYPENAME_BRACE = re.compile(rb"\btypename(?=\s+[\w:]+(?:<[^<>;{}()]*>)?(?:::\w+)*\s*[{(])")
 _EMPTY_DEFAULT = re.compile(rb"[ \t]*=[ \t]*\{[ \t]*\}(?=[ \t]*[,)])")  # `T::Args args = {}` in a parameter list
 _LAMBDA_QUALIFIER = re.compile(rb"(?<=\])[ \t]*(?:__device__|__host__)(?:[ \t]+(?:__device__|__host__))*")
 _NOT_AFTER_STATEMENT = b";.{-:?&|+*/,)=<>["
+# `DS_D_INLINE void f(`, `template <int N> HD_INLINE T g(`: an ALL_CAPS name
+# followed by a return type and a function name can only be an inline or
+# attribute macro (a type or a variable would be followed by one name, not two)
+_DECL_MACRO = re.compile(
+    rb"(?m)^[ \t]*(?:template[ \t]*<[^;{}\n]*>[ \t]*)?([A-Z][A-Z0-9]*_[A-Z0-9_]+)(?=[ \t]+(?:(?:static|"
+    rb"inline|const|constexpr|__device__|__host__|__global__|__forceinline__)[ \t]+)*[A-Za-z_][\w:]*"
+    rb"(?:<[^;{}()\n]*>)?[ \t*&]+[A-Za-z_]\w*[ \t]*\()")
+_ENUM_BASE = re.compile(rb"(?<=\benum)[ \t]*:[ \t]*[\w:]+(?=\s*\{)")  # `typedef enum : int {`
+_STATEMENT_ARGUMENT = re.compile(rb"(?<=\))[ \t]*;(?=\s*\))")  # `MACRO(..., f(x);)`
+_DEFINE_COMMENT = re.compile(rb"/\*[^\n]*?\*/(?=[^\n]*\\\n)")  # a `/* */` ends a `#define` body early
+_STRING_MACRO = re.compile(rb'(?<=")[ \t]+[A-Z][A-Z0-9_]*(?:\([^()"\n]*\))?(?=[ \t]+")')  # `"a" HINT(128) "b"`
+_PRAGMA_LINE = re.compile(rb"(?m)^[ \t]*#[ \t]*pragma\b[^\n]*")  # `for (...)\n#pragma unroll\n for`
+_TYPE_KEYWORD_ARGUMENT = re.compile(
+    rb"[(,]\s*(?:unsigned\s+|signed\s+)?(?:float|double|int|char|bool|void|long|short)\s*[,)]")
 
 
-def repair_idioms(data: bytes) -> bytes:
+def repair_idioms(data: bytes, conditionals_in_parens: bool = True) -> bytes:
     """Blank (same length, newlines kept) what tree-sitter-cuda cannot read:
     a statement macro invocation without `;` alone on its lines
     (`REGISTER_EXTENSION(NAME)`, `CALL_IF(8, 8, 256)`), the `typename` of a
     braced construction (`typename T::Args{...}`), an empty-brace default
     argument (`Args args = {}`), the `__device__` of a
     lambda, and the `#else` branches of conditionals inside a parenthesised
-    list (`void f(int a,\n#ifndef USE_ROCM\n...#else\n...#endif`). Positions
-    do not move, so every span is still a span of the file."""
+    list (`void f(int a,\n#ifndef USE_ROCM\n...#else\n...#endif`, a continued
+    `#if A && \\` included), an inline macro before a return type
+    (`DS_D_INLINE void f(`), the base of `typedef enum : int {`, the `;` of
+    a statement passed as a macro argument (`M(..., f(x);)`), a statement
+    macro with a type keyword argument (`DISPATCH(kFloat, float);`), the
+    functional `typename T::Config(...)`, `#pragma` lines (between a `for`
+    header and its body), a `/* */` inside a `#define` body and a string
+    macro between literals (`"..." HINT(128) "..."`). Positions do not move,
+    so every span is still a span of the file."""
     out = bytearray(data)
     for m in _STATEMENT_MACRO.finditer(data):
         end = _close_paren(data, m.end() - 1)
@@ -138,8 +202,26 @@ def repair_idioms(data: bytes) -> bytes:
         _blank_range(out, m.start(), m.end())
     for m in _LAMBDA_QUALIFIER.finditer(data):
         _blank_range(out, m.start(), m.end())
-    _blank_conditionals_in_parens(data, out)
+    for m in _DECL_MACRO.finditer(data):
+        _blank_range(out, m.start(1), m.end(1))
+    for regex in (_ENUM_BASE, _STATEMENT_ARGUMENT, _PRAGMA_LINE, _DEFINE_COMMENT, _STRING_MACRO):
+        for m in regex.finditer(data):
+            _blank_range(out, m.start(), m.end())
+    _blank_type_argument_macros(data, out)
+    if conditionals_in_parens:
+        _blank_conditionals_in_parens(data, out)
     return bytes(out)
+
+
+def _blank_type_argument_macros(data: bytes, out: bytearray) -> None:
+    """`DISPATCH_LAYER_NORM(kFloat, float);`: a statement macro that takes a
+    type keyword as an argument is no expression; blank the invocation."""
+    for m in _STATEMENT_MACRO.finditer(data):
+        end = _close_paren(data, m.end() - 1)
+        if end < 0 or b"{" in data[m.start():end]:
+            continue
+        if _TYPE_KEYWORD_ARGUMENT.search(data, m.end() - 1, end):
+            _blank_range(out, m.start(), end)
 
 
 def _close_paren(data: bytes, start: int, limit: int = 4000) -> int:
@@ -179,10 +261,17 @@ def _blank_conditionals_in_parens(data: bytes, out: bytearray) -> None:
     skipping = 0  # nesting level of the conditional being handled (0: none)
     blank_body = False
     pos = 0
+    backslash = -1  # where the directive line before ended in `\\`, or -1
     for line in data.split(b"\n"):
         start, pos = pos, pos + len(line) + 1
         stripped = line.lstrip()
+        if backslash >= 0:  # a directive's continuation: blanked with its head
+            if out[backslash] == 32:
+                _blank_range(out, start, start + len(line))
+            backslash = start + len(line.rstrip()) - 1 if line.rstrip().endswith(b"\\") else -1
+            continue
         if stripped.startswith(b"#"):
+            backslash = start + len(line.rstrip()) - 1 if line.rstrip().endswith(b"\\") else -1
             word = stripped[1:].lstrip().split(b" ", 1)[0].split(b"\t", 1)[0].split(b"(", 1)[0]
             if skipping:
                 if word.startswith(b"if"):
@@ -229,7 +318,8 @@ def _mask_regex(attribute_macros: tuple[str, ...], specifier_macros: tuple[str, 
         names = alternation(specifier_macros)
         parts.append(rb"(?<!define )(?<!define\t)\b(?:" + names + rb")\b(?!\s*\()")
     if lone_macro_lines:
-        parts.append(rb"(?m)^[ \t]*[A-Z][A-Z0-9_]*_[A-Z0-9_]+[ \t]*$")
+        # not the last argument of a call (`..., CUBLAS_COMPUTE_32F,\n  CUBLAS_GEMM_DEFAULT\n);`)
+        parts.append(rb"(?m)^[ \t]*[A-Z][A-Z0-9_]*_[A-Z0-9_]+[ \t]*$(?!\n[ \t]*\))")
     if not parts:
         return None
     flags = b"(?m)" if lone_macro_lines else b""

@@ -46,7 +46,9 @@ from .lazy_members import lazy_members
 from .lifetimes import decided_by_use
 from .module_classes import module_moves
 from .parse import grammar_versions
+from .returned_scratch import returned_scratch
 from .roles import with_roles
+from .weight_fills import weight_fills
 from .workers import Outcomes, job_count
 
 LOG = logging.getLogger("alloc_audit")
@@ -110,7 +112,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = checkpoint_uploads(sites, index, catalog.callers)
     sites += tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
                               catalog.callers)
-    sites = decided_by_use(sites, index)
+    sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
     sites = lazy_members(sites, index)
     sites = kept_results(sites, index, catalog.callers)
     sites = with_roles(sites, config.roles)

@@ -48,6 +48,7 @@ class ProjectIndex:
         self._factories = Factories(self._symbols, self._calls, self.resolve, self.constructed_class)
         self._resolved: Memo[tuple[str, str], tuple[Func, ...]] = Memo(self._deps)
         self._constants: dict[str, dict[str, Value]] = {}
+        self._visible: dict[str, dict[str, Value]] = {}
         self.add(files)
 
     def add(self, files: Mapping[str, FileFacts]) -> None:
@@ -55,6 +56,7 @@ class ProjectIndex:
         What the new files cannot change is kept: resolutions, reaches and
         factories that looked up none of the names they define (``memo``)."""
         self._constants = {}
+        self._visible = {}
         for part in (self._types, self._python):
             part.reset()
         if self._deps.settled:  # the names are gone: start over
@@ -72,6 +74,7 @@ class ProjectIndex:
         """Add sites found after indexing (stage default_device). Calls
         resolve as before; what read the sites of those files is forgotten."""
         self._constants = {}
+        self._visible = {}
         if self._deps.settled:
             self._reset_memos()
         touched = self._symbols.add_sites(sites)
@@ -174,6 +177,21 @@ class ProjectIndex:
         found = self._constants.get(path)
         if found is None:
             found = self._constants[path] = module_constants(self._symbols, path)
+        return found
+
+    def visible_constants(self, path: str) -> Mapping[str, Value]:
+        """The module's constants and those it imports by name (``from
+        .._const import CPU``) from a project module that defines them."""
+        found = self._visible.get(path)
+        if found is None:
+            found = dict(self.module_constants(path))
+            for name, target in self._symbols.module_imports.get(path, {}).items():
+                module, _, attr = target.rpartition(".")
+                where = self._symbols.module_path(module, path) if module and name not in found else None
+                value = self.module_constants(where).get(attr) if where is not None else None
+                if value is not None:
+                    found[name] = value
+            self._visible[path] = found
         return found
 
     def edge_values(self, caller: Func, call: Call, target: Func, known: Env) -> dict[str, Value]:

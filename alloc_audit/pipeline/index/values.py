@@ -46,9 +46,19 @@ _NOT_NONE_CALL = re.compile(r"^(?:torch|at|np|numpy)\.\w|\.(?:view|reshape|flatt
                             r"clone|expand|select|slice|unsqueeze|squeeze|transpose|permute|new_\w+)\(")
 
 
+_CPU_DEVICE = re.compile(r"""(?:torch\.)?device\(\s*(['"])cpu(?::\d+)?\1\s*\)""")
+
+
+def cpu_device_value(text: str, why: str) -> Value | None:
+    """``torch.device("cpu")`` is known: the literal ``"cpu"``."""
+    return Value(LITERAL, "cpu", why) if _CPU_DEVICE.fullmatch(text.strip()) else None
+
+
 def module_constants(symbols: Symbols, path: str) -> dict[str, Value]:
     """Names a Python module assigns exactly once, at module level, to a
-    literal (``USE_SPLIT_K = False``), and never rebinds in a function."""
+    literal (``USE_SPLIT_K = False``) or to the CPU device (``CPU =
+    torch.device("cpu")``: the literal ``"cpu"``), and never rebinds in a
+    function."""
     found: dict[str, Value] = {}
     module = symbols.func(path, "<module>")
     if module is None or module.language is not Language.PYTHON:
@@ -68,6 +78,38 @@ def module_constants(symbols: Symbols, path: str) -> dict[str, Value]:
         value = literal_value(assign.value, f"module constant {name} = {assign.value.strip()}")
         if value is not None:
             found[name] = value
+    # a class body's `CPU = "cpu"` binds a class attribute, not the module's name
+    in_functions = {t for f in symbols.by_path.get(path, {}).values() if _function(f)
+                    for a in f.assigns for t in a.targets}
+    return found | _cpu_devices(symbols, module, counts, in_functions)
+
+
+def _function(func: Func) -> bool:
+    """A function's body (a class body or the module level binds no local)."""
+    return func.scope is not None and func.scope.kind != "class"
+
+
+def _cpu_devices(symbols: Symbols, module: Func, counts: Mapping[str, int], rebound: set[str]) -> dict[str, Value]:
+    """``CPU = torch.device("cpu")`` at module level (a call, recorded with
+    its target), bound once and never rebound in a function."""
+    table = module.table
+    if table is None:
+        return {}
+    found: dict[str, Value] = {}
+    targets = [table.targets[i] for i in module.call_ix]
+    for i, target in zip(module.call_ix, targets):
+        if not target or not target.isidentifier() or counts.get(target) or targets.count(target) != 1 \
+                or target in rebound:
+            continue
+        text = f"{table.callees[i]}({table.arglists[i]})"
+        value = cpu_device_value(text, f"module constant {target} = {text}")
+        if value is not None:
+            found[target] = value
+    if found:  # rebound by a call in a function (`CPU = torch.device(dev)`): not a constant
+        for f in symbols.by_path.get(module.path, {}).values():
+            if _function(f) and f.table is not None:
+                for i in f.call_ix:
+                    found.pop(f.table.targets[i] or "", None)
     return found
 
 
@@ -88,7 +130,7 @@ def literal_value(text: str, why: str) -> Value | None:
 def value_of(func: Func, text: str, env: Env, constants: Env, why: str) -> Value:
     """What an argument expression in ``func`` is known to be."""
     text = text.strip()
-    found = literal_value(text, why)
+    found = literal_value(text, why) or cpu_device_value(text, why)
     if found is not None:
         return found
     if text.isidentifier():

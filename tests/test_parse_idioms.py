@@ -1,0 +1,45 @@
+"""Native parse idioms (issue 11): the fixtures below each failed to parse
+with the v0.2.0 parse stage and must now parse without an error node; their
+sites and tiers are checked by test_fixtures.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from alloc_audit.catalog import load_catalog
+from alloc_audit.config import load_config
+from alloc_audit.model import Language
+from alloc_audit.pipeline.parse import _keep_one_branch, error_summary, parse_source, repair_idioms
+
+FIXTURES = Path(__file__).parent / "fixtures"
+IDIOM_FIXTURES = ["cuda/parse-idioms-conditionals.cu", "cuda/parse-idioms-macros.cu",
+                  "cpp/parse-idioms-declarations.cpp"]
+
+
+@pytest.mark.parametrize("name", IDIOM_FIXTURES)
+def test_idiom_fixture_parses_without_errors(name: str) -> None:
+    apis = load_catalog(load_config(FIXTURES, None)).apis
+    data = (FIXTURES / name).read_bytes()
+    parsed = parse_source(data, Language.CUDA, apis.attribute_macros, apis.specifier_macros,
+                          apis.lone_macro_lines)
+    assert error_summary(parsed) is None
+    assert len(parsed.source) == len(data)
+    assert [i for i, c in enumerate(parsed.source) if c == 10] == [i for i, c in enumerate(data) if c == 10]
+
+
+def test_one_branch_kept_per_conditional_the_else_one_where_present() -> None:
+    data = b"#if A && \\\n  B\nint a;\n#elif C\nint c;\n#else\nint e;\n#endif\n#ifdef D\nint d;\n#endif\n"
+    kept = _keep_one_branch(data).split()
+    assert kept == [b"int", b"e;", b"int", b"d;"]
+
+
+def test_continued_condition_inside_parentheses_is_blanked_with_its_head() -> None:
+    data = b"f(a,\n#if defined(X) && \\\n    (Y < 2)\n  b);\n#else\n  c);\n#endif\n"
+    assert repair_idioms(data).split() == [b"f(a,", b"b);"]
+
+
+def test_inline_macro_blanked_only_before_a_return_type_and_a_name() -> None:
+    data = b"DS_D_INLINE void f(int x);\nMY_TYPE g(3);\n"
+    assert repair_idioms(data).split() == [b"void", b"f(int", b"x);", b"MY_TYPE", b"g(3);"]
