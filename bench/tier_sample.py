@@ -146,6 +146,8 @@ def rescored(rows: list[dict[str, str]], scan: dict[str, Any]) -> list[str]:
             out.append("right" if site is None else "not-a-site")
         elif site is None:
             out.append("wrong")
+        elif verdict == "right" and site.get("kind") == "release":
+            out.append("right")  # a free is right with any tier (the judges' convention)
         else:
             expected = row["tool tier"] if verdict == "right" else row["judge tier"]
             out.append("right" if site.get("tier") == expected else "wrong")
