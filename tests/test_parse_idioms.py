@@ -43,3 +43,15 @@ def test_continued_condition_inside_parentheses_is_blanked_with_its_head() -> No
 def test_inline_macro_blanked_only_before_a_return_type_and_a_name() -> None:
     data = b"DS_D_INLINE void f(int x);\nMY_TYPE g(3);\n"
     assert repair_idioms(data).split() == [b"void", b"f(int", b"x);", b"MY_TYPE", b"g(3);"]
+
+
+def test_python_return_with_a_starred_element_parses_at_the_same_positions() -> None:
+    # valid since Python 3.8, an error node to tree-sitter-python: the fixture
+    # parse-return-starred.py checks its sites and tiers
+    data = (FIXTURES / "python/parse-return-starred.py").read_bytes()
+    parsed = parse_source(data, Language.PYTHON)
+    assert error_summary(parsed) is None
+    assert len(parsed.source) == len(data)
+    assert parsed.source.count(b"\n") == data.count(b"\n")
+    clean = b"def f(xs):\n    return (1, *xs)\n"
+    assert parse_source(clean, Language.PYTHON).source == clean  # no error, no repair
