@@ -15,29 +15,25 @@ allocation (a move whose device the call leaves None or sets to the CPU,
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Sequence
 
-from ..model import Call, Language, Site, SiteKind, Tier
+from ..model import Call, Site, Tier
 from .host_moves import edge_stays_on_host
 from .index import Func, ProjectIndex
+from .retier import Decision, python_device_site, retier
 
 _KEEPS = re.compile(r"register|Parameter|setattr")
 
 
 def returned_scratch(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
-    out = []
-    for site in sites:
-        if site.language is Language.PYTHON and site.kind is SiteKind.DEVICE and site.via is None \
-                and site.tier is Tier.T2 and site.tier_reason.startswith("initialiser "):
-            dropped = _dropped_by_callers(site, index)
-            if dropped:
-                site = dataclasses.replace(site, tier=Tier.T4, tier_reason=(
-                    f"per call: {site.scope} returns it to callers that use it and drop it ({dropped}); "
-                    f"was: {site.tier_reason}"))
-        out.append(site)
-    return out
+    def decide(site: Site) -> Decision | None:
+        dropped = _dropped_by_callers(site, index)
+        return (Tier.T4, f"per call: {site.scope} returns it to callers that use it and drop it ({dropped}); "
+                         f"was: {site.tier_reason}") if dropped else None
+
+    return retier(sites, lambda s: python_device_site(s, Tier.T2) and s.tier_reason.startswith("initialiser "),
+                  decide)
 
 
 def _dropped_by_callers(site: Site, index: ProjectIndex) -> str:

@@ -14,30 +14,24 @@ buffer (``self.static_input.copy_(x.cuda())``) stays per call. Pure.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Sequence
 
-from ..model import Language, Site, SiteKind, Tier
+from ..model import Site, Tier
 from .index import ProjectIndex
+from .retier import Decision, python_device_site, retier
 
 _WEIGHT = r"(?:\w+_)?(?:q?weights?|bias|q?zeros|scales?|g_idx|perm|codebooks?)"
 _FILL = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")(?:\.data)?\.copy_")
 
 
 def weight_fills(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
-    out = []
-    for site in sites:
-        if site.language is Language.PYTHON and site.kind is SiteKind.DEVICE and site.via is None \
-                and site.tier in (Tier.T2, Tier.T4):
-            fill = _fills(site, index)
-            if fill:
-                weight = fill.removesuffix(".copy_")
-                site = dataclasses.replace(site, tier=Tier.T1, tier_reason=(
-                    f"load-time temporary: only fills the module weight {weight} in {site.scope} (was: "
-                    f"{site.tier_reason})"))
-        out.append(site)
-    return out
+    def decide(site: Site) -> Decision | None:
+        fill = _fills(site, index)
+        return (Tier.T1, f"load-time temporary: only fills the module weight {fill.removesuffix('.copy_')} "
+                         f"in {site.scope} (was: {site.tier_reason})") if fill else None
+
+    return retier(sites, lambda s: python_device_site(s, Tier.T2, Tier.T4), decide)
 
 
 def _fills(site: Site, index: ProjectIndex) -> str:
