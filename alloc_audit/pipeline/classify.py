@@ -220,6 +220,7 @@ def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation
         reason = pattern.reason.format(
             scope=site.scope, function=ctx.function, **{"class": ctx.class_name or "?"},
             path=site.path, api=site.api, target=site.target or "?",
+            kept=_kept_place(site.kept) or site.target or "?",
         )
         reason += note
         if site.device_context:
