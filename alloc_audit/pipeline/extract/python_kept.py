@@ -31,7 +31,7 @@ _READS = frozenset({"sum", "item", "all", "any", "tolist", "numel", "size", "dim
 # builtins that read a tensor and keep nothing of it
 _READS_ONLY = frozenset({"int", "float", "bool", "len", "str", "repr", "print", "isinstance", "id", "hash", "type",
                          "min", "max", "sum", "abs", "round", "range", "enumerate", "zip", "format"})
-_KEPT_PLACE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\[[^\]]*\])?|[A-Za-z_]\w*\[[^\]]*\]")
+_KEPT_PLACE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\[[^\]]*\])*|[A-Za-z_]\w*(?:\[[^\]]*\])+")
 # a store into a slice (`x[:n] = buf`, `x[i, :n] = buf`): a copy of the values
 _SLICE_STORE = re.compile(r"[A-Za-z_][\w.]*\[[^\]]*:[^\]]*\]")
 _CONTAINER_ADD = re.compile(r"^(?P<owner>[A-Za-z_][\w.]*)\.(?:append|extend|insert|add|setdefault|update|put)$")
