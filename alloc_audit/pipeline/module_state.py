@@ -34,6 +34,8 @@ from .retier import Decision, python_device_site, retier
 _PARTIAL = frozenset({"partial", "functools.partial"})
 _REGISTERS = re.compile(r"(?:^|\.)(?:register_buffer|register_parameter|Parameter)$|_parameter(?:_|$)")
 _LOCAL = re.compile(r"[A-Za-z_]\w*")
+# moves and casts whose result is the same values (`data.to(device)`, `w.contiguous()`)
+_SAME = r"to|cuda|contiguous|clone|detach|float|half|bfloat16|view|reshape|t"
 
 
 def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
@@ -44,11 +46,13 @@ def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
         if func is None:
             return None
         made = _expression_local(site, func)
+        local = made or (site.target or "")
+        call = _registration_of(func, local, site.span.end_line) if _LOCAL.fullmatch(local) else None
+        if call is not None:
+            how = f"{made} (made from it)" if made else local
+            return Tier.T1, (f"module state: {how} is registered by {call.callee} in {site.scope}; "
+                             f"was: {site.tier_reason}")
         if made:
-            call = _first_taking(func, made, site.span.end_line)
-            if call is not None and _REGISTERS.search(call.callee):
-                return Tier.T1, (f"module state: {made} (made from it) is registered by {call.callee} in "
-                                 f"{site.scope}; was: {site.tier_reason}")
             return None
         found = _registered_by(site, func, index)
         if found is None:
@@ -70,7 +74,22 @@ def _expression_local(site: Site, func: Func) -> str:
     for a in func.assigns:
         if a.line == line and a.op == "=" and len(a.targets) == 1 and _LOCAL.fullmatch(a.targets[0].strip()):
             return a.targets[0].strip()
+    # `data = w.to(device).full_tensor()`: the outer call holds the target
+    for c in func.calls:
+        if c.span.line == line and c.target and _LOCAL.fullmatch(c.target.strip()):
+            return c.target.strip()
     return ""
+
+
+def _registration_of(func: Func, local: str, after: int) -> Call | None:
+    """The first registration after line ``after`` that takes ``local``, whole
+    or moved or cast (``nn.Parameter(data.to(device))``)."""
+    moved = re.compile(re.escape(local) + r"(?:\.(?:" + _SAME + r")\([^()]*\))*")
+    for call in func.calls:
+        if call.span.line > after and local in call.arglist and _REGISTERS.search(call.callee) \
+                and any(moved.fullmatch(a.text.strip()) for a in split_args(call.arglist)):
+            return call
+    return None
 
 
 def _first_taking(func: Func, local: str, after: int) -> Call | None:
