@@ -88,6 +88,8 @@ class PythonExtractor:
         # the file may register fake/meta impls or enter a FakeTensorMode (python_fake)
         self.fake_file = python_fake.may_have_fake_scopes(source)
         self.fake_aliases: frozenset[str] | None = None  # names bound to a fake-impl decorator (python_fake)
+        # (function start, receiver) -> whether the code uses it as a module (python_module_move)
+        self.module_uses: dict[tuple[int, str], bool] = {}
 
     # ------------------------------------------------------------ entry point
     def run(self) -> FileFacts:

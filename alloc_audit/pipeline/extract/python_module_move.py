@@ -92,6 +92,14 @@ def _used_as_module(ext: PythonExtractor, node: Any, text: str) -> bool:
         body = body.parent
     if body is None:
         return False
+    key = (body.start_byte, text)  # many moves of one name in one function: read its bytes once
+    found = ext.module_uses.get(key)
+    if found is None:
+        found = ext.module_uses[key] = _module_use(ext, body, text)
+    return found
+
+
+def _module_use(ext: PythonExtractor, body: Any, text: str) -> bool:
     name = re.escape(text.encode())
     code = ext.src.data[body.start_byte:body.end_byte]
     if re.search(rb"(?<![\w.])" + name + rb"\.(?:" + _MODULE_METHODS + rb")\(", code) is not None:
