@@ -17,7 +17,7 @@ from ...model import Arg, CallTable, Site, SiteKind
 from . import common
 from .common import Source, zero_elements
 from .python_fake import in_fake_scope
-from .python_host import host_source
+from .python_host import default_source, host_source
 from .python_module_move import dispatches_to_super, moves_module
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ _DICT_DEVICE = re.compile(r"""(?:\bdevice\s*=|["']device["']\s*:)\s*([^,)}\n]+)"
 # `.to(x)` copies to a device when x names one: `device`, `self.device`,
 # `target_dev`, `x.device`, `torch.device(...)` (never a dtype or a tensor)
 _DEVICE_NAME = re.compile(r"(?:^|[._])(?:[a-z_]*_)?(?:device|dev)s?(?:\[[^\]]*\])?(?:\(\))?$|^torch\.device\(")
+_DEVICE_OF = re.compile(r"([A-Za-z_]\w*)\.device")
 _REGISTRATION = re.compile(r"(?:Parameter|register_buffer|register_parameter)$")
 
 
@@ -239,13 +240,20 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
                 device = DEFAULT_DEVICE if mode == "keyword" else "unknown"
             if device in (None, "cpu", "meta"):
                 return None
-            if mode == "inherit" and positional and spec.api.startswith("torch.") \
-                    and host_source(ext, node, positional[0]):
-                return None  # `torch.zeros_like(enc["input_ids"])` of a tokenizer's output: a host tensor
+            if mode == "inherit" and positional and spec.api.startswith("torch."):
+                if host_source(ext, node, positional[0]):
+                    return None  # `torch.zeros_like(enc["input_ids"])` of a tokenizer's output: a host tensor
+                if default_source(ext, node, positional[0]):
+                    device = DEFAULT_DEVICE  # `torch.ones_like(torch.arange(n))`: where the default device is
         else:
             device = classify_device(dev_text)
             if device in ("cpu", "meta") or (scope, dev_text.strip()) in ext.host_locals:
                 return None
+            source = _DEVICE_OF.fullmatch(dev_text.strip())
+            if source is not None and host_source(ext, node, source.group(1)):
+                return None  # `device=sample.device` of a tensor made on the host in the function
+            if source is not None and default_source(ext, node, source.group(1)):
+                device = DEFAULT_DEVICE  # `device=x.device` of `x = torch.randn(n)`: the default device
             if under_cpu_branch(ext.src, node, dev_text.strip()):
                 return None
     elif mode == "to-args":
