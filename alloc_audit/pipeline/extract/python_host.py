@@ -125,13 +125,7 @@ def _bound_default(ext: PythonExtractor, source: str, name: str, params: frozens
     if depth <= 0 or name in params:
         return False
     proving = proving | {key}
-    bound_else = (rf"^[ \t]*[^\n=#]*,[ \t]*{re.escape(name)}\b[^\n=]*=(?!=)|\bfor\b[^\n:]*\b{re.escape(name)}\b"
-                  rf"[^\n:]*\bin\b|\bas[ \t]+{re.escape(name)}\b|\b{re.escape(name)}[ \t]*:=|"
-                  rf"^[ \t]*{re.escape(name)}[ \t]*,")
-    if re.search(bound_else, source, re.M):
-        return False  # unpacked, a loop or `with` target, a walrus
-    values = [_value(source, hit.end()) for hit in
-              re.finditer(rf"^[ \t]*{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*", source, re.M)]
+    values = _bindings(source, name)
     if not values:
         return False
     for value in values:
@@ -181,3 +175,64 @@ def _dtype_only(call: ast.Call) -> bool:
     if len(texts) != len(call.args) + len(call.keywords) or len(texts) != 1:
         return False
     return bool(re.fullmatch(r"torch\.(?:u?int\d+|float\d*|bfloat16|half|double|bool|complex\d+|long|int)", texts[0]))
+
+
+def _bindings(source: str, name: str) -> list[str]:
+    """The values of every `name = ...` in ``source``; empty when the name is
+    also bound another way (unpacked, a loop or `with` target, a walrus)."""
+    if _bound_else(source, name):
+        return []
+    return [_value(source, hit.end()) for hit in
+            re.finditer(rf"^[ \t]*{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*", source, re.M)]
+
+
+def _bound_else(source: str, name: str) -> bool:
+    """``name`` is bound in ``source`` other than by `name = ...`."""
+    n = re.escape(name)
+    return re.search(rf"^[ \t]*[^\n=#]*,[ \t]*{n}\b[^\n=]*=(?!=)|\bfor\b[^\n:]*\b{n}\b[^\n:]*\bin\b|"
+                     rf"\bas[ \t]+{n}\b|\b{n}[ \t]*:=|^[ \t]*{n}[ \t]*,|\b(?:global|nonlocal)\b[^\n]*\b{n}\b",
+                     source, re.M) is not None
+
+
+# the current GPU, said literally: `.cuda()`, `.to("cuda")`, `device="cuda"`
+_ON_GPU = re.compile(r"""(?:\.cuda\(\s*(?:non_blocking\s*=\s*\w+\s*)?\)|\.to\(\s*(?:device\s*=\s*)?["']cuda["']\s*"""
+                     r"""(?:,\s*non_blocking\s*=\s*\w+\s*)?\))\s*$""")
+_FACTORY_ON_GPU = re.compile(r"""^torch\.\w+\((?:[^()]|\([^()]*\))*\bdevice\s*=\s*["']cuda["']"""
+                             r"""(?:[^()]|\([^()]*\))*\)$""", re.S)
+
+
+def on_current_gpu(ext: PythonExtractor, node: Any, name: str) -> bool:
+    """Local ``name`` holds a tensor already on the current GPU: its last
+    binding above the move, in the same block (nothing between them leaves
+    the block or binds the name another way), ends in `.cuda()` /
+    `.to("cuda")` or is a torch factory with `device="cuda"`, and the
+    function never switches the current device. Moving it there again
+    (`name.cuda()`) copies nothing."""
+    if not name.isidentifier():
+        return False
+    body = node.parent
+    while body is not None and body.type != "function_definition":
+        body = body.parent
+    if body is None:
+        return False
+    params = body.child_by_field_name("parameters")
+    if params is not None and re.search(rf"\b{re.escape(name)}\b", ext.src.text(params, 2000)):
+        return False
+    source = ext.src.data[body.start_byte:body.end_byte].decode("utf-8", "replace")
+    if re.search(r"set_device\(|cuda\.device\(|\bwith\b[^\n]*\bdevice\(", source):
+        return False  # the current device may change between the two moves
+    before = ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace")
+    hits = list(re.finditer(rf"^([ \t]*){re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*", before, re.M))
+    if not hits:
+        return False
+    last = hits[-1]
+    value = _value(before, last.end())
+    between = before[last.end() + len(value):]
+    indent = len(last.group(1))
+    lines = between.split("\n")[1:]  # the lines after the binding's own, up to the move
+    if any(line.strip() and len(line) - len(line.lstrip()) < indent for line in lines):
+        return False  # the block was left in between: the binding may not run before the move
+    if any(re.match(r"\s*(?:async\s+)?(?:for|while)\b", line) for line in lines) or _bound_else(between, name):
+        return False  # a loop entered in between may rebind it below; or bound another way
+    value = value.strip()
+    return bool(_ON_GPU.search(value) or _FACTORY_ON_GPU.match(value))

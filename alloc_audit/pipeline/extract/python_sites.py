@@ -17,7 +17,7 @@ from ...model import Arg, CallTable, Site, SiteKind
 from . import common
 from .common import Source, zero_elements
 from .python_fake import in_fake_scope
-from .python_host import default_source, host_source
+from .python_host import default_source, host_source, on_current_gpu
 from .python_module_move import dispatches_to_super, moves_module
 
 if TYPE_CHECKING:
@@ -267,8 +267,16 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
         device = _copy_device(wanted)
         if device is None or (wanted and under_cpu_branch(ext.src, node, wanted[0].strip())):
             return None
+        if receiver is not None and _to_current_gpu(positional, kwargs) \
+                and on_current_gpu(ext, node, ext.src.text(receiver, 80)):
+            return None  # `x.to("cuda")` of a tensor the function already put there: no copy
     elif mode == "cuda":
         device = "cuda"
+        fn = node.children[0]
+        receiver = fn.child_by_field_name("object") if fn.type == "attribute" else None
+        if receiver is not None and not positional and set(kwargs) <= {"non_blocking"} \
+                and on_current_gpu(ext, node, ext.src.text(receiver, 80)):
+            return None  # `x.cuda()` of a tensor the function already put there: no copy
     shape, size = _shape(spec.shape, positional, kwargs)
     if zero_elements(spec.api, shape):
         return None  # `torch.empty(0)`, `torch.empty(0).set_(storage)`: holds no memory
@@ -287,6 +295,13 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
         api = "Module." + api[len("Tensor."):]  # the whole model or layer: a weight upload (rules/tiers.toml)
     return ext.at.site(node, api, kind, scope, span, size, shape, device, target, wrapper(ext, node),
                         dtype=kwargs.get("dtype"))
+
+
+def _to_current_gpu(positional: list[str], kwargs: dict[str, str]) -> bool:
+    """`.to("cuda")` / `.to(device="cuda")`: the current GPU, no dtype change."""
+    texts = positional + [v for k, v in kwargs.items() if k == "device"]
+    return len(texts) == 1 and set(kwargs) <= {"device", "non_blocking"} and \
+        re.fullmatch(r"""(['"])cuda\1""", texts[0].strip()) is not None
 
 
 # the keywords `Tensor.to` and `nn.Module.to` accept
