@@ -18,6 +18,7 @@ from . import common
 from .common import Source, zero_elements
 from .python_fake import in_fake_scope
 from .python_host import default_source, host_source, on_current_gpu
+from .python_kept import intermediate
 from .python_module_move import dispatches_to_super, moves_module
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ _DICT_DEVICE = re.compile(r"""(?:\bdevice\s*=|["']device["']\s*:)\s*([^,)}\n]+)"
 # `.to(x)` copies to a device when x names one: `device`, `self.device`,
 # `target_dev`, `x.device`, `torch.device(...)` (never a dtype or a tensor)
 _DEVICE_NAME = re.compile(r"(?:^|[._])(?:[a-z_]*_)?(?:device|dev)s?(?:\[[^\]]*\])?(?:\(\))?$|^torch\.device\(")
+_CONSTRUCTORS = frozenset({"__init__", "__post_init__", "__new__"})
 _DEVICE_OF = re.compile(r"([A-Za-z_]\w*)\.device")
 _REGISTRATION = re.compile(r"(?:Parameter|register_buffer|register_parameter)$")
 
@@ -293,8 +295,13 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
         return None  # `super().to(device)` in a class's own `to`: method dispatch, the moves are in the base
     if mode in ("to-args", "cuda") and api.startswith("Tensor.") and moves_module(ext, node):
         api = "Module." + api[len("Tensor."):]  # the whole model or layer: a weight upload (rules/tiers.toml)
-    return ext.at.site(node, api, kind, scope, span, size, shape, device, target, wrapper(ext, node),
-                        dtype=kwargs.get("dtype"))
+    site = ext.at.site(node, api, kind, scope, span, size, shape, device, target, wrapper(ext, node),
+                       dtype=kwargs.get("dtype"))
+    if target is None and mode != "to-args" and scope.rsplit(".", 1)[-1] in _CONSTRUCTORS \
+            and intermediate(ext, node, site.wrapper):
+        # `torch.log(torch.ones(n))`, `torch.rand(n) * k` in a constructor: read and dropped, never kept
+        return dataclasses.replace(site, wrapper=None, kept="local")
+    return site
 
 
 def _to_current_gpu(positional: list[str], kwargs: dict[str, str]) -> bool:
