@@ -69,6 +69,9 @@ def module_constants(symbols: Symbols, path: str) -> dict[str, Value]:
             counts[target] = counts.get(target, 0) + 1
     rebound = {t for f in symbols.by_path.get(path, {}).values() if f is not module for a in f.assigns
                for t in a.targets}
+    # `global _pool` ... `_pool = make_pool()` in a function: a call's value, kept as the call's target
+    rebound |= {t for f in symbols.by_path.get(path, {}).values() if f is not module and f.table is not None
+                for i in f.call_ix if (t := f.table.targets[i])}
     for assign in module.assigns:
         if len(assign.targets) != 1 or assign.op != "=":
             continue
