@@ -11,7 +11,8 @@ calls the function and where the result goes decide, not the name.
   body that keeps the result in a local at most (``for n in sizes: fn =
   setup_case(n)``; a table of such functions a loop calls through the loop
   variable), makes it on every pass: T4. Stored on an object by the loop
-  (``slot.buf = _reserve(slot.buf, n)``), it stays the initialiser's.
+  (``slot.buf = _reserve(slot.buf, n)``) or handed to a construction
+  (``Linear(w, pairs)``), it stays the initialiser's.
 - An initialiser whose buffers are returned (alone or in the containers it
   returns) to a method that is no constructor and keeps them on its object
   under a cache name (``self.kv_cache = self._initialize_caches(...)`` in
@@ -118,8 +119,9 @@ def _initialiser_by_callers(site: Site, index: ProjectIndex) -> Site:
                 f"keeps it in {', '.join(cached)}; {site.tier_reason}"))
     for caller, line, target in calls:
         loop = next((b for b in caller.blocks if b.kind == "loop" and b.span.contains_line(line)), None)
-        kept_by_caller = any(not t.strip().isidentifier() for t in (target or "").strip("()").split(",") if t.strip())
-        if loop is not None and not kept_by_caller and not _kept_on_line(caller, line):
+        names = [t.strip() for t in (target or "").strip("()").split(",") if t.strip()]
+        kept_by_caller = any(not n.isidentifier() for n in names) or _kept_on_line(caller, line)
+        if loop is not None and not kept_by_caller and not _handed_to_keeper(caller, names, line, loop.span.end_line):
             return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
                 f"per loop pass: {caller.qualname} calls {func.qualname} inside a loop ({caller.path}:{line}) "
                 f"and {func.qualname} keeps nothing on its object; {site.tier_reason}"))
@@ -156,6 +158,21 @@ def _table_loop(func: Func, index: ProjectIndex) -> tuple[str, Func, int] | None
             if any(b.span.contains_line(call.span.line) for b in loops):
                 return name, caller, call.span.line
     return None
+
+
+def _handed_to_keeper(caller: Func, names: list[str], start: int, end: int) -> bool:
+    """A local holding the result is passed, later in the loop, to a
+    construction (``PseudoLinear(old, pairs)``) or to a call whose value is
+    stored on an object: the result is kept, not dropped with the pass."""
+    if not names:
+        return False
+    word = re.compile(r"\b(?:" + "|".join(re.escape(n) for n in names) + r")\b")
+    for call in caller.calls:
+        if start < call.span.line <= end and word.search(call.arglist):
+            leaf = call.callee.rpartition(".")[2]
+            if leaf[:1].isupper() or (call.target is not None and not call.target.strip().isidentifier()):
+                return True
+    return False
 
 
 def _kept_on_line(caller: Func, line: int) -> bool:
