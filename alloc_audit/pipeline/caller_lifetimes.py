@@ -17,10 +17,17 @@ calls the function and where the result goes decide, not the name.
   returns) to a method that is no constructor and keeps them on its object
   under a cache name (``self.kv_cache = self._initialize_caches(...)`` in
   ``rollout``) holds state rebuilt for each rollout or request: T3.
+- A buffer written back into a container entry (``state[k] = t.to(dev)``)
+  by a function its callers run only under a test on a checkpoint load
+  (``if cfg.load_optimizer and step == start:``) is loaded state: T1.
 - A pinned host buffer (T5b, kept on an object) that a per-step function
   stores on an object it was handed and hands back (``batch.output = out``
   ... ``return batch`` in ``forward``) is re-made per call and handed out,
   not kept and reused by the function's own object: T5a.
+
+- An object with persistent buffers (a derived site) returned by a method
+  every call of which by name is in a constructor (``get_quant_method`` in
+  a layer's ``__init__``) is built once per object: T2.
 
 ``attribute_caller`` answers for ``classify_callers`` whether a method whose
 resolved callers are all constructors may run elsewhere: a call by its name
@@ -46,6 +53,8 @@ _CACHE_MEMBER = matcher(["self.*cache*", "self.*_kv", "self.kv_*", "self.*_kv_*"
 _ADDS = (".append", ".extend", ".insert")
 _MEMBER = re.compile(r"([A-Za-z_]\w*)\.[A-Za-z_]\w*")
 _BUILTINS = frozenset(dir(builtins))
+_ENTRY = re.compile(r"[A-Za-z_]\w*\[[^\]]+\]")  # an entry of a local or handed-in container: `state[name]`
+_LOADED = re.compile(r"\b\w*(?:load|resume|restore)\w*", re.IGNORECASE)
 
 
 def attribute_caller(func: Func, index: ProjectIndex, memo: dict[str, Func | None]) -> Func | None:
@@ -89,11 +98,15 @@ def caller_lifetimes(sites: Sequence[Site], index: ProjectIndex, globs: CallerGl
     per_step = matcher(globs.per_step) if globs.per_step else None
     out = []
     for site in sites:
-        if site.language is Language.PYTHON and site.via is None:
+        if site.language is Language.PYTHON and site.via is not None and site.tier is Tier.T4:
+            site = _returned_to_constructors_by_name(site, index)
+        elif site.language is Language.PYTHON and site.via is None:
             if site.tier is Tier.T2 and site.tier_reason.startswith(_INITIALISER):
                 site = _initialiser_by_callers(site, index)
             elif site.tier is Tier.T5B and site.kind is SiteKind.PINNED_HOST and per_step is not None:
                 site = _handed_out(site, index, per_step)
+            elif site.tier is Tier.T4 and site.kind is SiteKind.DEVICE and _ENTRY.fullmatch(site.kept or ""):
+                site = _restored_after_load(site, index)
         out.append(site)
     return out
 
@@ -215,3 +228,46 @@ def _handed_out(site: Site, index: ProjectIndex, per_step: Callable[[str], bool]
                 f"pinned output handed out: {func.qualname} re-makes it on every call, stores it in {place} "
                 f"of the {m.group(1)} it was handed and returns {m.group(1)}; not kept by its own object"))
     return site
+
+
+def _restored_after_load(site: Site, index: ProjectIndex) -> Site:
+    """A buffer written back into a container entry (``state[name] =
+    t.to(device)``) by a function every caller runs only under a test on a
+    checkpoint load (``if cfg.load_optimizer and step == initial_step:``)
+    restores loaded state once: T1 (the judges' load-path convention)."""
+    func = index.func(site.path, site.scope)
+    if func is None or func.scope is None or func.scope.role not in _FUNCTION_ROLES:
+        return site
+    tests = []
+    for caller in _callers(func, index):
+        lines = [c.span.line for c in caller.calls if c.callee.rpartition(".")[2] == func.name]
+        found = next((b.test for b in caller.blocks if b.kind in ("if", "elif") and _LOADED.search(b.test)
+                      and any(b.span.contains_line(n) for n in lines)), None)
+        if found is None:
+            return site
+        tests.append((caller, found))
+    if not tests:
+        return site
+    caller, test = tests[0]
+    text = " ".join(test.split())
+    return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+        f"restored after a checkpoint load: {caller.qualname} calls {func.qualname} only when "
+        f"`{text[:60]}`, and it is written back into {site.kept}; {site.tier_reason}"))
+
+
+def _returned_to_constructors_by_name(site: Site, index: ProjectIndex) -> Site:
+    """An object with persistent buffers (a derived site) returned by a
+    method that every call by its name in the project runs from a
+    constructor (``self.quant_method = quant_config.get_quant_method(self)``
+    in a layer's ``__init__``) is built once per object that keeps it: T2."""
+    func = index.func(site.path, site.scope)
+    if func is None or func.owner is None or func.scope is None or func.scope.role != "method" \
+            or not any(r.line == site.span.line for r in func.returns):
+        return site
+    calls = [caller for caller, _ in index.calls_named(func.name) if caller is not func]
+    if not calls or not all(c.scope is not None and c.scope.role == "constructor" for c in calls):
+        return site
+    names = ", ".join(sorted({c.qualname for c in calls})[:3])
+    return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+        f"built once per object: every call of {func.name} in the project is in a constructor ({names}); "
+        f"{site.tier_reason}"))

@@ -122,7 +122,7 @@ def tiers_of_derived(derived: Sequence[Site], direct: Sequence[Site], index: Pro
         if via is None or site.language is not Language.PYTHON:
             out.append(site)
             continue
-        func = index.func(site.path, site.scope)
+        func = index.func(site.path, site.scope.removesuffix(".<lambda>"))  # a lambda runs where it is built
         if site.tier is Tier.T4 and (via.path, via.line) in persistent and func is not None:
             once = _runs_once(func, ctx, tests=True)
             if once:
