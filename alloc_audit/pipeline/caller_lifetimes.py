@@ -262,7 +262,7 @@ def _returned_to_constructors_by_name(site: Site, index: ProjectIndex) -> Site:
     in a layer's ``__init__``) is built once per object that keeps it: T2."""
     func = index.func(site.path, site.scope)
     if func is None or func.owner is None or func.scope is None or func.scope.role != "method" \
-            or not any(r.line == site.span.line for r in func.returns):
+            or not any(r.line == site.span.line or r.value.strip() == site.target for r in func.returns):
         return site
     calls = [caller for caller, _ in index.calls_named(func.name) if caller is not func]
     if not calls or not all(c.scope is not None and c.scope.role == "constructor" for c in calls):

@@ -122,9 +122,10 @@ def tiers_of_derived(derived: Sequence[Site], direct: Sequence[Site], index: Pro
         if via is None or site.language is not Language.PYTHON:
             out.append(site)
             continue
-        func = index.func(site.path, site.scope.removesuffix(".<lambda>"))  # a lambda runs where it is built
+        func = index.func(site.path, site.scope)
         if site.tier is Tier.T4 and (via.path, via.line) in persistent and func is not None:
-            once = _runs_once(func, ctx, tests=True)
+            outer = index.func(site.path, site.scope.removesuffix(".<lambda>"))  # a lambda handed to a builder
+            once = _runs_once(func, ctx, tests=True) or (outer is not None and _runs_once(outer, ctx, tests=True))
             if once:
                 site = dataclasses.replace(site, tier=Tier.T2, tier_reason=(
                     f"built once: {once}; {site.api} keeps {via.api} ({via.path}:{via.line}) for the run"))
