@@ -20,6 +20,14 @@ calls the function and where the result goes decide, not the name.
 - A buffer written back into a container entry (``state[k] = t.to(dev)``)
   by a function its callers run only under a test on a checkpoint load
   (``if cfg.load_optimizer and step == start:``) is loaded state: T1.
+- A buffer made when a key is missing from a store (``if "key" not in
+  store:``) and put into that store (``store.update({"key": k_cache})``)
+  is made on the first step and reused by the later ones (a KV cache kept
+  across decode steps): request-scoped state, T3.
+- A buffer handed to a construction that a method other than a per-step
+  one keeps on its object together with caches (``self._ctx =
+  Context(kv_cache=kv, noise_pool=pool)`` in ``streaming_reset``) lives
+  with those caches until the next reset: request-scoped state, T3.
 - A pinned host buffer (T5b, kept on an object) that a per-step function
   stores on an object it was handed and hands back (``batch.output = out``
   ... ``return batch`` in ``forward``) is re-made per call and handed out,
@@ -54,6 +62,8 @@ _ADDS = (".append", ".extend", ".insert")
 _MEMBER = re.compile(r"([A-Za-z_]\w*)\.[A-Za-z_]\w*")
 _BUILTINS = frozenset(dir(builtins))
 _ENTRY = re.compile(r"[A-Za-z_]\w*\[[^\]]+\]")  # an entry of a local or handed-in container: `state[name]`
+_ABSENT_KEY = re.compile(r"""["'](\w+)["']\s+not\s+in\s+([A-Za-z_]\w*)\s*$""")
+_CACHE_ARG = re.compile(r"\b\w*cache\w*\s*=")
 _LOADED = re.compile(r"\b\w*(?:load|resume|restore)\w*", re.IGNORECASE)
 
 
@@ -107,6 +117,10 @@ def caller_lifetimes(sites: Sequence[Site], index: ProjectIndex, globs: CallerGl
                 site = _handed_out(site, index, per_step)
             elif site.tier is Tier.T4 and site.kind is SiteKind.DEVICE and _ENTRY.fullmatch(site.kept or ""):
                 site = _restored_after_load(site, index)
+            elif site.tier is Tier.T4 and site.kind is SiteKind.DEVICE:
+                if (site.kept or "").startswith("handed:"):
+                    site = _bundled_with_caches(site, index, per_step)
+                site = _filled_once_in_store(site, index) if site.tier is Tier.T4 else site
         out.append(site)
     return out
 
@@ -271,3 +285,44 @@ def _returned_to_constructors_by_name(site: Site, index: ProjectIndex) -> Site:
     return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
         f"built once per object: every call of {func.name} in the project is in a constructor ({names}); "
         f"{site.tier_reason}"))
+
+
+def _filled_once_in_store(site: Site, index: ProjectIndex) -> Site:
+    local = (site.target or "").strip()
+    if not local.isidentifier():
+        return site
+    func = index.func(site.path, site.scope)
+    if func is None:
+        return site
+    line = site.span.line
+    for block in func.blocks:
+        m = _ABSENT_KEY.search(" ".join(block.test.split())) if block.kind == "if" else None
+        if m is None or not block.span.contains_line(line):
+            continue
+        store = m.group(2)
+        word = re.compile(rf"\b{re.escape(local)}\b")
+        stored = any(c.span.line > line and c.callee == f"{store}.update" and word.search(c.arglist)
+                     for c in func.calls) or any(
+            a.line > line and a.value.strip() == local and any(t.startswith(f"{store}[") for t in a.targets)
+            for a in func.assigns)
+        if stored:
+            return dataclasses.replace(site, tier=Tier.T3, tier_reason=(
+                f"request-scoped state: made when `{m.group(0)}` (the first step) and kept in {store} for the "
+                f"later steps; {site.tier_reason}"))
+    return site
+
+
+def _bundled_with_caches(site: Site, index: ProjectIndex, per_step: Callable[[str], bool] | None) -> Site:
+    callee = (site.kept or "")[len("handed:"):]
+    func = index.func(site.path, site.scope)
+    if not callee.rpartition(".")[2][:1].isupper() or func is None or func.scope is None \
+            or func.scope.role != "method" or (per_step is not None and per_step(func.name)):
+        return site
+    for call in func.calls:
+        target = (call.target or "").strip()
+        if call.callee == callee and call.span.line >= site.span.line and target.startswith("self.") \
+                and _CACHE_ARG.search(call.arglist):
+            return dataclasses.replace(site, tier=Tier.T3, tier_reason=(
+                f"request-scoped state: handed to {callee}, which {func.qualname} keeps in {target} with the "
+                f"caches until the next reset; {site.tier_reason}"))
+    return site
