@@ -48,7 +48,9 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from ..catalog import CallerGlobs
 from ..globs import matcher
@@ -61,28 +63,41 @@ _CACHE_MEMBER = matcher(["self.*cache*", "self.*_kv", "self.kv_*", "self.*_kv_*"
 _ADDS = (".append", ".extend", ".insert")
 _MEMBER = re.compile(r"([A-Za-z_]\w*)\.[A-Za-z_]\w*")
 _BUILTINS = frozenset(dir(builtins))
+_DISTINCT = 12  # at most this many project functions of a name: a call by the name may be to any of them
 _ENTRY = re.compile(r"[A-Za-z_]\w*\[[^\]]+\]")  # an entry of a local or handed-in container: `state[name]`
 _ABSENT_KEY = re.compile(r"""["'](\w+)["']\s+not\s+in\s+([A-Za-z_]\w*)\s*$""")
 _CACHE_ARG = re.compile(r"\b\w*cache\w*\s*=")
 _LOADED = re.compile(r"\b\w*(?:load|resume|restore)\w*", re.IGNORECASE)
 
 
-def attribute_caller(func: Func, index: ProjectIndex, memo: dict[str, Func | None]) -> Func | None:
-    """A function other than a constructor that calls a
-    method by ``func``'s name through an attribute of another object (a
-    member ``self.comm.all_reduce(x)``, or a local or parameter
+@dataclass
+class NameMemo:
+    """What ``attribute_caller`` found per method name and class, and how
+    many project functions define each name (counted once per scan)."""
+
+    found: dict[str, Func | None] = field(default_factory=dict)
+    defined: Counter[str] | None = None
+
+
+def attribute_caller(func: Func, index: ProjectIndex, memo: NameMemo) -> Func | None:
+    """A function other than a constructor that calls a method by
+    ``func``'s name through an attribute of another object (a member
+    ``self.comm.all_reduce(x)``, or a local or parameter
     ``comm.all_reduce(x)``) that does not resolve elsewhere: ``func`` may run
     there (not ``func`` itself: a wrapper calling the same name of the
-    library it holds, ``self.lib.cudaMalloc(n)``). Memoised per method name
-    and class."""
+    library it holds, ``self.lib.cudaMalloc(n)``). Only for a name few
+    project functions define (``_DISTINCT``): a call to ``x.load()`` tells
+    nothing about which of dozens of ``load`` methods runs."""
     owner = func.owner
     if func.language is not Language.PYTHON or owner is None:
         return None
     key = f"{func.name}#{owner.name}"
-    if key in memo:
-        return memo[key]
+    if key in memo.found:
+        return memo.found[key]
+    if memo.defined is None:
+        memo.defined = Counter(f.name for f in index.functions())
     found = None
-    for caller, i in index.calls_named(func.name):
+    for caller, i in index.calls_named(func.name) if memo.defined[func.name] <= _DISTINCT else ():
         if caller.table is None or caller is func or caller.scope is None or caller.scope.role == "constructor":
             continue
         receiver = caller.table.callees[i].rpartition(".")[0]
@@ -94,7 +109,7 @@ def attribute_caller(func: Func, index: ProjectIndex, memo: dict[str, Func | Non
         if not index.resolve(caller, caller.table.callees[i]):  # a resolved call is among the known callers
             found = caller
             break
-    memo[key] = found
+    memo.found[key] = found
     return found
 
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from ..catalog import CallerGlobs
 from ..globs import matcher, test_path
 from ..model import Language, Site, SiteKind, Tier
-from .caller_lifetimes import attribute_caller
+from .caller_lifetimes import NameMemo, attribute_caller
 from .default_device import MODEL_BUILD
 from .index import Func, ProjectIndex
 
@@ -69,7 +69,7 @@ class _Ctx:
     callers: dict[str, list[Func]] = dataclasses.field(default_factory=dict)
     chains: dict[tuple[str, str], tuple[bool, tuple[str, ...]]] = dataclasses.field(default_factory=dict)
     stepped: dict[str, Func | None] = dataclasses.field(default_factory=dict)
-    named: dict[str, Func | None] = dataclasses.field(default_factory=dict)
+    named: NameMemo = dataclasses.field(default_factory=NameMemo)
 
 
 def _context(index: ProjectIndex, globs: CallerGlobs) -> _Ctx:
