@@ -37,7 +37,8 @@ calls the function and where the result goes decide, not the name.
   every call of which by name is in a constructor (``get_quant_method`` in
   a layer's ``__init__``) is built once per object: T2.
 
-``attribute_caller`` answers for ``classify_callers`` whether a method whose
+``handed_to_test`` tells ``classify_callers`` that a private test helper
+runs once per test. ``attribute_caller`` answers for ``classify_callers`` whether a method whose
 resolved callers are all constructors may run elsewhere: a call by its name
 through an attribute of another object (``self.comm.all_reduce(x)``) that
 no resolution pins down.
@@ -111,6 +112,15 @@ def attribute_caller(func: Func, index: ProjectIndex, memo: NameMemo) -> Func | 
             break
     memo.found[key] = found
     return found
+
+
+def handed_to_test(func: Func, index: ProjectIndex) -> bool:
+    """A private test helper that a test function of its file hands by name
+    to a call (``init_distributed(pp=2)(_test_engine)(...)``): it runs once
+    per test, like the test."""
+    word = re.compile(rf"(?<![\w.]){re.escape(func.name)}\b(?!\s*\()")
+    return any(f.name.startswith("test") and f is not func and any(word.search(c.arglist) for c in f.calls)
+               for f in index.functions_in(func.path))
 
 
 def _local(caller: Func, name: str) -> bool:
