@@ -28,6 +28,11 @@ calls the function and where the result goes decide, not the name.
   one keeps on its object together with caches (``self._ctx =
   Context(kv_cache=kv, noise_pool=pool)`` in ``streaming_reset``) lives
   with those caches until the next reset: request-scoped state, T3.
+- An object with persistent buffers (a derived site) built in a private
+  test helper that a test hands by name to a launcher
+  (``init_distributed(pp=2)(_test_engine)(...)``: once per test) and handed
+  on to a construction that keeps it (``PipelineBlock(p2p=p2p)``) lives for
+  the test: T2. Used and dropped in the helper, it stays per call.
 - A pinned host buffer (T5b, kept on an object) that a per-step function
   stores on an object it was handed and hands back (``batch.output = out``
   ... ``return batch`` in ``forward``) is re-made per call and handed out,
@@ -37,8 +42,7 @@ calls the function and where the result goes decide, not the name.
   every call of which by name is in a constructor (``get_quant_method`` in
   a layer's ``__init__``) is built once per object: T2.
 
-``handed_to_test`` tells ``classify_callers`` that a private test helper
-runs once per test. ``attribute_caller`` answers for ``classify_callers`` whether a method whose
+``attribute_caller`` answers for ``classify_callers`` whether a method whose
 resolved callers are all constructors may run elsewhere: a call by its name
 through an attribute of another object (``self.comm.all_reduce(x)``) that
 no resolution pins down.
@@ -54,7 +58,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..catalog import CallerGlobs
-from ..globs import matcher
+from ..globs import matcher, test_path
 from ..model import Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
 
@@ -114,15 +118,6 @@ def attribute_caller(func: Func, index: ProjectIndex, memo: NameMemo) -> Func | 
     return found
 
 
-def handed_to_test(func: Func, index: ProjectIndex) -> bool:
-    """A private test helper that a test function of its file hands by name
-    to a call (``init_distributed(pp=2)(_test_engine)(...)``): it runs once
-    per test, like the test."""
-    word = re.compile(rf"(?<![\w.]){re.escape(func.name)}\b(?!\s*\()")
-    return any(f.name.startswith("test") and f is not func and any(word.search(c.arglist) for c in f.calls)
-               for f in index.functions_in(func.path))
-
-
 def _local(caller: Func, name: str) -> bool:
     """``name`` is a parameter of ``caller`` or assigned in it (not an import)."""
     params = caller.scope.params if caller.scope is not None else ()
@@ -131,10 +126,14 @@ def _local(caller: Func, name: str) -> bool:
 
 def caller_lifetimes(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
     per_step = matcher(globs.per_step) if globs.per_step else None
+    persistent = {(s.path, s.span.line) for s in sites if s.via is None and s.tier is Tier.T2}
     out = []
     for site in sites:
-        if site.language is Language.PYTHON and site.via is not None and site.tier is Tier.T4:
+        via = site.via
+        if site.language is Language.PYTHON and via is not None and site.tier is Tier.T4:
             site = _returned_to_constructors_by_name(site, index)
+            if site.tier is Tier.T4 and (via.path, via.line) in persistent and test_path(site.path):
+                site = _kept_by_test_helper(site, index)
         elif site.language is Language.PYTHON and site.via is None:
             if site.tier is Tier.T2 and site.tier_reason.startswith(_INITIALISER):
                 site = _initialiser_by_callers(site, index)
@@ -351,3 +350,19 @@ def _bundled_with_caches(site: Site, index: ProjectIndex, per_step: Callable[[st
                 f"request-scoped state: handed to {callee}, which {func.qualname} keeps in {target} with the "
                 f"caches until the next reset; {site.tier_reason}"))
     return site
+
+
+def _kept_by_test_helper(site: Site, index: ProjectIndex) -> Site:
+    func = index.func(site.path, site.scope)
+    local = (site.target or "").strip()
+    if func is None or not func.name.startswith("_") or not local.isidentifier():
+        return site
+    word = re.compile(rf"(?<![\w.]){re.escape(func.name)}\b(?!\s*\()")
+    test = next((f for f in index.functions_in(func.path) if f.name.startswith("test") and f is not func
+                 and any(word.search(c.arglist) for c in f.calls)), None)
+    end = max((c.span.end_line for c in func.calls), default=site.span.line)
+    if test is None or not _handed_to_keeper(func, [local], site.span.line, end):
+        return site
+    return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+        f"built once per test: {test.qualname} hands {func.qualname} to a launcher, and {local} is handed on to "
+        f"an object that keeps it; {site.tier_reason}"))

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from ..catalog import CallerGlobs
 from ..globs import matcher, test_path
 from ..model import Language, Site, SiteKind, Tier
-from .caller_lifetimes import NameMemo, attribute_caller, handed_to_test
+from .caller_lifetimes import NameMemo, attribute_caller
 from .default_device import MODEL_BUILD
 from .index import Func, ProjectIndex
 
@@ -403,8 +403,7 @@ def _runs_once(func: Func, ctx: _Ctx, tests: bool) -> str:
         return ""
     if ctx.once is not None and ctx.once(func.name):
         return f"{func.qualname} runs once"
-    if tests and test_path(func.path) and (not func.name.startswith("_") or handed_to_test(func, ctx.index)) \
-            and _stepped(func, ctx) is None:
+    if tests and test_path(func.path) and not func.name.startswith("_") and _stepped(func, ctx) is None:
         return f"test code: {func.qualname} runs once per test"
     proven, roots = _chain(func, ctx, "once")
     if not proven:
