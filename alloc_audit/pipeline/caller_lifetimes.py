@@ -4,7 +4,7 @@ callers run a function and what they keep of its result.
 Input: classified sites, the project index and the caller globs of
 ``rules/tiers.toml`` ``[callers]``. Output: the same sites, a few re-tiered,
 each with a reason naming the caller. DESIGN.md ("Lifetime tiers"): who
-calls the function and where the result goes decide, not the name.
+calls the function and where the result goes decide, not the name. Pure.
 
 - An initialiser by name (T2: ``setup*``, ``_initialize_*``) whose buffer is
   not kept on its object, called by a function inside a ``for``/``while``
@@ -37,7 +37,6 @@ calls the function and where the result goes decide, not the name.
   stores on an object it was handed and hands back (``batch.output = out``
   ... ``return batch`` in ``forward``) is re-made per call and handed out,
   not kept and reused by the function's own object: T5a.
-
 - An object with persistent buffers (a derived site) returned by a method
   every call of which by name is in a constructor (``get_quant_method`` in
   a layer's ``__init__``) is built once per object: T2.
