@@ -33,6 +33,7 @@ from ..errors import UsageError
 from ..model import FileError, FileFacts, Finding, ScanResult, Site, Stats
 from . import serial
 from .cache import Cache, RunCache, result_key
+from .caller_lifetimes import caller_lifetimes
 from .checkpoint_reads import checkpoint_uploads
 from .classify import classify_sites
 from .classify_callers import tiers_from_callers, tiers_of_derived
@@ -117,6 +118,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
     sites = lazy_members(sites, index)
     sites = kept_results(sites, index, catalog.callers)
+    sites = caller_lifetimes(sites, index, catalog.callers)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
