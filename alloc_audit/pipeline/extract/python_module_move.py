@@ -61,12 +61,15 @@ def _told_by_file(ext: PythonExtractor, node: Any, text: str, before: int) -> bo
     if _MODULE_ONLY.search(_receiver_raw(ext, node)) is not None:
         return True  # `model.eval().to(device)`, `cfg.build().cuda()`: only a module has these
     receiver = text
-    for _hop in range(3):  # `m = m.to(dtype)` follows m (or `self.m`) to the assignment above
+    for _hop in range(5):  # `m = m.to(dtype)` follows m (or `self.m`) to the assignment above
         if _MEMBER.fullmatch(text) is None:
             break
         found = _last_assignment(ext, node, text, before)
         if found is None:
             return _annotated_module(ext, node, text) or _dropped(node, receiver)
+        if _passes_itself(found[0], text):  # `model = unwrap(model)`: what the name held above
+            before = found[1]
+            continue
         text, before = found
     built = _builds_module(ext, text)
     return built is True or (built is None and _dropped(node, receiver))
@@ -147,6 +150,16 @@ def _dropped(node: Any, text: str) -> bool:
     return (parent is not None and parent.type == "expression_statement" and parent.named_child_count == 1
             and re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", text) is not None
             and not text.endswith((".data", ".grad")))
+
+
+def _passes_itself(value: str, name: str) -> bool:
+    """``value`` is a call of a function (not a method of ``name``) whose
+    first argument is ``name`` itself (``accelerator.unwrap_model(model)``,
+    ``quantize(model, cfg)``): a wrapper or transform that hands back what it
+    is given, so the name holds what it held above."""
+    m = _CALL.match(value)
+    return (m is not None and not m.group(1).startswith(name + ".")
+            and re.match(re.escape(m.group(0)) + r"\s*" + re.escape(name) + r"\s*[,)]", value) is not None)
 
 
 def _annotated_module(ext: PythonExtractor, node: Any, name: str) -> bool:
