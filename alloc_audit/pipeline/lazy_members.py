@@ -1,7 +1,8 @@
 """Stage 5, classify (after the callers): buffers created lazily on the object.
 
 Input: classified sites and the project index. Output: the same sites, the
-lazily created ones re-tiered T2 with a reason naming the test.
+lazily created ones re-tiered T2 with a reason naming the test (T1 when
+the member is one the class registers as a buffer: module state).
 
 A buffer kept on the object (``self.x``) by a method that runs per step is
 churned when it is stored on every call, but kept for the process when the
@@ -46,9 +47,32 @@ def _lazy(site: Site, index: ProjectIndex) -> Site:
     test = _cache_test(site, func, _members(func) | {member})
     if not test:
         return site
+    registration = _registered(func, member)
+    if registration:
+        return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+            f"module state: created lazily in {member} (`{_short(test)}`), which its class registers as a buffer "
+            f"({registration}); was: {site.tier_reason}"))
     return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
         f"created lazily: {func.qualname} keeps it in {member} and rebuilds it only when `{_short(test)}` says "
         f"the cached one is missing or stale: persistent ({site.tier_reason})"))
+
+
+def _registered(func: Func, member: str) -> str:
+    """The call by which a method of ``func``'s class registers ``member``
+    as a buffer: ``self.register_buffer("x", ...)``, or a call that names it
+    and hands over a ``register_buffer`` (``self._register_temp_attribute("x",
+    None, lambda m, n, v: m.register_buffer(n, v))``); empty when none does."""
+    if func.owner is None:
+        return ""
+    name = member.removeprefix("self.")
+    quoted = (f'"{name}"', f"'{name}'")
+    for methods in func.owner.methods.values():
+        for method in methods:
+            for call in method.calls:
+                if any(q in call.arglist for q in quoted) and (
+                        call.callee.endswith("register_buffer") or "register_buffer" in call.arglist):
+                    return f"{call.callee} in {method.qualname}"
+    return ""
 
 
 def _member(site: Site, func: Func) -> str | None:
