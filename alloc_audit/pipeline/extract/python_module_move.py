@@ -61,7 +61,7 @@ def _told_by_file(ext: PythonExtractor, node: Any, text: str, before: int) -> bo
     if _MODULE_ONLY.search(_receiver_raw(ext, node)) is not None:
         return True  # `model.eval().to(device)`, `cfg.build().cuda()`: only a module has these
     receiver = text
-    for _hop in range(5):  # `m = m.to(dtype)` follows m (or `self.m`) to the assignment above
+    for _hop in range(8):  # `m = m.to(dtype)` follows m (or `self.m`) to the assignment above
         if _MEMBER.fullmatch(text) is None:
             break
         found = _last_assignment(ext, node, text, before)
