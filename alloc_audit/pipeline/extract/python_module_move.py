@@ -221,7 +221,9 @@ def _last_assignment(ext: PythonExtractor, node: Any, name: str, before: int) ->
     pattern = rf"^[ \t]*{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*([^\n]+)$"
     found: re.Match[str] | None = None
     for hit in re.finditer(pattern, text, re.M):
-        found = hit
+        value = hit.group(1).rstrip()
+        if not value.endswith(",") and value.count(")") <= value.count("("):
+            found = hit  # not a keyword argument of a call (`model=model,`)
     if found is None:
         return None
     value = _balanced(found.group(1).strip(), text[found.end():])
