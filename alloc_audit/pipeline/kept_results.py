@@ -30,11 +30,14 @@ from ..arglists import split_args
 from ..catalog import CallerGlobs
 from ..globs import matcher
 from ..model import Language, Site, Tier
-from .index import ProjectIndex
+from .index import ProjectIndex, last_name
 
 # native allocations reached from Python (ctypes, cuda-python): freed only by
 # an explicit free
 _RAW = re.compile(r"(?:[\w.]+\.)?(?:cudaMalloc|cuMemAlloc|hipMalloc|hipMemAlloc|hipExtMalloc)\w*")
+# the runtime's own calls (`cudart.cudaMemset(ptr, ...)`, `cudaIpcGetMemHandle`)
+# keep nothing
+_RUNTIME = re.compile(r"cuda|cu[A-Z]|hip")
 _FREE = re.compile(r"(?:[\w.]+\.)?\w*[Ff]ree\w*")
 _CACHING = frozenset({"functools.lru_cache", "functools.cache", "lru_cache", "cache"})
 
@@ -92,8 +95,8 @@ def _raw_handed(site: Site, index: ProjectIndex) -> Site:
     uses = [c for c in func.calls if c.span.line > site.span.line and word.search(c.arglist)]
     if any(_FREE.fullmatch(c.callee) for c in uses) or any(word.search(r.value) for r in func.returns):
         return site
-    handed = next((c for c in uses if "." in c.callee and any(a.text.strip() == target and a.keyword is None
-                                                               for a in split_args(c.arglist))), None)
+    handed = next((c for c in uses if "." in c.callee and not _RUNTIME.match(last_name(c.callee))
+                   and any(a.text.strip() == target and a.keyword is None for a in split_args(c.arglist))), None)
     if handed is None:
         return site
     return dataclasses.replace(site, tier=Tier.T2, tier_reason=(

@@ -156,9 +156,10 @@ def _passes_itself(value: str, name: str) -> bool:
     """``value`` is a call of a function (not a method of ``name``) whose
     first argument is ``name`` itself (``accelerator.unwrap_model(model)``,
     ``quantize(model, cfg)``): a wrapper or transform that hands back what it
-    is given, so the name holds what it held above."""
+    is given, so the name holds what it held above. A class
+    (``nn.ModuleDict(parts)``) builds something new."""
     m = _CALL.match(value)
-    return (m is not None and not m.group(1).startswith(name + ".")
+    return (m is not None and not m.group(1).startswith(name + ".") and m.group(1).rsplit(".", 1)[-1][:1].islower()
             and re.match(re.escape(m.group(0)) + r"\s*" + re.escape(name) + r"\s*[,)]", value) is not None)
 
 
