@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..catalog import Catalog
-from ..model import FileError, FileFacts
+from ..model import FileError, FileFacts, Language
 from . import serial
 from .cache import Cache, content_digest
 from .classify import classify_sites
@@ -180,6 +180,7 @@ def run_files(items: list[tuple[SourceFile, bool]], catalog: Catalog, cache: Cac
     from concurrent.futures.process import BrokenProcessPool
 
     context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    catalog.prefilter.screen(b"", Language.PYTHON)  # compiled once here (lazy), not once per worker
     cache_dir = str(cache.directory) if cache.enabled and cache.directory is not None else None
     initargs = (catalog, cache_dir, cache.salt)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_init_worker,
