@@ -266,10 +266,13 @@ class Outcomes:
             self.facts[path] = dataclasses.replace(decoded, sites=sites)
             self.skipped.pop(path, None)
         elif outcome.status is Status.SKIP:
+            # one string per distinct name, not per file that mentions it: a large tree's skipped files
+            # mention ~1.5 M names (~100 MB as separate strings), most of them the same few thousand
+            identifiers = tuple(map(sys.intern, outcome.identifiers))
             if outcome.digest and self._cache.enabled:
                 key = self._cache.fact_key(path, outcome.digest, self._by_path[path].language.value)
-                self.new_skips[key] = (path, outcome.identifiers, outcome.message)
-            self.skipped[path] = outcome.identifiers
+                self.new_skips[key] = (path, identifiers, outcome.message)
+            self.skipped[path] = identifiers
             if outcome.message:
                 self.errors.append(FileError(path, outcome.message))
         else:
