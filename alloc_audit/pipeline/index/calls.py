@@ -112,13 +112,15 @@ class CallGraph:
         reverse breadth-first walk finds them: only calls whose name matches
         the frontier are looked at. Memoised until a file or site is added."""
         seeds = list(seeds)
+        if self._symbols.deps.stack:  # inside a memoised computation: the resolutions must note their names
+            return self._walk_callers(seeds, depth, memo=False)
         key = (tuple(f.id for f in seeds), depth)
         found = self._within.get(key)
         if found is None:
-            found = self._within[key] = self._walk_callers(seeds, depth)
+            found = self._within[key] = self._walk_callers(seeds, depth, memo=True)
         return dict(found)
 
-    def _walk_callers(self, seeds: list[Func], depth: int) -> dict[str, int]:
+    def _walk_callers(self, seeds: list[Func], depth: int, memo: bool) -> dict[str, int]:
         dist: dict[str, int] = {}
         frontier: list[Func] = []
         for f in seeds:
@@ -132,7 +134,7 @@ class CallGraph:
                       and f.scope.role == "constructor"}
             next_frontier: list[Func] = []
             for name in sorted(names):
-                for caller, targets in self._resolved_calls(name):
+                for caller, targets in self._resolved_calls(name, memo):
                     if caller.id not in dist and not ids.isdisjoint(targets):
                         dist[caller.id] = level
                         next_frontier.append(caller)
@@ -141,15 +143,16 @@ class CallGraph:
             frontier = next_frontier
         return dist
 
-    def _resolved_calls(self, leaf: str) -> list[tuple[Func, tuple[str, ...]]]:
+    def _resolved_calls(self, leaf: str, memo: bool) -> list[tuple[Func, tuple[str, ...]]]:
         """The calls whose callee's last name is ``leaf``, each with the ids of what it resolves to."""
-        found = self._resolved_by_leaf.get(leaf)
+        found = self._resolved_by_leaf.get(leaf) if memo else None
         if found is None:
             found = []
             for caller, i in self.calls_by_leaf().get(leaf, ()):
                 assert caller.table is not None
                 found.append((caller, tuple(t.id for t in self._resolve(caller, caller.table.callees[i]))))
-            self._resolved_by_leaf[leaf] = found
+            if memo:
+                self._resolved_by_leaf[leaf] = found
         return found
 
     def callees(self, func: Func) -> Iterator[tuple[Call, tuple[Func, ...]]]:
