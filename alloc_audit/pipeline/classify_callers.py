@@ -40,12 +40,14 @@ Names are evidence, not proof (DESIGN.md, "Lifetime tiers"):
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..catalog import CallerGlobs
 from ..globs import matcher, test_path
 from ..model import Language, Site, SiteKind, Tier
+from .caller_lifetimes import NameMemo, attribute_caller
 from .default_device import MODEL_BUILD
 from .index import Func, ProjectIndex
 
@@ -67,6 +69,7 @@ class _Ctx:
     callers: dict[str, list[Func]] = dataclasses.field(default_factory=dict)
     chains: dict[tuple[str, str], tuple[bool, tuple[str, ...]]] = dataclasses.field(default_factory=dict)
     stepped: dict[str, Func | None] = dataclasses.field(default_factory=dict)
+    named: NameMemo = dataclasses.field(default_factory=NameMemo)
 
 
 def _context(index: ProjectIndex, globs: CallerGlobs) -> _Ctx:
@@ -89,7 +92,7 @@ def _direct(site: Site, ctx: _Ctx) -> Site:
         if site.tier is Tier.T2 and site.language is Language.PYTHON and site.tier_reason.startswith(_INITIALISER):
             site = _initialiser_not_kept(site, ctx)
     elif site.tier is Tier.T4 and site.kept == "return" and not pinned:
-        site = _returned_to_constructors(site, index, memo)
+        site = _returned_to_constructors(site, ctx)
     elif site.tier is Tier.T1 and site.language is Language.PYTHON:
         site = _load_called_per_step(site, ctx)
     if load is not None and site.tier is Tier.T4 and site.kind is SiteKind.DEVICE and site.language is Language.PYTHON:
@@ -121,12 +124,13 @@ def tiers_of_derived(derived: Sequence[Site], direct: Sequence[Site], index: Pro
             continue
         func = index.func(site.path, site.scope)
         if site.tier is Tier.T4 and (via.path, via.line) in persistent and func is not None:
-            once = _runs_once(func, ctx, tests=True)
+            outer = index.func(site.path, site.scope.removesuffix(".<lambda>"))  # a lambda handed to a builder
+            once = _runs_once(func, ctx, tests=True) or (outer is not None and _runs_once(outer, ctx, tests=True))
             if once:
                 site = dataclasses.replace(site, tier=Tier.T2, tier_reason=(
                     f"built once: {once}; {site.api} keeps {via.api} ({via.path}:{via.line}) for the run"))
             elif site.span.line in {r.line for r in func.returns}:
-                site = _returned_to_constructors(site, index, ctx.callers)
+                site = _returned_to_constructors(site, ctx)
         elif (site.tier is Tier.T2 and ctx.per_step is not None and func is not None and func.scope is not None
               and func.scope.role == "constructor"):
             site = _per_step(site, index, ctx.per_step, ctx.callers)
@@ -290,16 +294,23 @@ def _stepped(func: Func, ctx: _Ctx, depth: int = _STEP_DEPTH) -> Func | None:
     return found
 
 
-def _returned_to_constructors(site: Site, index: ProjectIndex, memo: dict[str, list[Func]]) -> Site:
+def _returned_to_constructors(site: Site, ctx: _Ctx) -> Site:
     """A buffer returned to callers that are all constructors is built once
     per object (`cache = self._compute_cos_sin_cache()` in `__init__`): the
     caller's, not per step. Built with the model (under a dynamic model
-    construction), it is model-resident."""
+    construction), it is model-resident. Not when the method may also run
+    through an attribute of another object (``caller_lifetimes``), nor when
+    a per-step function builds the object (``FP8Tensor(...)`` in ``backward``)."""
+    index = ctx.index
     func = index.func(site.path, site.scope)
     if func is None or func.scope is None or func.scope.role not in _FUNCTION_ROLES:
         return site
-    callers = _callers(index, [func], memo)
+    callers = _callers(index, [func], ctx.callers)
     if not callers or not all(c.scope is not None and c.scope.role == "constructor" for c in callers):
+        return site
+    if attribute_caller(func, index, ctx.named) is not None or (ctx.per_step is not None and any(
+            _built_per_step(index.constructors(c.owner), index, ctx.per_step, ctx.callers, _LOAD_DEPTH,
+                            {c.owner.name}) for c in callers if c.owner is not None)):
         return site
     names = ", ".join(sorted({c.qualname for c in callers})[:3])
     if MODEL_BUILD in site.device_context:
@@ -310,15 +321,23 @@ def _returned_to_constructors(site: Site, index: ProjectIndex, memo: dict[str, l
 
 
 def _guarded_once(site: Site, func: Func) -> bool:
-    """Under a test that names the target or None (`if self.buf is None:`)."""
+    """Under a test that names the target or None (`if self.buf is None:`),
+    or that compares what the object keeping it holds (`if batch > cache.max_batch:
+    cache.pool = ...`: rebuilt only when stale)."""
     target = site.target or ""
+    holder = re.compile(rf"(?<![\w.]){re.escape(target.rsplit('.', 1)[0])}\.") if "." in target else None
     for block in func.blocks:
         if block.kind != "if" and not block.kind.startswith("if"):
             continue
-        if block.span.contains_line(site.span.line) and ("None" in block.test or (target and target in block.test)
-                                                         or "hasattr" in block.test):
+        test = block.test
+        if block.span.contains_line(site.span.line) and (
+                "None" in test or (target and target in test) or "hasattr" in test
+                or (holder is not None and "[" not in target and holder.search(test) and _COMPARES.search(test))):
             return True
     return False
+
+
+_COMPARES = re.compile(r"!=|==|<|>")
 
 
 def _load_only(site: Site, index: ProjectIndex, load: object, memo: dict[str, list[Func]]) -> Site:

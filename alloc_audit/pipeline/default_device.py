@@ -290,6 +290,9 @@ def promote_default_sites(index: ProjectIndex, files: Mapping[str, FileFacts],
             if where is None:
                 func = index.func(path, site.scope)
                 where = placed.get(func.id) if func is not None else None
+                if where is not None and func is not None and func.span is not None \
+                        and any(func.span.contains(b) and b.contains(site.span) for b in host.get(path, ())):
+                    continue  # in the function's own `with torch.device("cpu"):`: the caller's context yields
             if where is None:
                 continue
             how = f"; {where.via}" if where.via else ""

@@ -14,12 +14,13 @@ from ..model import FileFacts, Language, Site, SiteKind, Tier
 from .classify import classify_sites
 from .host_moves import drop_host_moves
 from .index import ProjectIndex
+from .untaken import drop_untaken
 
 
 def derive_sites(index: ProjectIndex, files: Mapping[str, FileFacts], tiers: tuple[TierPattern, ...],
                  direct: Sequence[Site], apis: ApiCatalog | None = None) -> list[Site]:
     uploads = {(s.path, s.span.line): s for s in direct if _upload(s)}
-    derived = tuple(drop_host_moves(index.derived_sites(uploads=frozenset(uploads)), index))
+    derived = tuple(drop_untaken(drop_host_moves(index.derived_sites(uploads=frozenset(uploads)), index), index))
     if apis is not None:
         derived = kinds_from_use(derived, index, apis)
     return _upload_tiers(_owner_tiers(classify_sites(derived, files, tiers), direct), uploads)

@@ -6,7 +6,8 @@ lazily created ones re-tiered T2 with a reason naming the test.
 A buffer kept on the object (``self.x``) by a method that runs per step is
 churned when it is stored on every call, but kept for the process when the
 store sits under a test on the object's own state: the cache is missing or
-stale (``if self.x is None or self.x.shape != out.shape:``, the ``else`` of
+stale or too small (``if self.x is None or self.x.shape != out.shape:``,
+``if n > len(self.x):``, the ``else`` of
 ``if channel == self.channel: window = self.window``, after a guard clause
 ``if self.freqs is not None and ...: return``). DESIGN.md ("Lifetime
 tiers"): kept in ``self.x`` -> persistent. A test on an argument alone, a
@@ -101,12 +102,17 @@ def _cache_test(site: Site, func: Func, members: set[str]) -> str:
     return ""
 
 
+_SIZE = r"(?:\blen\(\s*)?"  # `len(self.x) < n`: too small, grown on demand
+
+
 def _miss(test: str, members: set[str]) -> bool:
-    """A test that holds when the cached member is missing or stale."""
+    """A test that holds when the cached member is missing, stale or too
+    small (``n > len(self.x)``, ``self.x.numel() < n``: grown on demand)."""
     for name in _names(members):
         if re.search(rf"""\bself\.{name}\s+is\s+None\b|getattr\(\s*self\s*,\s*["']{name}["'][^)]*\)\s+is\s+None\b"""
                      rf"""|\bnot\s+hasattr\(\s*self\s*,\s*["']{name}["']"""
-                     rf"|\bself\.{name}(?:\.\w+|\[[^\]]*\])*\s*!=|!=\s*self\.{name}\b", test):
+                     rf"|\bself\.{name}(?:\.\w+|\[[^\]]*\])*\s*!=|!=\s*self\.{name}\b"
+                     rf"|{_SIZE}self\.{name}(?:\.\w+|\(\)|\[[^\]]*\])*\)?\s*<(?!<)|>\s*{_SIZE}self\.{name}\b", test):
             return True
     return False
 

@@ -73,6 +73,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         if stored is not None:
             return _narrow(stored, options.report_paths)
     # the stages load here: a run the stored result answers (the warm `check`) does not pay for importing them
+    from .caller_lifetimes import caller_lifetimes
     from .checkpoint_reads import checkpoint_uploads
     from .classify import classify_sites
     from .classify_callers import tiers_from_callers, tiers_of_derived
@@ -119,6 +120,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
     sites = lazy_members(sites, index)
     sites = kept_results(sites, index, catalog.callers)
+    sites = caller_lifetimes(sites, index, catalog.callers)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")

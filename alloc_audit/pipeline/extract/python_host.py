@@ -1,5 +1,6 @@
 """Stage 3, extract (Python): whether the tensor a ``*_like`` copies its
-device from is provably a host tensor within the function.
+device from is provably a host tensor within the function, or one made on
+the default device.
 
 The source is a local (or an entry of a local, ``enc["input_ids"]``) that
 every assignment in the enclosing function binds to a host producer:
@@ -8,11 +9,22 @@ without a device, a call with ``return_tensors="pt"`` (a tokenizer's
 output), or anything ending in ``.cpu()`` / ``.numpy()``; or an entry of a
 local bound so. A parameter, an attribute, a value moved on
 (``.to(...)``/``.cuda()``) or a name bound any other way stays
-``device: unknown``. Pure.
+``device: unknown``.
+
+``default_source``: the source is made on the *default* device: a tensor
+factory without a device (`torch.arange(n)`), a torch op, a method or an
+arithmetic expression of one (`torch.outer(torch.arange(n), f).float()`),
+or a local every binding of which is such an expression. PyTorch puts every
+tensor input of an op on one device (a 0-dim tensor aside, so only factories
+that make at least one dimension count inside an op), so the result is
+where the factory's is: the ``*_like`` is a factory without a device too,
+a device site only under a default-device context
+(``pipeline/default_device.py``). Pure.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -71,3 +83,156 @@ def _host(value: str) -> bool:
     if _MOVES.search(value):
         return False
     return _FACTORY.match(value) is not None or (_PT.search(value) is not None and value.endswith(")"))
+
+
+# factories that take the default device when no device is given, and those
+# of them whose result always has a dimension (never a 0-dim scalar)
+_DEFAULT_FACTORIES = frozenset({"arange", "linspace", "logspace", "randperm", "eye", "zeros", "ones", "empty",
+                                "full", "rand", "randn", "randint"})
+_SHAPED = frozenset({"arange", "linspace", "logspace", "randperm", "eye"})
+_SHAPED_BY_FIRST = frozenset({"zeros", "ones", "empty", "rand", "randn"})
+# methods that move a tensor or read it out: the result is not where the tensor was
+_MOVING = frozenset({"to", "cuda", "cpu", "pin_memory", "type", "numpy", "tolist", "item", "share_memory_"})
+_DEPTH = 4  # locals followed through their bindings
+
+
+def default_source(ext: PythonExtractor, node: Any, text: str) -> bool:
+    """``text`` (the ``*_like`` argument, or the tensor whose ``.device`` a
+    call names) is made on the default device in ``node``'s function."""
+    name = text.strip()
+    if not name.isidentifier():
+        return False
+    body = node.parent
+    while body is not None and body.type != "function_definition":
+        body = body.parent
+    if body is None or b"torch." not in ext.src.data[body.start_byte:node.start_byte]:
+        return False
+    params = body.child_by_field_name("parameters")
+    names = frozenset(re.findall(r"[A-Za-z_]\w*", ext.src.text(params, 2000))) if params is not None else frozenset()
+    # every binding in the function, also those below the call (a loop may run them first)
+    source = ext.src.data[body.start_byte:body.end_byte].decode("utf-8", "replace")
+    return _bound_default(ext, source, name, names, _DEPTH, False, frozenset())
+
+
+def _bound_default(ext: PythonExtractor, source: str, name: str, params: frozenset[str], depth: int,
+                   shaped: bool, proving: frozenset[str]) -> bool:
+    """Every binding of local ``name`` in ``source`` is a default-device
+    expression (a binding that reads the name itself, `x = x.float()`,
+    holds by induction: its first binding cannot read it)."""
+    key = f"{name}:{shaped}"  # proven with or without a dimension: a 0-dim binding proves only the latter
+    if key in proving:
+        return True
+    if depth <= 0 or name in params:
+        return False
+    proving = proving | {key}
+    values = _bindings(source, name)
+    if not values:
+        return False
+    for value in values:
+        try:
+            tree = ast.parse(value.strip(), mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return False
+        if not _default_expr(ext, tree, source, params, depth, shaped, proving):
+            return False
+    return True
+
+
+def _default_expr(ext: PythonExtractor, node: ast.AST, source: str, params: frozenset[str], depth: int,
+                  shaped: bool, proving: frozenset[str]) -> bool:
+    """An expression made on the default device (``shaped``: and never 0-dim)."""
+    if isinstance(node, ast.Name):
+        return _bound_default(ext, source, node.id, params, depth - 1, shaped, proving)
+    if isinstance(node, ast.Subscript):
+        return not shaped and _default_expr(ext, node.value, source, params, depth, shaped, proving)
+    if isinstance(node, ast.UnaryOp):
+        return _default_expr(ext, node.operand, source, params, depth, shaped, proving)
+    if isinstance(node, ast.BinOp):
+        return any(_default_expr(ext, side, source, params, depth, True, proving) for side in (node.left, node.right))
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        return False
+    if any(k.arg in (None, "device", "out") for k in node.keywords):
+        return False  # a device given, `**kwargs` that may hold one, or an output buffer
+    func = node.func
+    head = ext.resolve_text(ast.unparse(func.value)) if isinstance(func.value, ast.Name) else ""
+    if head == "torch":
+        if func.attr in _DEFAULT_FACTORIES:
+            return not shaped or func.attr in _SHAPED or (
+                func.attr in _SHAPED_BY_FIRST and bool(node.args) and not _empty_shape(node.args[0]))
+        return any(_default_expr(ext, a, source, params, depth, True, proving) for a in node.args)
+    if func.attr in _MOVING and not (func.attr == "to" and _dtype_only(node)):
+        return False
+    return _default_expr(ext, func.value, source, params, depth, shaped, proving)
+
+
+def _empty_shape(arg: ast.expr) -> bool:
+    return isinstance(arg, (ast.Tuple, ast.List)) and not arg.elts
+
+
+def _dtype_only(call: ast.Call) -> bool:
+    """`.to(torch.float64)`, `.to(dtype=torch.int32)`: a dtype, no device."""
+    texts = [ast.unparse(a) for a in call.args] + [ast.unparse(k.value) for k in call.keywords if k.arg == "dtype"]
+    if len(texts) != len(call.args) + len(call.keywords) or len(texts) != 1:
+        return False
+    return bool(re.fullmatch(r"torch\.(?:u?int\d+|float\d*|bfloat16|half|double|bool|complex\d+|long|int)", texts[0]))
+
+
+def _bindings(source: str, name: str) -> list[str]:
+    """The values of every `name = ...` in ``source``; empty when the name is
+    also bound another way (unpacked, a loop or `with` target, a walrus)."""
+    if _bound_else(source, name):
+        return []
+    return [_value(source, hit.end()) for hit in
+            re.finditer(rf"^[ \t]*{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*", source, re.M)]
+
+
+def _bound_else(source: str, name: str) -> bool:
+    """``name`` is bound in ``source`` other than by `name = ...`."""
+    n = re.escape(name)
+    return re.search(rf"^[ \t]*[^\n=#]*,[ \t]*{n}\b[^\n=]*=(?!=)|\bfor\b[^\n:]*\b{n}\b[^\n:]*\bin\b|"
+                     rf"\bas[ \t]+{n}\b|\b{n}[ \t]*:=|^[ \t]*{n}[ \t]*,|\b(?:global|nonlocal)\b[^\n]*\b{n}\b",
+                     source, re.M) is not None
+
+
+# the current GPU, said literally: `.cuda()`, `.to("cuda")`, `device="cuda"`
+_ON_GPU = re.compile(r"""(?:\.cuda\(\s*(?:non_blocking\s*=\s*\w+\s*)?\)|\.to\(\s*(?:device\s*=\s*)?["']cuda["']\s*"""
+                     r"""(?:,\s*non_blocking\s*=\s*\w+\s*)?\))\s*$""")
+_FACTORY_ON_GPU = re.compile(r"""^torch\.\w+\((?:[^()]|\([^()]*\))*\bdevice\s*=\s*["']cuda["']"""
+                             r"""(?:[^()]|\([^()]*\))*\)$""", re.S)
+
+
+def on_current_gpu(ext: PythonExtractor, node: Any, name: str) -> bool:
+    """Local ``name`` holds a tensor already on the current GPU: its last
+    binding above the move, in the same block (nothing between them leaves
+    the block or binds the name another way), ends in `.cuda()` /
+    `.to("cuda")` or is a torch factory with `device="cuda"`, and the
+    function never switches the current device. Moving it there again
+    (`name.cuda()`) copies nothing."""
+    if not name.isidentifier():
+        return False
+    body = node.parent
+    while body is not None and body.type != "function_definition":
+        body = body.parent
+    if body is None:
+        return False
+    params = body.child_by_field_name("parameters")
+    if params is not None and re.search(rf"\b{re.escape(name)}\b", ext.src.text(params, 2000)):
+        return False
+    source = ext.src.data[body.start_byte:body.end_byte].decode("utf-8", "replace")
+    if re.search(r"set_device\(|cuda\.device\(|\bwith\b[^\n]*\bdevice\(", source):
+        return False  # the current device may change between the two moves
+    before = ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace")
+    hits = list(re.finditer(rf"^([ \t]*){re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*", before, re.M))
+    if not hits:
+        return False
+    last = hits[-1]
+    value = _value(before, last.end())
+    between = before[last.end() + len(value):]
+    indent = len(last.group(1))
+    lines = between.split("\n")[1:]  # the lines after the binding's own, up to the move
+    if any(line.strip() and len(line) - len(line.lstrip()) < indent for line in lines):
+        return False  # the block was left in between: the binding may not run before the move
+    if any(re.match(r"\s*(?:async\s+)?(?:for|while)\b", line) for line in lines) or _bound_else(between, name):
+        return False  # a loop entered in between may rebind it below; or bound another way
+    value = value.strip()
+    return bool(_ON_GPU.search(value) or _FACTORY_ON_GPU.match(value))

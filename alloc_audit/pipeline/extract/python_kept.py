@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...arglists import split_args
 from ...model import Assign, CallTable, Return, Site
@@ -316,3 +316,89 @@ def _kept_direct(site: Site) -> Site:
     if target and not _LOCAL.fullmatch(target) and _KEPT_PLACE.fullmatch(target):
         return dataclasses.replace(site, kept=target)
     return site
+
+
+# torch functions whose result is always a new tensor: an allocation passed
+# to one is read and dropped
+_NEW_TENSOR = frozenset(f"torch.{n}" for n in (
+    "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "pow", "outer", "polar", "cat",
+    "concat", "stack", "matmul", "mm", "bmm", "sin", "cos", "tanh", "sigmoid", "abs", "clamp", "cumsum",
+    "cumprod", "neg", "reciprocal", "square", "erf", "floor", "ceil", "round", "triu", "tril", "kron",
+    "softmax", "logsumexp"))
+# pure reshaping functions: the result may be a view of the allocation
+_RESHAPING = frozenset({"einops.rearrange", "einops.repeat", "einops.reduce"})
+_ARITHMETIC = frozenset({"+", "-", "*", "/", "//", "%", "**", "@"})
+
+
+def intermediate(ext: PythonExtractor, node: Any, wrapper: str | None) -> bool:
+    """The allocation ``node`` (bound to no name) is consumed by the
+    expression around it and never kept (issue 11, round 8): an operand of
+    arithmetic (`torch.rand(n) * k`: the result is a new tensor), an
+    argument of a torch function that always makes a new tensor
+    (`torch.log(torch.ones(n))`), or of a pure reshaping function whose
+    result goes to a local read only by such functions
+    (`A = repeat(torch.arange(n), ...).contiguous()` then `torch.log(A)`).
+    A registration (`nn.Parameter(k * torch.ones(n))`) is not one."""
+    if wrapper is not None and wrapper not in _NEW_TENSOR and wrapper not in _RESHAPING:
+        return False
+    up = ext.up.parent
+    parent = up(node)
+    while parent is not None and parent.type == "parenthesized_expression":
+        parent = up(parent)
+    if parent is None:
+        return False
+    if parent.type == "binary_operator":
+        op = parent.child_by_field_name("operator")
+        return op is not None and ext.src.text(op, 4) in _ARITHMETIC
+    if parent.type != "argument_list" or wrapper is None:
+        return False
+    if wrapper in _NEW_TENSOR:
+        return True
+    call = up(parent)
+    local = ext.rhs_targets.get(call.start_byte) if call is not None else None
+    if call is not None and local is None:
+        local = _chain_target(ext, call)
+    return bool(local) and _LOCAL.fullmatch(local or "") is not None and _read_only_by_new(ext, call, local or "")
+
+
+def _chain_target(ext: PythonExtractor, call: Any) -> str | None:
+    """The name a view chain on ``call`` is assigned to (`A = f(x).contiguous()`)."""
+    up = ext.up.parent
+    child, parent = call, up(call)
+    for _ in range(6):
+        if parent is None:
+            return None
+        if parent.type == "assignment" and parent.child_by_field_name("right") == child:
+            left = parent.child_by_field_name("left")
+            return ext.src.text(left, 80) if left is not None else None
+        if parent.type == "attribute" and parent.child_by_field_name("object") == child:
+            method = parent.child_by_field_name("attribute")
+            outer = up(parent)
+            if method is None or ext.src.text(method, 40) not in _VIEW_METHODS.split("|") \
+                    or outer is None or outer.type != "call":
+                return None
+            child, parent = outer, up(outer)
+            continue
+        return None
+    return None
+
+
+def _read_only_by_new(ext: PythonExtractor, call: Any, name: str) -> bool:
+    """Every later mention of local ``name`` in its function is the first
+    argument of a torch function that makes a new tensor."""
+    body = call
+    while body is not None and body.type != "function_definition":
+        body = body.parent
+    if body is None:
+        return False
+    after = ext.src.data[call.end_byte:body.end_byte].decode("utf-8", "replace")
+    uses = [m.start() for m in re.finditer(rf"(?<![\w.]){re.escape(name)}\b", after)]
+    if not uses:
+        return False
+    for at in uses:
+        m = re.search(r"([\w.]+)\(\s*$", after[:at])
+        if m is None or ext.resolve_text(m.group(1)) not in _NEW_TENSOR:
+            return False
+        if not re.match(rf"{re.escape(name)}\s*[,)]", after[at:]):
+            return False
+    return True

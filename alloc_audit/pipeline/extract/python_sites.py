@@ -17,7 +17,8 @@ from ...model import Arg, CallTable, Site, SiteKind
 from . import common
 from .common import Source, zero_elements
 from .python_fake import in_fake_scope
-from .python_host import host_source
+from .python_host import default_source, host_source, on_current_gpu
+from .python_kept import intermediate
 from .python_module_move import dispatches_to_super, moves_module
 
 if TYPE_CHECKING:
@@ -32,6 +33,8 @@ _DICT_DEVICE = re.compile(r"""(?:\bdevice\s*=|["']device["']\s*:)\s*([^,)}\n]+)"
 # `.to(x)` copies to a device when x names one: `device`, `self.device`,
 # `target_dev`, `x.device`, `torch.device(...)` (never a dtype or a tensor)
 _DEVICE_NAME = re.compile(r"(?:^|[._])(?:[a-z_]*_)?(?:device|dev)s?(?:\[[^\]]*\])?(?:\(\))?$|^torch\.device\(")
+_CONSTRUCTORS = frozenset({"__init__", "__post_init__", "__new__"})
+_DEVICE_OF = re.compile(r"([A-Za-z_]\w*)\.device")
 _REGISTRATION = re.compile(r"(?:Parameter|register_buffer|register_parameter)$")
 
 
@@ -239,13 +242,20 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
                 device = DEFAULT_DEVICE if mode == "keyword" else "unknown"
             if device in (None, "cpu", "meta"):
                 return None
-            if mode == "inherit" and positional and spec.api.startswith("torch.") \
-                    and host_source(ext, node, positional[0]):
-                return None  # `torch.zeros_like(enc["input_ids"])` of a tokenizer's output: a host tensor
+            if mode == "inherit" and positional and spec.api.startswith("torch."):
+                if host_source(ext, node, positional[0]):
+                    return None  # `torch.zeros_like(enc["input_ids"])` of a tokenizer's output: a host tensor
+                if default_source(ext, node, positional[0]):
+                    device = DEFAULT_DEVICE  # `torch.ones_like(torch.arange(n))`: where the default device is
         else:
             device = classify_device(dev_text)
             if device in ("cpu", "meta") or (scope, dev_text.strip()) in ext.host_locals:
                 return None
+            source = _DEVICE_OF.fullmatch(dev_text.strip())
+            if source is not None and host_source(ext, node, source.group(1)):
+                return None  # `device=sample.device` of a tensor made on the host in the function
+            if source is not None and default_source(ext, node, source.group(1)):
+                device = DEFAULT_DEVICE  # `device=x.device` of `x = torch.randn(n)`: the default device
             if under_cpu_branch(ext.src, node, dev_text.strip()):
                 return None
     elif mode == "to-args":
@@ -259,8 +269,16 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
         device = _copy_device(wanted)
         if device is None or (wanted and under_cpu_branch(ext.src, node, wanted[0].strip())):
             return None
+        if receiver is not None and _to_current_gpu(positional, kwargs) \
+                and on_current_gpu(ext, node, ext.src.text(receiver, 80)):
+            return None  # `x.to("cuda")` of a tensor the function already put there: no copy
     elif mode == "cuda":
         device = "cuda"
+        fn = node.children[0]
+        receiver = fn.child_by_field_name("object") if fn.type == "attribute" else None
+        if receiver is not None and not positional and set(kwargs) <= {"non_blocking"} \
+                and on_current_gpu(ext, node, ext.src.text(receiver, 80)):
+            return None  # `x.cuda()` of a tensor the function already put there: no copy
     shape, size = _shape(spec.shape, positional, kwargs)
     if zero_elements(spec.api, shape):
         return None  # `torch.empty(0)`, `torch.empty(0).set_(storage)`: holds no memory
@@ -277,8 +295,20 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
         return None  # `super().to(device)` in a class's own `to`: method dispatch, the moves are in the base
     if mode in ("to-args", "cuda") and api.startswith("Tensor.") and moves_module(ext, node):
         api = "Module." + api[len("Tensor."):]  # the whole model or layer: a weight upload (rules/tiers.toml)
-    return ext.at.site(node, api, kind, scope, span, size, shape, device, target, wrapper(ext, node),
-                        dtype=kwargs.get("dtype"))
+    site = ext.at.site(node, api, kind, scope, span, size, shape, device, target, wrapper(ext, node),
+                       dtype=kwargs.get("dtype"))
+    if target is None and mode != "to-args" and scope.rsplit(".", 1)[-1] in _CONSTRUCTORS \
+            and intermediate(ext, node, site.wrapper):
+        # `torch.log(torch.ones(n))`, `torch.rand(n) * k` in a constructor: read and dropped, never kept
+        return dataclasses.replace(site, wrapper=None, kept="local")
+    return site
+
+
+def _to_current_gpu(positional: list[str], kwargs: dict[str, str]) -> bool:
+    """`.to("cuda")` / `.to(device="cuda")`: the current GPU, no dtype change."""
+    texts = positional + [v for k, v in kwargs.items() if k == "device"]
+    return len(texts) == 1 and set(kwargs) <= {"device", "non_blocking"} and \
+        re.fullmatch(r"""(['"])cuda\1""", texts[0].strip()) is not None
 
 
 # the keywords `Tensor.to` and `nn.Module.to` accept

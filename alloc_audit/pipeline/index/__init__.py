@@ -17,7 +17,7 @@ which costs recall, never precision.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from ...model import Call, FileFacts, Language, Site
 from .calls import CallGraph
@@ -205,6 +205,11 @@ class ProjectIndex:
 
     def callers_within(self, seeds: Iterable[Func], depth: int) -> dict[str, int]:
         return self._calls.callers_within(seeds, depth)
+
+    def calls_named(self, name: str) -> Sequence[tuple[Func, int]]:
+        """Every call whose callee's last name is ``name``, as (function,
+        index in its file's ``CallTable``), resolved or not."""
+        return self._calls.calls_by_leaf().get(name, ())
 
     def callees(self, func: Func) -> Iterator[tuple[Call, tuple[Func, ...]]]:
         return self._calls.callees(func)

@@ -69,6 +69,9 @@ def module_constants(symbols: Symbols, path: str) -> dict[str, Value]:
             counts[target] = counts.get(target, 0) + 1
     rebound = {t for f in symbols.by_path.get(path, {}).values() if f is not module for a in f.assigns
                for t in a.targets}
+    # `global _pool` ... `_pool = make_pool()` in a function: a call's value, kept as the call's target
+    rebound |= {t for f in symbols.by_path.get(path, {}).values() if f is not module and f.table is not None
+                for i in f.call_ix if (t := f.table.targets[i])}
     for assign in module.assigns:
         if len(assign.targets) != 1 or assign.op != "=":
             continue
@@ -182,6 +185,10 @@ def bind_edge(caller: Func, call: Call, target: Func, env: Env, constants: Env) 
         return {}
     spread = any(a.keyword is None and a.text.startswith("**") for a in args) or \
         any((a.keyword or "").startswith("**") for a in args)
+    # the extractor keeps the first ARGLIST_CAP (400) bytes of an argument list
+    # (`extract/python_sites.py`): in a cut one, a parameter not seen may be
+    # passed further on, so it does not take its default
+    cut = len(call.arglist.encode("utf-8", "replace")) >= _ARGLIST_CUT
     out: dict[str, Value] = {}
     positional = [a for a in args if a.keyword is None]
     keywords = {a.keyword: a for a in args if a.keyword is not None}
@@ -196,7 +203,7 @@ def bind_edge(caller: Func, call: Call, target: Func, env: Env, constants: Env) 
         elif name in keywords:
             text = keywords[name].text
             out[name] = value_of(caller, text, env, constants, f"{where} passes {name}={text}")
-        elif spread:
+        elif spread or cut:
             out[name] = UNKNOWN_VALUE
         elif default:
             value = literal_value(default, f"{where} passes no {name} (default {default})")
@@ -206,6 +213,8 @@ def bind_edge(caller: Func, call: Call, target: Func, env: Env, constants: Env) 
             out[name] = value_of(caller, keywords[name].text, env, constants, f"{where} passes {name}=...")
     return {k: v for k, v in out.items() if v.known}
 
+
+_ARGLIST_CUT = 396  # a few bytes under the extractor's cap: a "replace"-decoded cut byte may shorten it
 
 _NATIVE_INT = re.compile(r"^[-+]?\d+[uUlL]*$")
 

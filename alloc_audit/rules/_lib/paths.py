@@ -89,7 +89,17 @@ def _parse_test(test: str) -> tuple[ast.expr, frozenset[str]] | None:
         node = ast.parse(test.strip(), mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    return node, frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+    return node, frozenset(name for n in ast.walk(node) if (name := _name(n)))
+
+
+def _name(node: ast.AST) -> str:
+    """A plain name (`out`) or an attribute of ``self`` (`self.deterministic`:
+    a known value when a constructor stores a parameter there), else ""."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return f"self.{node.attr}"
+    return ""
 
 
 _UNSET = object()
@@ -99,8 +109,8 @@ def _operand(node: ast.AST, env: Env, constants: Env) -> object:
     """The known Python value of an operand, or _UNSET."""
     if isinstance(node, ast.Constant):
         return node.value
-    if isinstance(node, ast.Name):
-        value = env.get(node.id) or constants.get(node.id)
+    if isinstance(node, (ast.Name, ast.Attribute)) and _name(node):
+        value = env.get(_name(node)) or constants.get(_name(node))
         if value is not None and value.kind in (LITERAL, NONE):
             return value.literal
         return _UNSET
@@ -142,8 +152,8 @@ def _truth(node: ast.AST, env: Env, constants: Env) -> bool | None:
     if isinstance(node, ast.Compare) and len(node.ops) == 1:
         op, right = node.ops[0], node.comparators[0]
         if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and right.value is None \
-                and isinstance(node.left, ast.Name):
-            value = env.get(node.left.id) or constants.get(node.left.id)
+                and _name(node.left):
+            value = env.get(_name(node.left)) or constants.get(_name(node.left))
             if value is None or value.kind == UNKNOWN:
                 return None
             is_none = value.kind == NONE
@@ -157,8 +167,8 @@ def _truth(node: ast.AST, env: Env, constants: Env) -> bool | None:
                 except TypeError:
                     return None
         return None
-    if isinstance(node, ast.Name):
-        value = env.get(node.id) or constants.get(node.id)
+    if isinstance(node, (ast.Name, ast.Attribute)) and _name(node):
+        value = env.get(_name(node)) or constants.get(_name(node))
         if value is None or value.kind in (UNKNOWN, NOT_NONE):
             return None
         return bool(value.literal)

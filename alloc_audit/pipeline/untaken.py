@@ -1,0 +1,101 @@
+"""Stage 5a, after derive: derived sites whose allocations the call never
+runs (issue 11, round 8).
+
+A construction or factory call is a derived site because the callee
+allocates somewhere within a few calls. Under the values this call passes
+(``values.bind_edge``: literals, ``None``, defaults left in place), some of
+those allocations sit on branches that never run (`if deterministic:` when
+the call leaves ``deterministic=False``; `if self.deterministic:` after the
+constructor's `self.deterministic = deterministic`) or make a host tensor
+(`torch.zeros(n, device=device)` where the call leaves ``device="cpu"``).
+When that holds for every allocation the call reaches, the call allocates
+nothing on the device: the derived site is dropped. The branches are
+decided by the rules' path-sensitive reach (``rules/_lib/paths.py``): only
+what the call states decides a branch, so an unknown value keeps the site.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..model import Call, Language, Site, Tier
+from .index import Func, ProjectIndex
+from .index.values import Env, Value, bind_edge
+
+if TYPE_CHECKING:
+    from ..rules._lib.paths import PathReach
+
+_DEPTH = 3  # as the derived sites' own search (``Factories.derived_sites``)
+_MOVES = frozenset({"Tensor.to", "Tensor.cuda", "Module.to", "Module.cuda"})
+_SELF_STORE = re.compile(r"self\.([A-Za-z_]\w*)")
+
+
+def drop_untaken(derived: Sequence[Site], index: ProjectIndex) -> list[Site]:
+    """The derived sites, less those whose every allocation this call skips."""
+    from ..rules._lib.paths import PathReach  # the rules' analysis; imported here, used by one stage
+
+    reach = PathReach(index)
+    return [site for site in derived if site.via is None or site.language is not Language.PYTHON
+            or not _untaken(site, index, reach)]
+
+
+def _untaken(site: Site, index: ProjectIndex, paths: PathReach) -> bool:
+    caller = index.func(site.path, site.scope)
+    if caller is None:
+        return False
+    call = next((c for c in caller.calls if c.span == site.span), None)
+    if call is None:
+        return False
+    cls = index.constructed_class(caller, call)
+    starts = index.constructors(cls) if cls is not None else [f for f in index.resolve(caller, call) if f is not caller]
+    skipped = False
+    for start in starts:
+        env = _bind(index, caller, call, start)
+        if start.scope is not None and start.scope.role == "constructor":
+            env = {**env, **_stored_params(index, start, env)}
+        live = {(w.site.path, w.site.span.line, w.site.span.col)
+                for w in paths.reach(start, env, _DEPTH)}
+        for reached in index.reach(start, _DEPTH):
+            candidate = reached.site
+            if not candidate.acquires or (candidate.tier is Tier.T1 and candidate.api not in _MOVES):
+                continue  # a layer's own weights are counted where they are made (a weight upload is not)
+            if (candidate.path, candidate.span.line, candidate.span.col) in live:
+                return False
+            skipped = True
+    return skipped
+
+
+def _bind(index: ProjectIndex, caller: Func, call: Call, target: Func) -> Env:
+    """The edge's values, with the constants the caller's module imports."""
+    return bind_edge(caller, call, target, {}, index.visible_constants(caller.path))
+
+
+def _stored_params(index: ProjectIndex, ctor: Func, env: Env) -> dict[str, Value]:
+    """``self.x`` -> the value of parameter ``p`` where the constructor stores
+    `self.x = p` and nothing else in the class assigns ``self.x`` (a later
+    `if self.x:` in the constructor reads the call's value)."""
+    owner = ctor.owner
+    if owner is None:
+        return {}
+    stores: dict[str, list[tuple[int, str]]] = {}
+    prefix = owner.qualname + "."
+    for func in index.functions_in(ctor.path):
+        if func.qualname != ctor.qualname and not func.qualname.startswith(prefix):
+            continue
+        for assign in func.assigns:
+            for target in assign.targets:
+                m = _SELF_STORE.fullmatch(target.strip())
+                if m is not None:
+                    value = assign.value.strip() if func is ctor and assign.op == "=" else "<elsewhere>"
+                    stores.setdefault(m.group(0), []).append((assign.line, value))
+    out: dict[str, Value] = {}
+    for attr, found in stores.items():
+        if len(found) != 1 or found[0][1] not in env:
+            continue
+        line = found[0][0]
+        # read after the store only: a test above it reads something else
+        if all(b.span.line > line for b in ctor.blocks if attr in b.test):
+            out[attr] = env[found[0][1]]
+    return out
