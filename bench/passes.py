@@ -30,9 +30,11 @@ from typing import Any
 STAGES = [("index", "build_index"), ("expand", "expand_skipped"), ("default_device", "promote_default_sites"),
           ("module_classes", "module_moves"), ("classify_callers", "tiers_from_callers"),
           ("checkpoint_reads", "checkpoint_uploads"), ("derive", "derive_sites"), ("host_moves", "drop_host_moves"),
+          ("untaken", "drop_untaken"),
           ("classify_callers", "tiers_of_derived"), ("lifetimes", "decided_by_use"), ("weight_fills", "weight_fills"),
           ("returned_scratch", "returned_scratch"), ("lazy_members", "lazy_members"),
-          ("kept_results", "kept_results"), ("roles", "with_roles"), ("run", "_findings")]
+          ("kept_results", "kept_results"), ("caller_lifetimes", "caller_lifetimes"), ("roles", "with_roles"),
+          ("run", "_findings")]
 
 
 def _wrap(times: dict[str, float], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -46,11 +48,19 @@ def _wrap(times: dict[str, float], name: str, fn: Callable[..., Any]) -> Callabl
 
 
 def instrument(times: dict[str, float]) -> None:
-    """Wrap every stage wherever it is looked up: its module, and the modules that imported it by name."""
-    modules = {m: importlib.import_module(f"alloc_audit.pipeline.{m}") for m, _ in STAGES}
+    """Wrap every stage wherever it is looked up: its module, and the modules that imported it by name
+    (a stage the code measured does not have is left out)."""
+    modules = {}
+    for module, _ in STAGES:
+        try:
+            modules[module] = importlib.import_module(f"alloc_audit.pipeline.{module}")
+        except ImportError:
+            continue
     users = [importlib.import_module(f"alloc_audit.pipeline.{m}") for m in ("run", "derive")]
     for module, name in STAGES:
-        original = getattr(modules[module], name)
+        original = getattr(modules.get(module), name, None)
+        if original is None:
+            continue
         timed = _wrap(times, name, original)
         setattr(modules[module], name, timed)
         for user in users:
