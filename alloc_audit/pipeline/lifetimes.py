@@ -375,8 +375,18 @@ def _state_created_once(site: Site, index: ProjectIndex) -> Site:
     return site
 
 
-_DATA = re.compile(r"(?!self\.|cls\.)[A-Za-z_]\w*(?:\.(?!grad\b)[A-Za-z_]\w*)*\.data")
+_DATA = re.compile(r"(?!self\.|cls\.)[A-Za-z_]\w*(?:\.(?!grad\b)[A-Za-z_]\w*)*\.data"
+                   # a sub-module's weight, replaced whole or in place: `linear.weight = ...`,
+                   # `self.patch_embed.proj.weight.data = ...` (not `self.weight`: the object's own)
+                   r"|(?:(?!self\.|cls\.)[A-Za-z_]\w*|(?:self|cls)\.[A-Za-z_]\w*)(?:\.[A-Za-z_]\w*)*"
+                   r"\.(?:weight|bias)(?:\.data)?")
 _REGISTERED = re.compile(r"[A-Za-z_][\w.]*\._(?:parameters|buffers)\[[^\]]+\]")
+
+
+def weight_storage(target: str) -> bool:
+    """Whether a store to ``target`` replaces a parameter's or buffer's
+    storage (`p.data`, `linear.weight`, `self.proj.weight.data`)."""
+    return _DATA.fullmatch(target) is not None
 
 
 def _holds_weights(site: Site, index: ProjectIndex, storing: dict[str, bool]) -> str:

@@ -85,6 +85,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .lazy_members import lazy_members
     from .lifetimes import decided_by_use
     from .module_classes import module_moves
+    from .module_state import module_state
     from .returned_scratch import returned_scratch
     from .roles import with_roles
     from .weight_fills import weight_fills
@@ -115,6 +116,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
                          outcomes.skipped_mentioning)
     sites = tiers_from_callers(sites, index, catalog.callers)
     sites = checkpoint_uploads(sites, index, catalog.callers)
+    sites = module_state(sites, index)
     sites += tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
                               catalog.callers)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)

@@ -87,6 +87,9 @@ class PythonExtractor:
         self.host_locals: frozenset[tuple[str, str]] = frozenset()
         # the file may register fake/meta impls or enter a FakeTensorMode (python_fake)
         self.fake_file = python_fake.may_have_fake_scopes(source)
+        self.fake_aliases: frozenset[str] | None = None  # names bound to a fake-impl decorator (python_fake)
+        # (function start, receiver) -> whether the code uses it as a module (python_module_move)
+        self.module_uses: dict[tuple[int, str], bool] = {}
 
     # ------------------------------------------------------------ entry point
     def run(self) -> FileFacts:

@@ -2,7 +2,10 @@
 the body of a function registered as an operator's fake/abstract/meta
 implementation (``@torch.library.register_fake("ns::op")``,
 ``@op.register_fake``, ``@impl_abstract(...)``, ``@register_meta(...)``,
-``@torch.library.impl(lib, "op", "Meta")``), and code lexically inside
+``@torch.library.impl(lib, "op", "Meta")``), also through a name bound to
+one of those decorators in the file (``_fake = torch.library.register_fake``,
+or a function whose ``return`` hands one out, then ``@_fake("ns::op")``),
+and code lexically inside
 ``with FakeTensorMode(...):`` or ``with fake_mode:`` where ``fake_mode`` is
 bound to ``FakeTensorMode(...)`` in the same function. Part of the Python
 extractor (``python_sites.py``)."""
@@ -21,6 +24,13 @@ _FAKE_DECORATOR = re.compile(
     r"""^@\s*(?:[\w.]+\.)?(?:register_fake|impl_abstract|register_meta|register_fake_class)\b"""
     r"""|^@\s*(?:torch\.)?(?:library\.)?impl\(.*["']Meta["']\s*\)\s*$""", re.S)
 _FAKE_MODE_CALL = re.compile(r"^(?:[\w.]+\.)?FakeTensorMode\(")
+_FAKE_NAME = rb"(?:[\w.]+\.)?(?:register_fake|impl_abstract|register_meta)\b"
+# `_fake = torch.library.register_fake` (module level or in a branch)
+_ALIAS = re.compile(rb"^[ \t]*([A-Za-z_]\w*)[ \t]*=[ \t]*" + _FAKE_NAME, re.M)
+# `def _fake(...):` whose body returns one (`return torch.library.register_fake(op)`)
+_WRAPPER = re.compile(rb"^([ \t]*)def[ \t]+([A-Za-z_]\w*)\(", re.M)
+_RETURNS_FAKE = re.compile(rb"^([ \t]+)return[ \t]+" + _FAKE_NAME, re.M)
+_ALIAS_DECORATOR = re.compile(r"^@\s*([A-Za-z_]\w*)\b")
 
 
 def may_have_fake_scopes(source: bytes) -> bool:
@@ -39,10 +49,34 @@ def in_fake_scope(ext: PythonExtractor, node: Any) -> bool:
             holder = parent.parent
             if holder is not None and holder.type == "decorated_definition":
                 for child in holder.children:
-                    if child.type == "decorator" and _FAKE_DECORATOR.search(src.text(child, 300)):
+                    if child.type == "decorator" and _fake_decorator(ext, src.text(child, 300)):
                         return True
         parent = parent.parent
     return False
+
+
+def _fake_decorator(ext: PythonExtractor, text: str) -> bool:
+    if _FAKE_DECORATOR.search(text):
+        return True
+    m = _ALIAS_DECORATOR.match(text)
+    return m is not None and m.group(1) in fake_aliases(ext)
+
+
+def fake_aliases(ext: PythonExtractor) -> frozenset[str]:
+    """Names the file binds to a fake-impl decorator: an assignment of one,
+    or a function that returns one. Read once per file, from the bytes."""
+    if ext.fake_aliases is None:
+        data = ext.src.data
+        names = {m.group(1).decode() for m in _ALIAS.finditer(data)}
+        for ret in _RETURNS_FAKE.finditer(data):
+            # the innermost `def` above the `return`, indented less
+            indent = len(ret.group(1))
+            for m in reversed(list(_WRAPPER.finditer(data, 0, ret.start()))):
+                if len(m.group(1)) < indent:
+                    names.add(m.group(2).decode())
+                    break
+        ext.fake_aliases = frozenset(names)
+    return ext.fake_aliases
 
 
 def _fake_with(ext: PythonExtractor, node: Any) -> bool:

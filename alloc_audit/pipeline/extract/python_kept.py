@@ -31,7 +31,7 @@ _READS = frozenset({"sum", "item", "all", "any", "tolist", "numel", "size", "dim
 # builtins that read a tensor and keep nothing of it
 _READS_ONLY = frozenset({"int", "float", "bool", "len", "str", "repr", "print", "isinstance", "id", "hash", "type",
                          "min", "max", "sum", "abs", "round", "range", "enumerate", "zip", "format"})
-_KEPT_PLACE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\[[^\]]*\])?|[A-Za-z_]\w*\[[^\]]*\]")
+_KEPT_PLACE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\[[^\]]*\])*|[A-Za-z_]\w*(?:\[[^\]]*\])+")
 # a store into a slice (`x[:n] = buf`, `x[i, :n] = buf`): a copy of the values
 _SLICE_STORE = re.compile(r"[A-Za-z_][\w.]*\[[^\]]*:[^\]]*\]")
 _CONTAINER_ADD = re.compile(r"^(?P<owner>[A-Za-z_][\w.]*)\.(?:append|extend|insert|add|setdefault|update|put)$")
@@ -349,7 +349,7 @@ def intermediate(ext: PythonExtractor, node: Any, wrapper: str | None) -> bool:
         return False
     if parent.type == "binary_operator":
         op = parent.child_by_field_name("operator")
-        return op is not None and ext.src.text(op, 4) in _ARITHMETIC
+        return op is not None and ext.src.text(op, 4) in _ARITHMETIC and not _registered_result(ext, parent)
     if parent.type != "argument_list" or wrapper is None:
         return False
     if wrapper in _NEW_TENSOR:
@@ -402,3 +402,34 @@ def _read_only_by_new(ext: PythonExtractor, call: Any, name: str) -> bool:
         if not re.match(rf"{re.escape(name)}\s*[,)]", after[at:]):
             return False
     return True
+
+
+_REGISTRATION_CALL = r"(?:register_buffer|register_parameter|Parameter|\w*_parameter\w*)\s*\("
+
+
+def _registered_result(ext: PythonExtractor, expr: Any) -> bool:
+    """The arithmetic is assigned to a local (through parentheses and a
+    conditional) that a registration later in the function takes whole
+    (`scale = (torch.arange(n) + b) / c if base else None` ...
+    `self.register_buffer("scale", scale)`): the allocation is registered
+    module state (pipeline/module_state.py), not a dropped operand."""
+    up = ext.up.parent
+    parent = up(expr)
+    for _ in range(8):
+        if parent is None or parent.type not in ("binary_operator", "parenthesized_expression",
+                                                  "conditional_expression", "unary_operator"):
+            break
+        parent = up(parent)
+    if parent is None or parent.type != "assignment":
+        return False
+    left = parent.child_by_field_name("left")
+    if left is None or left.type != "identifier":
+        return False
+    body = parent
+    while body is not None and body.type != "function_definition":
+        body = body.parent
+    if body is None:
+        return False
+    name = re.escape(ext.src.text(left, 80))
+    after = ext.src.data[parent.end_byte:body.end_byte].decode("utf-8", "replace")
+    return re.search(_REGISTRATION_CALL + rf"[^()]*(?<![\w.]){name}\s*[,)]", after) is not None

@@ -40,6 +40,11 @@ _MEMBER = re.compile(r"(?:self\.)?[A-Za-z_]\w*")
 # (a module's modes), `.build()` of a config (`Experts.Config(...).build()`),
 # `torch.jit.load(...)` (a ScriptModule)
 _MODULE_ONLY = re.compile(r"\.(?:eval|train)\(\s*(?:True|False)?\s*\)|\.build\(\s*\)$|^torch\.jit\.load\(")
+# methods only a module has, called on a name (`model.load_state_dict(sd)`,
+# `model.eval()`): the name holds a module
+_MODULE_METHODS = (rb"eval|train|load_state_dict|state_dict|named_parameters|parameters|named_buffers|buffers"
+                   rb"|named_modules|modules|children|remove_weight_norm|register_buffer|register_module")
+_MODULE_METHOD_NAMES = re.compile(_MODULE_METHODS.decode())
 _NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "UninitializedParameter"})
 
 
@@ -49,6 +54,10 @@ def moves_module(ext: PythonExtractor, node: Any) -> bool:
     text, before = receiver_text(ext, node)
     if text is None:
         return False
+    return _told_by_file(ext, node, text, before) or _used_as_module(ext, node, text)
+
+
+def _told_by_file(ext: PythonExtractor, node: Any, text: str, before: int) -> bool:
     if _MODULE_ONLY.search(_receiver_raw(ext, node)) is not None:
         return True  # `model.eval().to(device)`, `cfg.build().cuda()`: only a module has these
     receiver = text
@@ -61,6 +70,50 @@ def moves_module(ext: PythonExtractor, node: Any) -> bool:
         text, before = found
     built = _builds_module(ext, text)
     return built is True or (built is None and _dropped(node, receiver))
+
+
+def _used_as_module(ext: PythonExtractor, node: Any, text: str) -> bool:
+    """What the code does with the receiver says it is a module: the moved
+    value gets a module's method (``model.to(device).eval()``), the same
+    function calls one on the receiver (``model.load_state_dict(sd)``,
+    ``model.eval()``), or an attribute of ``self`` is set from a model
+    loader in its class (``self._model = load_flow_model(...)``)."""
+    parent = node.parent
+    if parent is not None and parent.type == "attribute":
+        attr = parent.child_by_field_name("attribute")
+        after = parent.parent
+        if attr is not None and after is not None and after.type == "call" \
+                and _MODULE_METHOD_NAMES.fullmatch(ext.src.text(attr, 40)):
+            return True
+    if _MEMBER.fullmatch(text) is None:
+        return False
+    body = node.parent
+    while body is not None and body.type not in ("function_definition", "module"):
+        body = body.parent
+    if body is None:
+        return False
+    key = (body.start_byte, text)  # many moves of one name in one function: read its bytes once
+    found = ext.module_uses.get(key)
+    if found is None:
+        found = ext.module_uses[key] = _module_use(ext, body, text)
+    return found
+
+
+def _module_use(ext: PythonExtractor, body: Any, text: str) -> bool:
+    name = re.escape(text.encode())
+    code = ext.src.data[body.start_byte:body.end_byte]
+    if re.search(rb"(?<![\w.])" + name + rb"\.(?:" + _MODULE_METHODS + rb")\(", code) is not None:
+        return True
+    if not text.startswith("self."):
+        return False
+    owner = body.parent
+    while owner is not None and owner.type != "class_definition":
+        owner = owner.parent
+    if owner is None:
+        return False
+    code = ext.src.data[owner.start_byte:owner.end_byte]
+    loader = rb"(?:[\w.]+\.)?\w*(?:load\w*model|model\w*load|build\w*model)\w*\("
+    return re.search(rb"(?<![\w.])" + name + rb"[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*" + loader, code, re.I) is not None
 
 
 def receiver_text(ext: PythonExtractor, node: Any) -> tuple[str | None, int]:

@@ -1,0 +1,128 @@
+"""Stage 5, after the callers' tiers: module state is model-resident
+(issue 11, round 8; the judges' convention: registered buffers and
+parameters are T1, like weights).
+
+A device buffer of a constructor or a function (T2 or T4 so far) is T1 when
+it becomes a module's registered state:
+
+- handed to a ``*_parameter*`` helper
+  (``create_sharded_parameter_from_config(parameter=torch.ones(n))``);
+- made into a local by an expression (``scale = (torch.arange(n) + b) / c
+  if base else None``) that is then registered (``self.register_buffer(
+  "scale", scale)``, ``nn.Parameter(scale)``);
+- held in a local passed to a project class's constructor
+  (``FlashSelfAttention(alibi_slopes=slopes)``, or through
+  ``partial(FlashSelfAttention, alibi_slopes=slopes)``) whose ``__init__``
+  registers that parameter.
+
+One call edge is followed, from the calls of the site's own function: no
+search. It runs after classification, so the index still sees these
+allocations as the constructor's and a class that holds them stays a
+derived site (``derive`` then gives it T1 from its allocation). Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ..arglists import split_args
+from ..model import Call, Site, Tier
+from .index import Func, ProjectIndex
+from .retier import Decision, python_device_site, retier
+
+_PARTIAL = frozenset({"partial", "functools.partial"})
+_REGISTERS = re.compile(r"(?:^|\.)(?:register_buffer|register_parameter|Parameter)$|_parameter(?:_|$)")
+_LOCAL = re.compile(r"[A-Za-z_]\w*")
+# moves and casts whose result is the same values (`data.to(device)`, `w.contiguous()`)
+_SAME = r"to|cuda|contiguous|clone|detach|float|half|bfloat16|view|reshape|t"
+
+
+def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
+    def decide(site: Site) -> Decision | None:
+        if site.wrapper and _REGISTERS.search(site.wrapper):
+            return Tier.T1, f"module state: handed to {site.wrapper} in {site.scope}; was: {site.tier_reason}"
+        func = index.func(site.path, site.scope)
+        if func is None:
+            return None
+        made = _expression_local(site, func)
+        local = made or (site.target or "")
+        call = _registration_of(func, local, site.span.end_line) if _LOCAL.fullmatch(local) else None
+        if call is not None:
+            how = f"{made} (made from it)" if made else local
+            return Tier.T1, (f"module state: {how} is registered by {call.callee} in {site.scope}; "
+                             f"was: {site.tier_reason}")
+        if made:
+            return None
+        found = _registered_by(site, func, index)
+        if found is None:
+            return None
+        ctor, call = found
+        owner = ctor.owner.name if ctor.owner else ctor.qualname
+        return Tier.T1, (f"module state: handed to {owner}, whose constructor registers it ({call.callee} at "
+                         f"{ctor.path}:{call.span.line}); was: {site.tier_reason}")
+
+    return retier(sites, lambda s: python_device_site(s, Tier.T2, Tier.T4), decide)
+
+
+def _expression_local(site: Site, func: Func) -> str:
+    """The local an expression of the allocation is assigned to, when the
+    allocation is not the whole right-hand side (no ``target``)."""
+    if site.target:
+        return ""
+    line = site.stmt_line or site.span.line
+    for a in func.assigns:
+        if a.line == line and a.op == "=" and len(a.targets) == 1 and _LOCAL.fullmatch(a.targets[0].strip()):
+            return a.targets[0].strip()
+    # `data = w.to(device).full_tensor()`: the outer call holds the target
+    for c in func.calls:
+        if c.span.line == line and c.target and _LOCAL.fullmatch(c.target.strip()):
+            return c.target.strip()
+    return ""
+
+
+def _registration_of(func: Func, local: str, after: int) -> Call | None:
+    """The first registration after line ``after`` that takes ``local``, whole
+    or moved or cast (``nn.Parameter(data.to(device))``)."""
+    moved = re.compile(re.escape(local) + r"(?:\.(?:" + _SAME + r")\([^()]*\))*")
+    for call in func.calls:
+        if call.span.line > after and local in call.arglist and _REGISTERS.search(call.callee) \
+                and any(moved.fullmatch(a.text.strip()) for a in split_args(call.arglist)):
+            return call
+    return None
+
+
+def _first_taking(func: Func, local: str, after: int) -> Call | None:
+    """The first call after line ``after`` that takes ``local`` whole as an argument."""
+    for call in func.calls:
+        if call.span.line > after and local in call.arglist \
+                and any(a.text.strip() == local for a in split_args(call.arglist)):
+            return call
+    return None
+
+
+def _registered_by(site: Site, func: Func, index: ProjectIndex) -> tuple[Func, Call] | None:
+    """The constructor (and its registering call) of the class the site's
+    local is handed to, when that constructor registers the parameter."""
+    local = site.target or ""
+    if not site.wrapper or not local.isidentifier():
+        return None
+    call = _first_taking(func, local, site.span.end_line)
+    if call is None or call.callee != site.wrapper:
+        return None
+    args = list(split_args(call.arglist))
+    cls = call.callee
+    if cls in _PARTIAL and args and args[0].keyword is None:
+        cls, args = args[0].text.strip(), args[1:]
+    at = next((i for i, a in enumerate(args) if a.text.strip() == local), None)
+    if at is None:
+        return None
+    for ctor in index.resolve(func, cls):
+        if ctor.scope is None or ctor.name != "__init__":
+            continue
+        params = [p for p in ctor.scope.params if p not in ("self", "cls")]
+        name = args[at].keyword or (params[at] if at < len(params) else "")
+        for inner in ctor.calls if name else ():
+            if _REGISTERS.search(inner.callee) and any(a.text.strip() == name for a in split_args(inner.arglist)):
+                return ctor, inner
+    return None
