@@ -241,7 +241,8 @@ def _placed(before: str, after: str, name: str, device: str, depth: int, upto: s
     """The last binding of ``name`` in ``before`` puts it on ``device`` and
     still holds at the end of ``before`` (``after``: the rest of the function;
     ``upto``: the function up to the move, of which ``before`` is a prefix)."""
-    hits = list(re.finditer(rf"^([ \t]*){re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*", before, re.M))
+    hits = [h for h in re.finditer(rf"^([ \t]*){re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*", before, re.M)
+            if _statement_at(before, h.start())]  # not a keyword argument on a line of its own
     if depth <= 0 or not hits:
         return False
     last = hits[-1]
@@ -288,3 +289,20 @@ def _view_of(value: str) -> str | None:
         else:
             return None
         seen = True
+
+
+_TOKENS = re.compile(r"#[^\n]*|'''[\s\S]*?'''|\"\"\"[\s\S]*?\"\"\"|"  # comments, strings, brackets
+                     r"\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|[()\[\]{}]")
+
+
+def _statement_at(source: str, pos: int) -> bool:
+    """``pos`` (a line start) is outside every bracket: a statement, not a
+    call's keyword argument on a line of its own (strings and comments skipped)."""
+    depth = 0
+    for token in _TOKENS.finditer(source, 0, pos):
+        ch = token.group(0)
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+    return depth <= 0
