@@ -342,7 +342,7 @@ class PathReach:
         constants = self.constants(func)
         out: dict[tuple[str, int, int], Witness] = {}
         for site in func.sites:
-            if on_host(func, site, env, constants):
+            if on_host(func, site, env, constants) or untaken_choice(func, site, env, constants):
                 continue
             verdict = check_span(func, site.span, env, constants, self.structure(func))
             if verdict.live:
@@ -379,6 +379,32 @@ def on_host(func: Func, site: Site, env: Env, constants: Env) -> bool:
         values = [literal_value(t, "") for t in texts]
         return all(v is not None and isinstance(v.literal, str) and v.literal.startswith("cpu") for v in values)
     return value.kind == LITERAL and isinstance(value.literal, str) and value.literal.startswith("cpu")
+
+
+def untaken_choice(func: Func, site: Site, env: Env, constants: Env) -> bool:
+    """The site is the one branch of a conditional expression on its line,
+    `m = m.cuda() if on_gpu else m.cpu()`, whose test this path decides
+    against (only one branch calls the site's method)."""
+    if site.language is not Language.PYTHON:
+        return False
+    method = site.api.rsplit(".", 1)[-1]
+    for assign in func.assigns:
+        if assign.line != site.span.line or " if " not in assign.value or " else " not in assign.value:
+            continue
+        try:
+            node = ast.parse(assign.value.strip(), mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return False
+        if not isinstance(node, ast.IfExp):
+            return False
+        calls = [any(isinstance(n, ast.Call) and (isinstance(n.func, ast.Attribute) and n.func.attr == method
+                                                  or isinstance(n.func, ast.Name) and n.func.id == method)
+                     for n in ast.walk(side)) for side in (node.body, node.orelse)]
+        if calls[0] == calls[1]:
+            return False
+        value = decide(ast.unparse(node.test), env, constants)
+        return value is (not calls[0])  # the site's branch is the other one
+    return False
 
 
 _DEVICE_NAME = re.compile(r"(?:self\.)?[A-Za-z_]\w*")
