@@ -48,7 +48,7 @@ def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: l
     after = site.span.end_line
     aliased = False  # another name may hold it: where it goes is not told here
     for a in assigns:
-        if a.line > after and _same_memory(a.value, name):
+        if a.line > after and _same_memory(a.value, name) and not _makes_new(a.value):
             # `table[:n] = buf`: its values are copied in, the memory is not kept
             held = [t.strip() for t in a.targets if not _SLICE_STORE.fullmatch(t.strip())]
             for t in held:
@@ -72,8 +72,8 @@ def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: l
             continue
         args = [a.text.strip() for a in split_args(calls.arglists[i], False)]
         if any(_same_memory(arg, name) for arg in args):
-            if callee in _READS_ONLY or callee.rsplit(".", 1)[-1] in non_retaining:
-                continue
+            if callee in _READS_ONLY or callee in _NEW_TENSOR or callee.rsplit(".", 1)[-1] in non_retaining:
+                continue  # read (`torch.einsum("i,j->ij", t, f)` makes a new tensor) and dropped
             m = _CONTAINER_ADD.match(callee)
             if m is not None and "." in m.group("owner"):
                 return f"{m.group('owner')}[]"
@@ -131,6 +131,17 @@ def _same_memory(value: str, name: str) -> bool:
                 return True
         at = value.find(name, at + 1)
     return False
+
+
+_CALL_HEAD = re.compile(r"\s*([\w.]+)\(")
+
+
+def _makes_new(value: str) -> bool:
+    """The whole expression is one call of a torch function that makes a
+    new tensor (`torch.einsum("i,j->ij", t, f)`): no argument is held."""
+    m = _CALL_HEAD.match(value)
+    return m is not None and m.group(1) in _NEW_TENSOR and value.rstrip().endswith(")") \
+        and value.count("(") == value.count(")") and not re.search(r"\)\s*[.\[]", value)
 
 
 DEFAULT_DEVICE = "default"  # no device given: the default device where the call runs
@@ -324,7 +335,7 @@ _NEW_TENSOR = frozenset(f"torch.{n}" for n in (
     "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "pow", "outer", "polar", "cat",
     "concat", "stack", "matmul", "mm", "bmm", "sin", "cos", "tanh", "sigmoid", "abs", "clamp", "cumsum",
     "cumprod", "neg", "reciprocal", "square", "erf", "floor", "ceil", "round", "triu", "tril", "kron",
-    "softmax", "logsumexp"))
+    "softmax", "logsumexp", "einsum", "tensordot", "inner", "dot", "addmm", "baddbmm"))
 # pure reshaping functions: the result may be a view of the allocation
 _RESHAPING = frozenset({"einops.rearrange", "einops.repeat", "einops.reduce"})
 _ARITHMETIC = frozenset({"+", "-", "*", "/", "//", "%", "**", "@"})
@@ -350,6 +361,10 @@ def intermediate(ext: PythonExtractor, node: Any, wrapper: str | None) -> bool:
     if parent.type == "binary_operator":
         op = parent.child_by_field_name("operator")
         return op is not None and ext.src.text(op, 4) in _ARITHMETIC and not _registered_result(ext, parent)
+    if parent.type == "augmented_assignment":  # `w += torch.eye(n)`: added into w and dropped
+        return bool(parent.child_by_field_name("right") == node)
+    if parent.type == "for_in_clause" and parent.child_by_field_name("right") == node:
+        return _read_as_numbers(ext, parent)
     if parent.type != "argument_list" or wrapper is None:
         return False
     if wrapper in _NEW_TENSOR:
@@ -359,6 +374,27 @@ def intermediate(ext: PythonExtractor, node: Any, wrapper: str | None) -> bool:
     if call is not None and local is None:
         local = _chain_target(ext, call)
     return bool(local) and _LOCAL.fullmatch(local or "") is not None and _read_only_by_new(ext, call, local or "")
+
+
+_NUMBER = r"(?:\.(?:item|tolist)\(\s*\)|\s*\))"
+
+
+def _read_as_numbers(ext: PythonExtractor, clause: Any) -> bool:
+    """A comprehension over the allocation (`[round(float(k), 2) for k in
+    np.arange(lo, 1.0, step)]`, `{k.item(): 0.0 for k in ...}`) that reads
+    each element as a number only (`k.item()`, `float(k)`): nothing of the
+    array is kept."""
+    left = clause.child_by_field_name("left")
+    comp = clause.parent
+    if left is None or left.type != "identifier" or comp is None:
+        return False
+    var = re.escape(ext.src.text(left, 40))
+    text = ext.src.data[comp.start_byte:clause.start_byte].decode("utf-8", "replace")
+    uses = list(re.finditer(rf"(?<![\w.]){var}\b", text))
+    return bool(uses) and all(
+        re.match(_NUMBER, text[m.end():]) and (text[m.end():].startswith(".")
+                                               or re.search(r"\b(?:float|int|bool)\(\s*$", text[:m.start()]))
+        for m in uses)
 
 
 def _chain_target(ext: PythonExtractor, call: Any) -> str | None:
