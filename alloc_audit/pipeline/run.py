@@ -32,6 +32,7 @@ from ..config import Config
 from ..errors import UsageError
 from ..model import FileError, FileFacts, Finding, ScanResult, Site, Stats
 from . import serial
+from .built_per_pass import built_per_pass
 from .cache import Cache, RunCache, result_key
 from .caller_lifetimes import caller_lifetimes
 from .checkpoint_reads import checkpoint_uploads
@@ -112,7 +113,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
                          outcomes.skipped_mentioning)
     sites = tiers_from_callers(sites, index, catalog.callers)
     sites = checkpoint_uploads(sites, index, catalog.callers)
-    sites = module_state(sites, index)
+    sites = built_per_pass(module_state(sites, index), index)
     sites += tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
                               catalog.callers)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
