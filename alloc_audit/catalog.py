@@ -16,7 +16,7 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -121,16 +121,20 @@ class Catalog:
     pack: RulePack
     tiers: tuple[TierPattern, ...]
     digest: str
-    prefilter: Prefilter  # compiled from the APIs and the pack
     callers: CallerGlobs = CallerGlobs()
+
+    @cached_property
+    def prefilter(self) -> Prefilter:
+        """Compiled from the APIs and the pack on first use (a run the stored result answers never asks)."""
+        from .pipeline.prefilter import compile_prefilter
+
+        return compile_prefilter(self.apis, self.pack)
 
 
 # ---------------------------------------------------------------- loading
 
 
 def load_catalog(config: Config) -> Catalog:
-    from .pipeline.prefilter import compile_prefilter
-
     base = data_dir()
     sources: list[tuple[str, Mapping[str, Any], str]] = [
         ("rules/apis/python.toml", _read_toml(base / "apis" / "python.toml"), "python"),
@@ -171,7 +175,6 @@ def load_catalog(config: Config) -> Catalog:
         pack=pack,
         tiers=tiers,
         digest=digest,
-        prefilter=compile_prefilter(apis, pack),
         callers=callers,
     )
 

@@ -1,4 +1,4 @@
-"""The index keeps its memos (resolutions, reaches, factories) across the
+"""The index keeps its memos (resolutions, reaches, factories; callers until files are added) across the
 expansion's rounds and forgets only what the added files can change
 (``pipeline/index/memo``). The fixture project
 ``project-expansion-rounds`` is indexed round by round as the expansion
@@ -55,7 +55,8 @@ def answers(index: ProjectIndex) -> dict[str, Any]:
     for fid in sorted(index.funcs):
         func = index.funcs[fid]
         out[fid] = ([(c, tuple(t.id for t in index.resolve(func, c))) for c in func.callees],
-                    _reach(index.reach(func, 3)), _reach(index.factory_allocation(func, 3)))
+                    _reach(index.reach(func, 3)), _reach(index.factory_allocation(func, 3)),
+                    list(index.callers_within([func], 2).items()))  # in the order found, as the passes read it
     for name in sorted({c.name for f in index.funcs.values() if f.owner for c in [f.owner]}):
         out[f"class {name}"] = [_reach(index.class_allocates(c)) for c in index.classes_named(name)]
     out["factories"] = sorted(index.factories())

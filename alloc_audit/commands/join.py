@@ -14,18 +14,18 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..catalog import Catalog
-from ..config import Config
 from ..errors import UsageError
 from ..model import FileError, FileFacts, Language, ScanResult
-from ..runtime.join import join
-from ..runtime.match import ALLOCATOR_KINDS, NATIVE_KINDS, Matcher, PathMap, parse_path_map
-from ..runtime.native import is_native_record, read_native
-from ..runtime.results import Join
-from ..runtime.snapshot import Snapshot, read_snapshot
-from ..runtime.unpickle import SnapshotError
 from .project import Options, load_project, root_display, scan_project
+
+if TYPE_CHECKING:  # the runtime modules load with the command, not with the CLI
+    from ..catalog import Catalog
+    from ..config import Config
+    from ..runtime.match import Matcher, PathMap
+    from ..runtime.results import Join
+    from ..runtime.snapshot import Snapshot
 
 SOURCE_SUFFIXES = (".py", ".pyi", ".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".toml")
 
@@ -76,11 +76,17 @@ def _head(path: Path) -> bytes:
                     return gz.read(4096)
             return head
     except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        from ..runtime.unpickle import SnapshotError
+
         raise SnapshotError(f"{path}: cannot read: {exc}") from None
 
 
 def read_records(records: Sequence[Path], limit: int) -> tuple[list[Snapshot], list[Snapshot]]:
     """Read every record; a bad one is a :class:`UsageError` naming it (exit 2)."""
+    from ..runtime.native import is_native_record, read_native
+    from ..runtime.snapshot import read_snapshot
+    from ..runtime.unpickle import SnapshotError
+
     snapshots, natives = [], []
     for path in records:
         try:
@@ -120,6 +126,9 @@ class FactsLoader:
 def run_join(result: ScanResult, config: Config, catalog: Catalog, records: Sequence[Path], root_display: str,
              path_maps: Sequence[PathMap] = (), min_accounted: float | None = None,
              limit: int = 1 << 30) -> JoinOutcome:
+    from ..runtime.join import join
+    from ..runtime.match import ALLOCATOR_KINDS, NATIVE_KINDS, Matcher
+
     snapshots, natives = read_records(records, limit)
     loader = FactsLoader(config.root, catalog)
     root = str(config.root.resolve())
@@ -153,6 +162,8 @@ def join_records(args: Sequence[Path], options: Options, path_maps: Sequence[str
 
       alloc-audit join snaps/*.pickle.gz . --path-map /app=. -f html -o join.html
     """
+    from ..runtime.match import parse_path_map
+
     try:
         maps = [parse_path_map(m) for m in path_maps]  # --path-map OLD=NEW
     except ValueError as exc:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import marshal
 import os
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,6 +46,44 @@ _FORMAT = "v2"  # v2: entries carry a checksum of their payload
 _MAGIC = "alloc-audit-cache"
 _PRUNE_AFTER_SECONDS = 7 * 24 * 3600
 _PRUNE_THRESHOLD = 20_000
+
+
+_GRAMMARS = ("tree-sitter", "tree-sitter-python", "tree-sitter-cpp", "tree-sitter-cuda")
+
+
+def grammar_versions() -> str:
+    """Versions of the binding and the grammars, for the cache key. Read from
+    the ``NAME-VERSION.dist-info`` folder names on ``sys.path``, the first one
+    of each name (as ``importlib.metadata`` finds them, without importing it:
+    that import alone costs the warm ``check`` ~20 ms); a distribution not
+    found that way is asked of ``importlib.metadata``."""
+    wanted = {dist.replace("-", "_"): dist for dist in _GRAMMARS}
+    found: dict[str, str] = {}
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".dist-info"):
+                dist, _, version = name[:-len(".dist-info")].partition("-")
+                key = wanted.get(dist.lower())
+                if key is not None and version and key not in found:
+                    found[key] = version
+        if len(found) == len(wanted):
+            break
+    parts = []
+    for dist in _GRAMMARS:
+        if dist not in found:
+            from importlib.metadata import PackageNotFoundError
+            from importlib.metadata import version as dist_version
+
+            try:
+                found[dist] = dist_version(dist)
+            except PackageNotFoundError:
+                found[dist] = "?"
+        parts.append(f"{dist}={found[dist]}")
+    return ";".join(parts)
 
 
 def content_digest(data: bytes) -> str:

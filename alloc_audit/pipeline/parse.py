@@ -40,19 +40,6 @@ def _parser(grammar: Language) -> ts.Parser:
     return ts.Parser(language(grammar))
 
 
-def grammar_versions() -> str:
-    """Versions of the binding and the grammars, for the cache key."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    parts = []
-    for dist in ("tree-sitter", "tree-sitter-python", "tree-sitter-cpp", "tree-sitter-cuda"):
-        try:
-            parts.append(f"{dist}={version(dist)}")
-        except PackageNotFoundError:
-            parts.append(f"{dist}=?")
-    return ";".join(parts)
-
-
 @dataclass(frozen=True)
 class Parsed:
     tree: Any  # tree_sitter.Tree; not a fact, never cached

@@ -25,34 +25,19 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import __version__
-from ..catalog import Catalog
-from ..config import Config
 from ..errors import UsageError
 from ..model import FileError, FileFacts, Finding, ScanResult, Site, Stats
 from . import serial
-from .built_per_pass import built_per_pass
-from .cache import Cache, RunCache, result_key
-from .caller_lifetimes import caller_lifetimes
-from .checkpoint_reads import checkpoint_uploads
-from .classify import classify_sites
-from .classify_callers import tiers_from_callers, tiers_of_derived
-from .default_device import promote_default_sites
-from .derive import derive_sites
+from .cache import Cache, RunCache, grammar_versions, result_key
 from .discover import discover_files
-from .expand import expand_skipped
-from .index import ProjectIndex, build_index
-from .kept_results import kept_results
-from .lazy_members import lazy_members
-from .lifetimes import decided_by_use
-from .module_classes import module_moves
-from .module_state import module_state
-from .parse import grammar_versions
-from .returned_scratch import returned_scratch
-from .roles import with_roles
-from .weight_fills import weight_fills
-from .workers import Outcomes, job_count
+
+if TYPE_CHECKING:
+    from ..catalog import Catalog
+    from ..config import Config
+    from .index import ProjectIndex
 
 LOG = logging.getLogger("alloc_audit")
 
@@ -87,6 +72,25 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
                                          config.root, time.perf_counter() - started)
         if stored is not None:
             return _narrow(stored, options.report_paths)
+    # the stages load here: a run the stored result answers (the warm `check`) does not pay for importing them
+    from .built_per_pass import built_per_pass
+    from .caller_lifetimes import caller_lifetimes
+    from .checkpoint_reads import checkpoint_uploads
+    from .classify import classify_sites
+    from .classify_callers import tiers_from_callers, tiers_of_derived
+    from .default_device import promote_default_sites
+    from .derive import derive_sites
+    from .expand import expand_skipped
+    from .index import build_index
+    from .kept_results import kept_results
+    from .lazy_members import lazy_members
+    from .lifetimes import decided_by_use
+    from .module_classes import module_moves
+    from .module_state import module_state
+    from .returned_scratch import returned_scratch
+    from .roles import with_roles
+    from .weight_fills import weight_fills
+    from .workers import Outcomes, job_count
 
     outcomes = Outcomes(catalog, cache, files, discovery.errors, job_count(options.jobs, config.jobs),
                         discovery.unchecked)

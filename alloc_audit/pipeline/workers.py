@@ -5,6 +5,7 @@ per-file error boundary (STYLE.md section 6): a bad file becomes a failed
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import enum
 import itertools
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..catalog import Catalog
-from ..model import FileError, FileFacts
+from ..model import FileError, FileFacts, Language
 from . import serial
 from .cache import Cache, content_digest
 from .classify import classify_sites
@@ -180,6 +181,7 @@ def run_files(items: list[tuple[SourceFile, bool]], catalog: Catalog, cache: Cac
     from concurrent.futures.process import BrokenProcessPool
 
     context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    catalog.prefilter.screen(b"", Language.PYTHON)  # compiled once here (lazy), not once per worker
     cache_dir = str(cache.directory) if cache.enabled and cache.directory is not None else None
     initargs = (catalog, cache_dir, cache.salt)
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_init_worker,
@@ -232,6 +234,12 @@ def _run_isolated(items: list[tuple[SourceFile, bool]], context: Any,
 # ---------------------------------------------------------------- the parent's side
 
 
+def _mentions(names: tuple[str, ...], name: str) -> bool:
+    """Whether ``name`` is one of ``names`` (sorted)."""
+    i = bisect.bisect_left(names, name)
+    return i < len(names) and names[i] == name
+
+
 class Outcomes:
     """The parent's side of the per-file work: it sends files to the workers
     and keeps what the outcomes say, file by file: facts (direct sites
@@ -247,7 +255,7 @@ class Outcomes:
         self._jobs = jobs
         self._by_path = {f.path: f for f in files}
         self.facts: dict[str, FileFacts] = {}
-        self.skipped: dict[str, tuple[str, ...]] = {}  # path -> the identifiers it mentions
+        self.skipped: dict[str, tuple[str, ...]] = {}  # path -> the identifiers it mentions, sorted
         self.errors: list[FileError] = list(errors)
         # files not analysed (discovery's, and failed outcomes): their sites
         # are unknown, their allowlist entries "not checked" (ScanResult.unchecked)
@@ -265,10 +273,14 @@ class Outcomes:
             self.facts[path] = dataclasses.replace(decoded, sites=sites)
             self.skipped.pop(path, None)
         elif outcome.status is Status.SKIP:
+            # one string per distinct name, not per file that mentions it: a large tree's skipped files
+            # mention ~1.5 M names (~100 MB as separate strings), most of them the same few thousand
+            # (sorted: already so from the pre-filter and the skip table, which costs one pass; `mentions` bisects)
+            identifiers = tuple(sorted(map(sys.intern, outcome.identifiers)))
             if outcome.digest and self._cache.enabled:
                 key = self._cache.fact_key(path, outcome.digest, self._by_path[path].language.value)
-                self.new_skips[key] = (path, outcome.identifiers, outcome.message)
-            self.skipped[path] = outcome.identifiers
+                self.new_skips[key] = (path, identifiers, outcome.message)
+            self.skipped[path] = identifiers
             if outcome.message:
                 self.errors.append(FileError(path, outcome.message))
         else:
@@ -306,7 +318,7 @@ class Outcomes:
 
     def skipped_mentioning(self, name: str) -> list[bytes]:
         """The bytes of the skipped files that mention ``name``."""
-        return [self.read(p) for p, names in sorted(self.skipped.items()) if name in names]
+        return [self.read(p) for p, names in sorted(self.skipped.items()) if _mentions(names, name)]
 
     def size(self, path: str) -> int:
         return self._by_path[path].size

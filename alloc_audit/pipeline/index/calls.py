@@ -27,9 +27,15 @@ class CallGraph:
         self._matched: weakref.WeakKeyDictionary[Callable[[str], bool], tuple[int, list[str]]] = \
             weakref.WeakKeyDictionary()
         self._reach: Memo[tuple[str, int], tuple[Reach, ...]] = Memo(symbols.deps)
+        # the reverse walk's memos, forgotten whole when a file or a site is added (the tier passes
+        # ask the same callers again and again once nothing is added any more):
+        # callee leaf -> its calls resolved, (calling function, ids of the targets), in calls_by_leaf order
+        self._resolved_by_leaf: dict[str, list[tuple[Func, tuple[str, ...]]]] = {}
+        self._within: dict[tuple[tuple[str, ...], int], dict[str, int]] = {}  # (seed ids, depth) -> distances
 
     def reset(self) -> None:
         self._reach.clear()
+        self._forget_callers()
 
     def settle(self) -> None:
         self._reach.settle()
@@ -37,6 +43,11 @@ class CallGraph:
     def invalidate(self, touched: set[str]) -> None:
         """Files were added: forget the reaches that looked up a name they define (``memo``)."""
         self._reach.invalidate(touched)
+        self._forget_callers()
+
+    def _forget_callers(self) -> None:
+        self._resolved_by_leaf.clear()
+        self._within.clear()
 
     def calls_by_leaf(self) -> dict[str, list[tuple[Func, int]]]:
         """Every call as (function, index in its file's CallTable), grouped
@@ -68,6 +79,8 @@ class CallGraph:
     def _index_calls(self) -> None:
         """Group the calls of the files added since the last time by callee
         leaf and by callee (a file's functions never change once added)."""
+        if len(self._calls_indexed) == len(self._symbols.files):
+            return  # every file is indexed (the set holds only indexed paths, the files are only added)
         by_leaf, by_callee, leaves, order = self._calls_by_leaf, self._by_callee, self._leaves, self._callee_order
         for path in self._symbols.files:
             if path in self._calls_indexed:
@@ -95,15 +108,25 @@ class CallGraph:
 
     def callers_within(self, seeds: Iterable[Func], depth: int) -> dict[str, int]:
         """Functions that reach one of ``seeds`` through at most ``depth``
-        resolved calls -> their distance (seeds are 0). Reverse breadth-first:
-        only calls whose name matches the frontier are resolved."""
+        resolved calls -> their distance (seeds are 0), in the order the
+        reverse breadth-first walk finds them: only calls whose name matches
+        the frontier are looked at. Memoised until a file or site is added."""
+        seeds = list(seeds)
+        if self._symbols.deps.stack:  # inside a memoised computation: the resolutions must note their names
+            return self._walk_callers(seeds, depth, memo=False)
+        key = (tuple(f.id for f in seeds), depth)
+        found = self._within.get(key)
+        if found is None:
+            found = self._within[key] = self._walk_callers(seeds, depth, memo=True)
+        return dict(found)
+
+    def _walk_callers(self, seeds: list[Func], depth: int, memo: bool) -> dict[str, int]:
         dist: dict[str, int] = {}
         frontier: list[Func] = []
         for f in seeds:
             if f.id not in dist:
                 dist[f.id] = 0
                 frontier.append(f)
-        by_leaf = self.calls_by_leaf()
         for level in range(1, depth + 1):
             ids = {f.id for f in frontier}
             names = {f.name for f in frontier}
@@ -111,17 +134,26 @@ class CallGraph:
                       and f.scope.role == "constructor"}
             next_frontier: list[Func] = []
             for name in sorted(names):
-                for caller, i in by_leaf.get(name, ()):
-                    if caller.id in dist:
-                        continue
-                    assert caller.table is not None
-                    if any(t.id in ids for t in self._resolve(caller, caller.table.callees[i])):
+                for caller, targets in self._resolved_calls(name, memo):
+                    if caller.id not in dist and not ids.isdisjoint(targets):
                         dist[caller.id] = level
                         next_frontier.append(caller)
             if not next_frontier:
                 break
             frontier = next_frontier
         return dist
+
+    def _resolved_calls(self, leaf: str, memo: bool) -> list[tuple[Func, tuple[str, ...]]]:
+        """The calls whose callee's last name is ``leaf``, each with the ids of what it resolves to."""
+        found = self._resolved_by_leaf.get(leaf) if memo else None
+        if found is None:
+            found = []
+            for caller, i in self.calls_by_leaf().get(leaf, ()):
+                assert caller.table is not None
+                found.append((caller, tuple(t.id for t in self._resolve(caller, caller.table.callees[i]))))
+            if memo:
+                self._resolved_by_leaf[leaf] = found
+        return found
 
     def callees(self, func: Func) -> Iterator[tuple[Call, tuple[Func, ...]]]:
         for call in func.calls:

@@ -1,0 +1,122 @@
+"""CPU seconds of the whole-project stages and of each tier pass of `scan`,
+one process (`--jobs 1`), with the per-file facts answered from a cache and
+the stored result disabled, so every stage after the per-file work runs.
+
+    python bench/passes.py ROOT [--cache DIR] [--runs N]
+
+ROOT is a project (the command runs there; the tree is never written: the
+cache goes to DIR, default a temporary directory filled by a first run). The
+code measured is whatever `alloc_audit` imports: the code before a change with
+`PYTHONPATH=` a `git archive` of it. Each stage is timed by wrapping its
+function (`time.process_time`, so nested stages count in both: `derive_sites`
+holds `drop_host_moves`); the minimum over the runs is printed.
+
+The source digest of the package (part of the cache key) is fixed for the
+run, so two checkouts whose extraction is the same can share a filled cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+STAGES = [("index", "build_index"), ("expand", "expand_skipped"), ("default_device", "promote_default_sites"),
+          ("module_classes", "module_moves"), ("classify_callers", "tiers_from_callers"),
+          ("checkpoint_reads", "checkpoint_uploads"), ("built_per_pass", "built_per_pass"), ("derive", "derive_sites"), ("host_moves", "drop_host_moves"),
+          ("untaken", "drop_untaken"),
+          ("classify_callers", "tiers_of_derived"), ("lifetimes", "decided_by_use"), ("weight_fills", "weight_fills"),
+          ("returned_scratch", "returned_scratch"), ("lazy_members", "lazy_members"),
+          ("kept_results", "kept_results"), ("caller_lifetimes", "caller_lifetimes"), ("roles", "with_roles"),
+          ("run", "_findings")]
+
+
+def _wrap(times: dict[str, float], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            times[name] += time.process_time() - start
+    return timed
+
+
+def instrument(times: dict[str, float]) -> None:
+    """Wrap every stage wherever it is looked up: its module, and the modules that imported it by name
+    (a stage the code measured does not have is left out)."""
+    modules = {}
+    for module, _ in STAGES:
+        try:
+            modules[module] = importlib.import_module(f"alloc_audit.pipeline.{module}")
+        except ImportError:
+            continue
+    users = [importlib.import_module(f"alloc_audit.pipeline.{m}") for m in ("run", "derive")]
+    for module, name in STAGES:
+        original = getattr(modules.get(module), name, None)
+        if original is None:
+            continue
+        timed = _wrap(times, name, original)
+        setattr(modules[module], name, timed)
+        for user in users:
+            if getattr(user, name, None) is original:
+                setattr(user, name, timed)
+
+
+def scan(root: str, cache: str, jobs: int) -> float:
+    from alloc_audit.cli import app
+
+    argv, out, cwd = sys.argv, sys.stdout, os.getcwd()
+    sys.argv = ["alloc-audit", "scan", ".", "--jobs", str(jobs), "--format", "json", "--cache-dir", cache]
+    start = time.process_time()
+    try:
+        os.chdir(root)
+        with open(os.devnull, "w") as sys.stdout:
+            app(prog_name="alloc-audit")
+    except SystemExit:
+        pass
+    finally:
+        sys.argv, sys.stdout = argv, out
+        os.chdir(cwd)
+    return time.process_time() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("root")
+    ap.add_argument("--cache", default=None, help="a cache directory (filled by a first run when empty)")
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    from alloc_audit.pipeline import cache as cache_module
+    from alloc_audit.pipeline import run
+
+    run._source_digest = lambda: "bench/passes.py"  # type: ignore[attr-defined]
+    cache = args.cache or tempfile.mkdtemp(prefix="alloc-audit-passes-")
+    os.makedirs(cache, exist_ok=True)
+    if not os.listdir(cache):
+        scan(args.root, cache, 2)  # facts (and a stored result, which the runs below ignore)
+    cache_module.RunCache.stored_result = lambda self, *a, **k: None  # type: ignore[method-assign]
+    cache_module.RunCache.store = lambda self, *a, **k: None  # type: ignore[method-assign]
+    times: dict[str, float] = collections.defaultdict(float)
+    instrument(times)
+    best: dict[str, float] = {}
+    for _ in range(args.runs):
+        times.clear()
+        total = scan(args.root, cache, 1)
+        for name, seconds in [*times.items(), ("whole scan (process CPU)", total)]:
+            best[name] = min(best.get(name, seconds), seconds)
+    load = os.getloadavg()
+    print(f"| stage (CPU s, min of {args.runs}; load {load[0]:.1f}) | |\n|---|--:|")
+    for _, name in STAGES:
+        if name in best:
+            print(f"| {name} | {best[name]:.3f} |")
+    print(f"| whole scan (process CPU) | {best['whole scan (process CPU)']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
