@@ -33,15 +33,18 @@ _ADDS = (".append", ".extend", ".insert", ".add", ".update", ".setdefault", ".ad
 _NONE_TEST = re.compile(r"([A-Za-z_]\w*)\s+is\s+(?:not\s+)?None\b")
 
 
-def class_factories(index: ProjectIndex, funcs: Sequence[Func]) -> list[Func]:
+def class_factories(index: ProjectIndex, funcs: Sequence[Func], memo: dict[str, list[Func]]) -> list[Func]:
     """The classmethods of the class of constructors ``funcs`` that build
-    it (``cls(...)``): a call of one is a construction."""
+    it (``cls(...)``): a call of one is a construction. Once per class."""
     owner = funcs[0].owner if funcs else None
     if owner is None or funcs[0].language is not Language.PYTHON:
         return []
-    return [f for path in owner.paths for f in index.functions_in(path)
-            if f.owner is owner and f.scope is not None and f.scope.params[:1] == ("cls",)
-            and any(c.callee == "cls" for c in f.calls)]
+    key = f"cls()#{owner.key}"
+    if key not in memo:
+        memo[key] = [f for path in owner.paths for f in index.functions_in(path)
+                     if f.owner is owner and f.scope is not None and f.scope.params[:1] == ("cls",)
+                     and any(c.callee == "cls" for c in f.calls)]
+    return memo[key]
 
 
 def default_fill(func: Func, test: str) -> bool:

@@ -237,7 +237,7 @@ def _built_per_step(funcs: list[Func], index: ProjectIndex, per_step: Pred, memo
                     depth: int, seen: set[str]) -> tuple[Func, tuple[str, ...]] | None:
     """A per-step function that runs ``funcs`` (constructors), directly or
     through other constructors and ``from_*`` factories, and the way there."""
-    factories = class_factories(index, funcs)  # `return cls(...)` in a classmethod builds it
+    factories = class_factories(index, funcs, memo)  # `return cls(...)` in a classmethod builds it
     callers = _callers(index, funcs, memo) + factories
     for caller in callers:
         if per_step(caller.name) and (caller.owner is None or caller.owner.name not in seen):
