@@ -74,7 +74,9 @@ def _bind(index: ProjectIndex, caller: Func, call: Call, target: Func) -> Env:
 
 def _stored_params(index: ProjectIndex, ctor: Func, env: Env) -> dict[str, Value]:
     """``self.x`` -> the value of parameter ``p`` where the constructor stores
-    `self.x = p` and nothing else in the class assigns ``self.x`` (a later
+    `self.x = p` and nothing else in the class assigns ``self.x`` -- or
+    only other methods do, and the constructor calls none after the store
+    (no `self.m(...)`, `super()...`, nor `self` handed to a call) -- (a later
     `if self.x:` in the constructor reads the call's value)."""
     owner = ctor.owner
     if owner is None:
@@ -88,14 +90,28 @@ def _stored_params(index: ProjectIndex, ctor: Func, env: Env) -> dict[str, Value
             for target in assign.targets:
                 m = _SELF_STORE.fullmatch(target.strip())
                 if m is not None:
-                    value = assign.value.strip() if func is ctor and assign.op == "=" else "<elsewhere>"
+                    value = "<elsewhere>" if func is not ctor else assign.value.strip() if assign.op == "=" else "<op>"
                     stores.setdefault(m.group(0), []).append((assign.line, value))
     out: dict[str, Value] = {}
     for attr, found in stores.items():
-        if len(found) != 1 or found[0][1] not in env:
+        if len(found) != 1:
+            found = [f for f in found if f[1] != "<elsewhere>"]
+            if len(found) != 1 or _may_run_methods(ctor, found[0][0]):
+                continue  # stored again by a method that may run before the read
+        if found[0][1] not in env:
             continue
         line = found[0][0]
         # read after the store only: a test above it reads something else
         if all(b.span.line > line for b in ctor.blocks if attr in b.test):
             out[attr] = env[found[0][1]]
     return out
+
+
+_HANDS_SELF = re.compile(r"(?:^|[^\w.])self\b(?!\s*\.)")
+
+
+def _may_run_methods(ctor: Func, line: int) -> bool:
+    """The constructor may run another of the object's methods after ``line``:
+    a call on `self` or `super()`, or one `self` is handed to."""
+    return any(c.span.line > line and (c.callee.startswith(("self.", "super")) or _HANDS_SELF.search(c.arglist))
+               for c in ctor.calls)

@@ -201,15 +201,21 @@ _FACTORY_ON_GPU = re.compile(r"""^torch\.\w+\((?:[^()]|\([^()]*\))*\bdevice\s*=\
                              r"""(?:[^()]|\([^()]*\))*\)$""", re.S)
 
 
-def on_current_gpu(ext: PythonExtractor, node: Any, name: str) -> bool:
-    """Local ``name`` holds a tensor already on the current GPU: its last
-    binding above the move, in the same block (nothing between them leaves
-    the block or binds the name another way), ends in `.cuda()` /
-    `.to("cuda")` or is a torch factory with `device="cuda"`, and the
-    function never switches the current device. Moving it there again
-    (`name.cuda()`) copies nothing."""
+def on_current_gpu(ext: PythonExtractor, node: Any, name: str, device: str = "cuda") -> bool:
+    """Local ``name`` holds a tensor already on ``device`` (``"cuda"``: the
+    current GPU; else a device variable's name): its last binding above the
+    move (nothing between them leaves its block, or enters a loop when the
+    function binds the name again anywhere below, or binds it another way)
+    ends in `.cuda()` / `.to("cuda")` or is a torch factory with
+    `device="cuda"` -- for a variable, ends in `.to(device)` with the device
+    name not bound again in between -- or is a view of such a local (a
+    subscript, `.view(...)`, `.reshape(...)`, ...), and the function never
+    switches the current GPU. Moving it (or a view of it, `name[:, :-1]`)
+    there again copies nothing."""
     if not name.isidentifier():
-        return False
+        name = _view_of(name) or ""
+        if not name:
+            return False
     body = node.parent
     while body is not None and body.type != "function_definition":
         body = body.parent
@@ -219,11 +225,25 @@ def on_current_gpu(ext: PythonExtractor, node: Any, name: str) -> bool:
     if params is not None and re.search(rf"\b{re.escape(name)}\b", ext.src.text(params, 2000)):
         return False
     source = ext.src.data[body.start_byte:body.end_byte].decode("utf-8", "replace")
-    if re.search(r"set_device\(|cuda\.device\(|\bwith\b[^\n]*\bdevice\(", source):
-        return False  # the current device may change between the two moves
+    if _SWITCHES.search(source):
+        return False  # the current device may change between the two moves (`with torch.device(...)` does not)
     before = ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace")
-    hits = list(re.finditer(rf"^([ \t]*){re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*", before, re.M))
-    if not hits:
+    return _placed(before, source[len(before):], name, device, _DEPTH, before)
+
+
+_SWITCHES = re.compile(r"set_device\(|cuda\.device\(|\bwith\b[^\n]*(?<![\w.])device\(")
+# methods whose result is a view of (or on the device of) the tensor
+_VIEWS = frozenset({"view", "reshape", "view_as", "reshape_as", "flatten", "squeeze", "unsqueeze", "transpose",
+                    "permute", "narrow", "select", "expand", "expand_as", "t", "contiguous", "detach", "clone"})
+
+
+def _placed(before: str, after: str, name: str, device: str, depth: int, upto: str) -> bool:
+    """The last binding of ``name`` in ``before`` puts it on ``device`` and
+    still holds at the end of ``before`` (``after``: the rest of the function;
+    ``upto``: the function up to the move, of which ``before`` is a prefix)."""
+    hits = [h for h in re.finditer(rf"^([ \t]*){re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*", before, re.M)
+            if _statement_at(before, h.start())]  # not a keyword argument on a line of its own
+    if depth <= 0 or not hits:
         return False
     last = hits[-1]
     value = _value(before, last.end())
@@ -232,7 +252,57 @@ def on_current_gpu(ext: PythonExtractor, node: Any, name: str) -> bool:
     lines = between.split("\n")[1:]  # the lines after the binding's own, up to the move
     if any(line.strip() and len(line) - len(line.lstrip()) < indent for line in lines):
         return False  # the block was left in between: the binding may not run before the move
-    if any(re.match(r"\s*(?:async\s+)?(?:for|while)\b", line) for line in lines) or _bound_else(between, name):
-        return False  # a loop entered in between may rebind it below; or bound another way
+    if _bound_else(between, name):
+        return False
+    if any(re.match(r"\s*(?:async\s+)?(?:for|while)\b", line) for line in lines) and (
+            re.search(rf"^[ \t]*{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)", after, re.M) or _bound_else(after, name)):
+        return False  # a loop entered in between, and the name bound again below: a second pass may see that
     value = value.strip()
-    return bool(_ON_GPU.search(value) or _FACTORY_ON_GPU.match(value))
+    if device == "cuda":
+        if _ON_GPU.search(value) or _FACTORY_ON_GPU.match(value):
+            return True
+    elif re.search(rf"\.to\(\s*(?:device\s*=\s*)?{re.escape(device)}\s*(?:,\s*non_blocking\s*=\s*\w+\s*)?\)$", value):
+        tail = upto[last.end():]  # up to the move: the same device variable, not bound again
+        rebound = re.search(rf"^[ \t]*{re.escape(device)}[ \t]*(?::[^=\n]*)?=(?!=)", tail, re.M)
+        return rebound is None and not _bound_else(tail, device)
+    base = _view_of(value)
+    if base is None or base == name:
+        return False
+    return _placed(before[:last.start()], before[last.start():] + after, base, device, depth - 1, upto)
+
+
+def _view_of(value: str) -> str | None:
+    """The local that ``value`` is a view of: `x[:, :-1]`, `x.view(n, -1)`."""
+    try:
+        tree = ast.parse(value, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    seen = False
+    while True:
+        if isinstance(tree, ast.Name):
+            return tree.id if seen else None
+        if isinstance(tree, ast.Subscript):
+            tree = tree.value
+        elif isinstance(tree, ast.Call) and isinstance(tree.func, ast.Attribute) and tree.func.attr in _VIEWS \
+                and not any(k.arg in (None, "device", "out") for k in tree.keywords):
+            tree = tree.func.value
+        else:
+            return None
+        seen = True
+
+
+_TOKENS = re.compile(r"#[^\n]*|'''[\s\S]*?'''|\"\"\"[\s\S]*?\"\"\"|"  # comments, strings, brackets
+                     r"\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|[()\[\]{}]")
+
+
+def _statement_at(source: str, pos: int) -> bool:
+    """``pos`` (a line start) is outside every bracket: a statement, not a
+    call's keyword argument on a line of its own (strings and comments skipped)."""
+    depth = 0
+    for token in _TOKENS.finditer(source, 0, pos):
+        ch = token.group(0)
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+    return depth <= 0

@@ -269,9 +269,10 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
         device = _copy_device(wanted)
         if device is None or (wanted and under_cpu_branch(ext.src, node, wanted[0].strip())):
             return None
-        if receiver is not None and _to_current_gpu(positional, kwargs) \
-                and on_current_gpu(ext, node, ext.src.text(receiver, 80)):
-            return None  # `x.to("cuda")` of a tensor the function already put there: no copy
+        target_device = _to_one_device(positional, kwargs)
+        if receiver is not None and target_device is not None \
+                and on_current_gpu(ext, node, ext.src.text(receiver, 80), target_device):
+            return None  # `x.to("cuda")` / `x.to(device)` of a tensor the function already put there: no copy
     elif mode == "cuda":
         device = "cuda"
         fn = node.children[0]
@@ -307,11 +308,16 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
     return site
 
 
-def _to_current_gpu(positional: list[str], kwargs: dict[str, str]) -> bool:
-    """`.to("cuda")` / `.to(device="cuda")`: the current GPU, no dtype change."""
+def _to_one_device(positional: list[str], kwargs: dict[str, str]) -> str | None:
+    """`.to("cuda")` / `.to(device="cuda")`: ``"cuda"``, the current GPU;
+    `.to(dev)`: the device variable's name; no dtype change."""
     texts = positional + [v for k, v in kwargs.items() if k == "device"]
-    return len(texts) == 1 and set(kwargs) <= {"device", "non_blocking"} and \
-        re.fullmatch(r"""(['"])cuda\1""", texts[0].strip()) is not None
+    if len(texts) != 1 or not set(kwargs) <= {"device", "non_blocking"}:
+        return None
+    text = texts[0].strip()
+    if re.fullmatch(r"""(['"])cuda\1""", text):
+        return "cuda"
+    return text if text.isidentifier() and text != "cuda" else None
 
 
 # the keywords `Tensor.to` and `nn.Module.to` accept

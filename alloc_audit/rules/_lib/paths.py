@@ -342,7 +342,7 @@ class PathReach:
         constants = self.constants(func)
         out: dict[tuple[str, int, int], Witness] = {}
         for site in func.sites:
-            if on_host(func, site, env, constants):
+            if on_host(func, site, env, constants) or untaken_choice(func, site, env, constants):
                 continue
             verdict = check_span(func, site.span, env, constants, self.structure(func))
             if verdict.live:
@@ -360,15 +360,18 @@ class PathReach:
 
 
 def on_host(func: Func, site: Site, env: Env, constants: Env) -> bool:
-    """A tensor whose ``device=`` is a name that holds a literal ``"cpu"`` on
-    this path (a parameter bound or defaulted to it, a module constant, a
+    """A tensor whose ``device=`` (or a move's `.to(device)`) is a name that
+    holds a literal ``"cpu"`` on this path (a parameter bound or defaulted to
+    it, a constructor's `self.device` stored from one, a module constant, a
     local assigned only that literal) is host memory, not a device site."""
     if site.device not in (None, "unknown") or site.language is not Language.PYTHON:
         return False
     device = _device_argument(func, site)
-    if not device.isidentifier():
+    if not _DEVICE_NAME.fullmatch(device):
         return False
     value = env.get(device) or constants.get(device)
+    if value is None and not device.isidentifier():
+        return False  # `self.device` not stored from the call: set anywhere
     if value is None:
         texts = [a.value.strip() for a in func.assigns if device in a.targets]
         if not texts or func.scope is not None and device in func.scope.params:
@@ -378,10 +381,47 @@ def on_host(func: Func, site: Site, env: Env, constants: Env) -> bool:
     return value.kind == LITERAL and isinstance(value.literal, str) and value.literal.startswith("cpu")
 
 
+def untaken_choice(func: Func, site: Site, env: Env, constants: Env) -> bool:
+    """The site is the one branch of a conditional expression on its line,
+    `m = m.cuda() if on_gpu else m.cpu()`, whose test this path decides
+    against (only one branch calls the site's method)."""
+    if site.language is not Language.PYTHON:
+        return False
+    method = site.api.rsplit(".", 1)[-1]
+    for assign in func.assigns:
+        if assign.line != site.span.line or " if " not in assign.value or " else " not in assign.value:
+            continue
+        try:
+            node = ast.parse(assign.value.strip(), mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return False
+        if not isinstance(node, ast.IfExp):
+            return False
+        calls = [any(isinstance(n, ast.Call) and (isinstance(n.func, ast.Attribute) and n.func.attr == method
+                                                  or isinstance(n.func, ast.Name) and n.func.id == method)
+                     for n in ast.walk(side)) for side in (node.body, node.orelse)]
+        if calls[0] == calls[1]:
+            return False
+        value = decide(ast.unparse(node.test), env, constants)
+        return value is (not calls[0])  # the site's branch is the other one
+    return False
+
+
+_DEVICE_NAME = re.compile(r"(?:self\.)?[A-Za-z_]\w*")
+
+
 def _device_argument(func: Func, site: Site) -> str:
-    """The source text of the site call's ``device=`` argument, or ""."""
+    """The source text of the site call's ``device=`` argument (a move's
+    first argument), or ""."""
+    moves = site.api in ("Tensor.to", "Module.to")
     for call in func.calls:
-        if call.span.line == site.span.line and call.span.col == site.span.col and "device" in call.arglist:
+        if call.span.line != site.span.line or call.span.col != site.span.col:
+            continue
+        if moves and call.callee.rsplit(".", 1)[-1] == "to" and call.arglist.strip():
+            args = split_args(call.arglist)
+            first = next((a for a in args if a.keyword == "device"), args[0])
+            return first.text.strip() if first.keyword in (None, "device") else ""
+        if "device" in call.arglist:
             for arg in split_args(call.arglist):
                 if arg.keyword == "device":
                     return arg.text.strip()
