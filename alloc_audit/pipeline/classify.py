@@ -206,7 +206,8 @@ def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation
             f"persistent pinned host buffer kept in the container {held} that the caller hands to {site.scope}"))
     pattern = compiled.first(site, ctx)
     note = ""
-    temporary = site.kept == "local" and ctx.role not in ("module", "class")
+    # at module level a local is a global: only an allocation bound to no name (a chain's dropped start) is not
+    temporary = site.kept == "local" and (ctx.role not in ("module", "class") or site.target is None)
     if pattern is not None and temporary and (compiled.named(pattern) or compiled.role_only(pattern)):
         # the name (or the constructor) speaks for what the function keeps,
         # not for a buffer it drops

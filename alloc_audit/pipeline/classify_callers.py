@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from ..catalog import CallerGlobs
 from ..globs import matcher, test_path
 from ..model import Language, Site, SiteKind, Tier
+from .built_per_pass import class_factories, default_fill
 from .caller_lifetimes import NameMemo, attribute_caller
 from .default_device import MODEL_BUILD
 from .index import Func, ProjectIndex
@@ -236,7 +237,8 @@ def _built_per_step(funcs: list[Func], index: ProjectIndex, per_step: Pred, memo
                     depth: int, seen: set[str]) -> tuple[Func, tuple[str, ...]] | None:
     """A per-step function that runs ``funcs`` (constructors), directly or
     through other constructors and ``from_*`` factories, and the way there."""
-    callers = _callers(index, funcs, memo)
+    factories = class_factories(index, funcs, memo)  # `return cls(...)` in a classmethod builds it
+    callers = _callers(index, funcs, memo) + factories
     for caller in callers:
         if per_step(caller.name) and (caller.owner is None or caller.owner.name not in seen):
             return caller, ()
@@ -248,7 +250,7 @@ def _built_per_step(funcs: list[Func], index: ProjectIndex, per_step: Pred, memo
                 continue
             up = index.constructors(caller.owner)
             seen = seen | {caller.owner.name}
-        elif caller.name.startswith("from_"):
+        elif caller.name.startswith("from_") or caller in factories:
             up = [caller]
         else:
             continue
@@ -331,7 +333,7 @@ def _guarded_once(site: Site, func: Func) -> bool:
             continue
         test = block.test
         if block.span.contains_line(site.span.line) and (
-                "None" in test or (target and target in test) or "hasattr" in test
+                (("None" in test or (target and target in test)) and not default_fill(func, test)) or "hasattr" in test
                 or (holder is not None and "[" not in target and holder.search(test) and _COMPARES.search(test))):
             return True
     return False

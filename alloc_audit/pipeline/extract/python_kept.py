@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...arglists import split_args
-from ...model import Assign, CallTable, Return, Site
+from ...model import Assign, CallTable, Return, Site, SiteKind
 
 if TYPE_CHECKING:
     from .python import PythonExtractor
@@ -48,7 +48,7 @@ def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: l
     after = site.span.end_line
     aliased = False  # another name may hold it: where it goes is not told here
     for a in assigns:
-        if a.line > after and _same_memory(a.value, name):
+        if a.line > after and _same_memory(a.value, name) and not _makes_new(a.value):
             # `table[:n] = buf`: its values are copied in, the memory is not kept
             held = [t.strip() for t in a.targets if not _SLICE_STORE.fullmatch(t.strip())]
             for t in held:
@@ -65,15 +65,16 @@ def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: l
             continue
         callee = calls.callees[i]
         on_it = callee.startswith(method) or (_receiver(callee) == name and "." in callee)
-        if on_it and calls.targets[i] and callee.rsplit(".", 1)[-1] not in _READS:
+        if on_it and calls.targets[i] and callee.rsplit(".", 1)[-1] not in _READS \
+                and not _to_host(site, calls, i, name):
             aliased = True  # `a, b = buf.split(...)`, `v = buf.view(...)`: views kept under other names
             continue
         if not _count_word(calls.arglists[i], name):
             continue
         args = [a.text.strip() for a in split_args(calls.arglists[i], False)]
         if any(_same_memory(arg, name) for arg in args):
-            if callee in _READS_ONLY or callee.rsplit(".", 1)[-1] in non_retaining:
-                continue
+            if callee in _READS_ONLY or callee in _NEW_TENSOR or callee.rsplit(".", 1)[-1] in non_retaining:
+                continue  # read (`torch.einsum("i,j->ij", t, f)` makes a new tensor) and dropped
             m = _CONTAINER_ADD.match(callee)
             if m is not None and "." in m.group("owner"):
                 return f"{m.group('owner')}[]"
@@ -131,6 +132,17 @@ def _same_memory(value: str, name: str) -> bool:
                 return True
         at = value.find(name, at + 1)
     return False
+
+
+_CALL_HEAD = re.compile(r"\s*([\w.]+)\(")
+
+
+def _makes_new(value: str) -> bool:
+    """The whole expression is one call of a torch function that makes a
+    new tensor (`torch.einsum("i,j->ij", t, f)`): no argument is held."""
+    m = _CALL_HEAD.match(value)
+    return m is not None and m.group(1) in _NEW_TENSOR and value.rstrip().endswith(")") \
+        and value.count("(") == value.count(")") and not re.search(r"\)\s*[.\[]", value)
 
 
 DEFAULT_DEVICE = "default"  # no device given: the default device where the call runs
@@ -234,8 +246,20 @@ def _rebound(site: Site, assigns: list[Assign], call_ix: list[int], calls: CallT
     lines = [a.line for a in assigns if a.line > after and a.targets == (name,) and a.op == "="
              and _count_word(_STRINGS.sub('""', a.value), name) and not _same_memory(a.value, name)]
     lines += [line for i in call_ix if (line := calls.line(i)) > after and calls.targets[i] == name
-              and calls.callees[i].startswith(name + ".") and calls.callees[i][len(name) + 1:] in _NOT_ITSELF]
+              and calls.callees[i].startswith(name + ".") and (calls.callees[i][len(name) + 1:] in _NOT_ITSELF
+                                                              or _to_host(site, calls, i, name))]
     return min(lines, default=None)
+
+
+_HOST_ARG = re.compile(r"""\s*(?:device\s*=\s*)?(?:torch\.device\(\s*)?(['"])cpu\1""")
+
+
+def _to_host(site: Site, calls: CallTable, i: int, name: str) -> bool:
+    """`t = t.cpu()`, `t = t.to(device="cpu")` of a device allocation: a
+    host copy, the device memory is dropped."""
+    method = calls.callees[i][len(name) + 1:]
+    return site.kind is SiteKind.DEVICE and (
+        method == "cpu" or (method == "to" and _HOST_ARG.match(calls.arglists[i]) is not None))
 
 
 _STRINGS = re.compile(r"""(['"])(?:\\.|(?!\1).)*\1""")
@@ -324,112 +348,4 @@ _NEW_TENSOR = frozenset(f"torch.{n}" for n in (
     "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "pow", "outer", "polar", "cat",
     "concat", "stack", "matmul", "mm", "bmm", "sin", "cos", "tanh", "sigmoid", "abs", "clamp", "cumsum",
     "cumprod", "neg", "reciprocal", "square", "erf", "floor", "ceil", "round", "triu", "tril", "kron",
-    "softmax", "logsumexp"))
-# pure reshaping functions: the result may be a view of the allocation
-_RESHAPING = frozenset({"einops.rearrange", "einops.repeat", "einops.reduce"})
-_ARITHMETIC = frozenset({"+", "-", "*", "/", "//", "%", "**", "@"})
-
-
-def intermediate(ext: PythonExtractor, node: Any, wrapper: str | None) -> bool:
-    """The allocation ``node`` (bound to no name) is consumed by the
-    expression around it and never kept (issue 11, round 8): an operand of
-    arithmetic (`torch.rand(n) * k`: the result is a new tensor), an
-    argument of a torch function that always makes a new tensor
-    (`torch.log(torch.ones(n))`), or of a pure reshaping function whose
-    result goes to a local read only by such functions
-    (`A = repeat(torch.arange(n), ...).contiguous()` then `torch.log(A)`).
-    A registration (`nn.Parameter(k * torch.ones(n))`) is not one."""
-    if wrapper is not None and wrapper not in _NEW_TENSOR and wrapper not in _RESHAPING:
-        return False
-    up = ext.up.parent
-    parent = up(node)
-    while parent is not None and parent.type == "parenthesized_expression":
-        parent = up(parent)
-    if parent is None:
-        return False
-    if parent.type == "binary_operator":
-        op = parent.child_by_field_name("operator")
-        return op is not None and ext.src.text(op, 4) in _ARITHMETIC and not _registered_result(ext, parent)
-    if parent.type != "argument_list" or wrapper is None:
-        return False
-    if wrapper in _NEW_TENSOR:
-        return True
-    call = up(parent)
-    local = ext.rhs_targets.get(call.start_byte) if call is not None else None
-    if call is not None and local is None:
-        local = _chain_target(ext, call)
-    return bool(local) and _LOCAL.fullmatch(local or "") is not None and _read_only_by_new(ext, call, local or "")
-
-
-def _chain_target(ext: PythonExtractor, call: Any) -> str | None:
-    """The name a view chain on ``call`` is assigned to (`A = f(x).contiguous()`)."""
-    up = ext.up.parent
-    child, parent = call, up(call)
-    for _ in range(6):
-        if parent is None:
-            return None
-        if parent.type == "assignment" and parent.child_by_field_name("right") == child:
-            left = parent.child_by_field_name("left")
-            return ext.src.text(left, 80) if left is not None else None
-        if parent.type == "attribute" and parent.child_by_field_name("object") == child:
-            method = parent.child_by_field_name("attribute")
-            outer = up(parent)
-            if method is None or ext.src.text(method, 40) not in _VIEW_METHODS.split("|") \
-                    or outer is None or outer.type != "call":
-                return None
-            child, parent = outer, up(outer)
-            continue
-        return None
-    return None
-
-
-def _read_only_by_new(ext: PythonExtractor, call: Any, name: str) -> bool:
-    """Every later mention of local ``name`` in its function is the first
-    argument of a torch function that makes a new tensor."""
-    body = call
-    while body is not None and body.type != "function_definition":
-        body = body.parent
-    if body is None:
-        return False
-    after = ext.src.data[call.end_byte:body.end_byte].decode("utf-8", "replace")
-    uses = [m.start() for m in re.finditer(rf"(?<![\w.]){re.escape(name)}\b", after)]
-    if not uses:
-        return False
-    for at in uses:
-        m = re.search(r"([\w.]+)\(\s*$", after[:at])
-        if m is None or ext.resolve_text(m.group(1)) not in _NEW_TENSOR:
-            return False
-        if not re.match(rf"{re.escape(name)}\s*[,)]", after[at:]):
-            return False
-    return True
-
-
-_REGISTRATION_CALL = r"(?:register_buffer|register_parameter|Parameter|\w*_parameter\w*)\s*\("
-
-
-def _registered_result(ext: PythonExtractor, expr: Any) -> bool:
-    """The arithmetic is assigned to a local (through parentheses and a
-    conditional) that a registration later in the function takes whole
-    (`scale = (torch.arange(n) + b) / c if base else None` ...
-    `self.register_buffer("scale", scale)`): the allocation is registered
-    module state (pipeline/module_state.py), not a dropped operand."""
-    up = ext.up.parent
-    parent = up(expr)
-    for _ in range(8):
-        if parent is None or parent.type not in ("binary_operator", "parenthesized_expression",
-                                                  "conditional_expression", "unary_operator"):
-            break
-        parent = up(parent)
-    if parent is None or parent.type != "assignment":
-        return False
-    left = parent.child_by_field_name("left")
-    if left is None or left.type != "identifier":
-        return False
-    body = parent
-    while body is not None and body.type != "function_definition":
-        body = body.parent
-    if body is None:
-        return False
-    name = re.escape(ext.src.text(left, 80))
-    after = ext.src.data[parent.end_byte:body.end_byte].decode("utf-8", "replace")
-    return re.search(_REGISTRATION_CALL + rf"[^()]*(?<![\w.]){name}\s*[,)]", after) is not None
+    "softmax", "logsumexp", "einsum", "tensordot", "inner", "dot", "addmm", "baddbmm"))

@@ -18,8 +18,8 @@ from . import common
 from .common import Source, zero_elements
 from .python_fake import in_fake_scope
 from .python_host import default_source, host_source, on_current_gpu
-from .python_kept import intermediate
 from .python_module_move import dispatches_to_super, moves_module
+from .python_scratch import dropped_in_chain, intermediate
 
 if TYPE_CHECKING:
     from .python import PythonExtractor
@@ -302,6 +302,9 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
             and intermediate(ext, node, site.wrapper):
         # `torch.log(torch.ones(n))`, `torch.rand(n) * k` in a constructor: read and dropped, never kept
         return dataclasses.replace(site, wrapper=None, kept="local")
+    if kind is SiteKind.DEVICE and dropped_in_chain(ext, node):
+        # `torch.Tensor(v).cuda().to(torch.int64).abs()`: the chain ends in a new tensor, this copy is dropped
+        return dataclasses.replace(site, target=None, wrapper=None, kept="local")
     return site
 
 
