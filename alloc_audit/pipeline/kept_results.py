@@ -15,18 +15,30 @@ process -> persistent.
   long as the holder, like the buffers its constructor keeps: T2, unless the
   method is a per-step function itself (then the object is re-made on every
   step).
+- A native device allocation (``cudart.cudaMalloc``) that its function
+  hands to a method of another object (``engine.activate(mem)``), never
+  frees and never returns is kept by that object: T2.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 
+from ..arglists import split_args
 from ..catalog import CallerGlobs
 from ..globs import matcher
 from ..model import Language, Site, Tier
-from .index import ProjectIndex
+from .index import ProjectIndex, last_name
 
+# native allocations reached from Python (ctypes, cuda-python): freed only by
+# an explicit free
+_RAW = re.compile(r"(?:[\w.]+\.)?(?:cudaMalloc|cuMemAlloc|hipMalloc|hipMemAlloc|hipExtMalloc)\w*")
+# the runtime's own calls (`cudart.cudaMemset(ptr, ...)`, `cudaIpcGetMemHandle`)
+# keep nothing
+_RUNTIME = re.compile(r"cuda|cu[A-Z]|hip")
+_FREE = re.compile(r"(?:[\w.]+\.)?\w*[Ff]ree\w*")
 _CACHING = frozenset({"functools.lru_cache", "functools.cache", "lru_cache", "cache"})
 
 
@@ -40,6 +52,8 @@ def kept_results(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs)
                 site = _cached(site, index)
             elif site.via is not None and (site.via.path, site.via.line) in persistent:
                 site = _kept_on_self(site, index, per_step)
+            elif site.via is None and _RAW.fullmatch(site.api):
+                site = _raw_handed(site, index)
         out.append(site)
     return out
 
@@ -70,3 +84,21 @@ def _kept_on_self(site: Site, index: ProjectIndex, per_step: Callable[[str], boo
     return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
         f"kept on the object: {func.qualname} stores it in {target}, and {site.api} keeps {via.api} "
         f"({via.path}:{via.line}) for its lifetime"))
+
+
+def _raw_handed(site: Site, index: ProjectIndex) -> Site:
+    target = (site.target or "").strip()
+    func = index.func(site.path, site.scope) if target.isidentifier() else None
+    if func is None:
+        return site
+    word = re.compile(r"\b" + re.escape(target) + r"\b")
+    uses = [c for c in func.calls if c.span.line > site.span.line and word.search(c.arglist)]
+    if any(_FREE.fullmatch(c.callee) for c in uses) or any(word.search(r.value) for r in func.returns):
+        return site
+    handed = next((c for c in uses if "." in c.callee and not _RUNTIME.match(last_name(c.callee))
+                   and any(a.text.strip() == target and a.keyword is None for a in split_args(c.arglist))), None)
+    if handed is None:
+        return site
+    return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+        f"kept: {func.qualname} hands the native allocation {target} to {handed.callee} and never frees it: "
+        f"it lives as long as what holds it ({site.tier_reason})"))

@@ -1,7 +1,8 @@
 """Stage 5, classify (after the callers): buffers created lazily on the object.
 
 Input: classified sites and the project index. Output: the same sites, the
-lazily created ones re-tiered T2 with a reason naming the test.
+lazily created ones re-tiered T2 with a reason naming the test (T1 when
+the member is one the class registers as a buffer: module state).
 
 A buffer kept on the object (``self.x``) by a method that runs per step is
 churned when it is stored on every call, but kept for the process when the
@@ -9,7 +10,9 @@ store sits under a test on the object's own state: the cache is missing or
 stale or too small (``if self.x is None or self.x.shape != out.shape:``,
 ``if n > len(self.x):``, the ``else`` of
 ``if channel == self.channel: window = self.window``, after a guard clause
-``if self.freqs is not None and ...: return``). DESIGN.md ("Lifetime
+``if self.freqs is not None and ...: return``), or a dict on the object or
+its class filled per key when the key is missing (``if device not in
+cls.bounds: cls.bounds[device] = b.to(device)``). DESIGN.md ("Lifetime
 tiers"): kept in ``self.x`` -> persistent. A test on an argument alone, a
 store with no test, or a temporary under the test stay per call.
 """
@@ -24,6 +27,7 @@ from ..model import Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
 
 _IF_KINDS = frozenset({"if", "elif", "else"})
+_KEYED = re.compile(r"((?:self|cls)\.[A-Za-z_]\w*)\[([^\[\]]+)\]")
 _ADD = re.compile(r"(self\.[A-Za-z_]\w*)\.(?:append|extend|insert)")
 
 
@@ -40,15 +44,58 @@ def _lazy(site: Site, index: ProjectIndex) -> Site:
     func = index.func(site.path, site.scope)
     if func is None or func.scope is None or func.scope.role not in ("function", "method"):
         return site
+    keyed = _keyed_cache(site, func)
+    if keyed:
+        return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+            f"created lazily: {func.qualname} keeps it per key in {keyed[0]} and builds it only when "
+            f"`{_short(keyed[1])}` says the key is missing: persistent ({site.tier_reason})"))
     member = _member(site, func)
     if member is None:
         return site
     test = _cache_test(site, func, _members(func) | {member})
     if not test:
         return site
+    registration = _registered(func, member)
+    if registration:
+        return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+            f"module state: created lazily in {member} (`{_short(test)}`), which its class registers as a buffer "
+            f"({registration}); was: {site.tier_reason}"))
     return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
         f"created lazily: {func.qualname} keeps it in {member} and rebuilds it only when `{_short(test)}` says "
         f"the cached one is missing or stale: persistent ({site.tier_reason})"))
+
+
+def _registered(func: Func, member: str) -> str:
+    """The call by which a method of ``func``'s class registers ``member``
+    as a buffer: ``self.register_buffer("x", ...)``, or a call that names it
+    and hands over a ``register_buffer`` (``self._register_temp_attribute("x",
+    None, lambda m, n, v: m.register_buffer(n, v))``); empty when none does."""
+    if func.owner is None:
+        return ""
+    name = member.removeprefix("self.")
+    quoted = (f'"{name}"', f"'{name}'")
+    for methods in func.owner.methods.values():
+        for method in methods:
+            for call in method.calls:
+                if any(q in call.arglist for q in quoted) and (
+                        call.callee.endswith("register_buffer") or "register_buffer" in call.arglist):
+                    return f"{call.callee} in {method.qualname}"
+    return ""
+
+
+def _keyed_cache(site: Site, func: Func) -> tuple[str, str] | None:
+    """The dict on the object or its class (``self.x``, ``cls.x``) the site
+    is stored in under a key (``cls.x[device] = t.to(device)``), and the
+    test around it that the key is missing (``if device not in cls.x:``)."""
+    m = _KEYED.fullmatch((site.target or "").strip())
+    if m is None:
+        return None
+    owner, key = m.groups()
+    missing = re.compile(re.escape(key.strip()) + r"\s+not\s+in\s+" + re.escape(owner) + r"\b")
+    for block in func.blocks:
+        if block.kind in ("if", "elif") and block.span.contains_line(site.span.line) and missing.search(block.test):
+            return owner, block.test
+    return None
 
 
 def _member(site: Site, func: Func) -> str | None:

@@ -47,6 +47,7 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
     classified again."""
     memo: dict[str, bool] = {}
     text_memo: dict[str, bool] = {}
+    base_memo: dict[str, bool] = {}
     moved: dict[int, Site] = {}
     for i, site in enumerate(sites):
         if site.api not in _MOVES or site.via is not None or site.language is not Language.PYTHON:
@@ -59,11 +60,11 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
             continue
         cls = index.constructed_class(func, call)
         if cls is not None:
-            module = is_module(index, cls.qualname, cls.bases, memo)
+            module = is_module(index, cls.qualname, cls.bases, memo) or _external_base(index, cls.bases, base_memo)
         else:
             leaf = last_name(call.callee)
-            module = skipped is not None and leaf[:1].isupper() and _skipped_module(leaf, index, skipped, memo,
-                                                                                    text_memo)
+            module = _named_builder(index, leaf) or (
+                skipped is not None and leaf[:1].isupper() and _skipped_module(leaf, index, skipped, memo, text_memo))
         if module:
             moved[i] = dataclasses.replace(site, api=_MOVES[site.api])
     if not moved:
@@ -97,6 +98,41 @@ def _builder(func: Func, site: Site) -> Call | None:
 
 
 _MODULE_BASE = re.compile(r"(?:[\w.]+\.)?Module")
+# a class no project file defines whose name says it is a layer or a model
+# (`GATConv(...)`, `MegatronModule`); plural and data names are not
+_MODULE_SUFFIX = re.compile(r"[A-Z]\w*(?:Model|Module|Net|Conv\dd?|Conv|Linear|Layer|Block|Encoder|Decoder"
+                            r"|Transformer|Attention|Embedding|MLP)")
+# a function that says it makes a model (`get_mcore_gpt_model(...)`,
+# `timm.create_model(...)`) or a model class handed in (`model_cls()`)
+_MODEL_MAKER = re.compile(r"(?:get|create|build|load|make|init|instantiate)_\w*model|\w*model_(?:cls|class)",
+                          re.IGNORECASE)
+
+
+def _named_builder(index: ProjectIndex, leaf: str) -> bool:
+    """The builder is no project class, and its name says it makes a
+    module: a CamelCase class of a library named like a layer or a model,
+    or a function named like a model maker."""
+    if _MODEL_MAKER.fullmatch(leaf) is not None:
+        return True
+    return _MODULE_SUFFIX.fullmatch(leaf) is not None and not index.classes_named(leaf)
+
+
+def _external_base(index: ProjectIndex, bases: Sequence[str], memo: dict[str, bool], depth: int = 0) -> bool:
+    """A base, followed through project classes, is a library class no
+    project file defines named ``*Module`` (``MegatronModule``,
+    ``LightningModule``)."""
+    for base in bases:
+        leaf = last_name(base)
+        found = memo.get(leaf)
+        if found is None:
+            memo[leaf] = False  # cycle guard
+            known = index.classes_named(leaf)
+            found = (not known and re.fullmatch(r"[A-Z]\w*Module", leaf) is not None) or (
+                depth < 8 and any(_external_base(index, c.bases, memo, depth + 1) for c in known))
+            memo[leaf] = found
+        if found:
+            return True
+    return False
 
 
 def _skipped_module(name: str, index: ProjectIndex, skipped: Skipped, memo: dict[str, bool],

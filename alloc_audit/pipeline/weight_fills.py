@@ -6,7 +6,14 @@ A device buffer handed straight to ``<module>.<weight>.copy_(...)`` or
 ``<module>.<weight>.data.copy_(...)``, or held in a local whose every use
 is such a copy (``w = q.to(device)`` ... ``module.weight.copy_(w)``), exists
 only to fill a parameter or buffer of a module while its weights are put in
-place: T1, whatever the function is called. A weight attribute is named
+place: T1, whatever the function is called. A local handed to a project helper
+that only copies that argument into a parameter it is handed
+(``copy_param(param, full)``, its body ``param.copy_(full)``) is the same.
+A buffer stored in an entry of a state dict that the function then loads
+into a module (``state_dict[k] = t.to(device=p.device)`` ...
+``module.load_state_dict(state_dict)``), or written into a local tensor an
+entry then takes (``merged[q] = ...``; ``state_dict["weight"] =
+merged.reshape(...)``), is a load-time temporary too. A weight attribute is named
 like one (``weight``, ``bias``, ``qweight``, ``qzeros``, ``scales``,
 ``g_idx``, ``perm``, ``channel_scales``, ...): a copy into a static input
 buffer (``self.static_input.copy_(x.cuda())``) stays per call. Pure.
@@ -17,19 +24,30 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ..model import Site, Tier
-from .index import ProjectIndex
+from ..arglists import split_args
+from ..model import Call, Site, Tier
+from .index import Func, ProjectIndex
 from .retier import Decision, python_device_site, retier
 
 _WEIGHT = r"(?:\w+_)?(?:q?weights?|bias|q?zeros|scales?|g_idx|perm|codebooks?)"
 _FILL = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")(?:\.data)?\.copy_")
+# a helper's copy into a parameter it is handed (`param.copy_(full)`)
+_PARAM_FILL = re.compile(r"(?:\w+_)?params?(?:\.data)?\.copy_")
+# a subscript store into a name (`state_dict[key]`, `merged[q_slice]`)
+_ENTRY = re.compile(r"([A-Za-z_]\w*)\[.+\]")
+_LOAD = re.compile(r"(?:[\w.]+\.)?load_state_dict")
 
 
 def weight_fills(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     def decide(site: Site) -> Decision | None:
         fill = _fills(site, index)
-        return (Tier.T1, f"load-time temporary: only fills the module weight {fill.removesuffix('.copy_')} "
-                         f"in {site.scope} (was: {site.tier_reason})") if fill else None
+        if fill:
+            what = (f"the module weight {fill.removesuffix('.copy_')}" if _FILL.fullmatch(fill)
+                    else f"a parameter through {fill}")
+            return Tier.T1, f"load-time temporary: only fills {what} in {site.scope} (was: {site.tier_reason})"
+        loaded = _state_dict_entry(site, index)
+        return (Tier.T1, f"load-time temporary: an entry of the state dict {loaded} loads into a module in "
+                         f"{site.scope} (was: {site.tier_reason})") if loaded else None
 
     return retier(sites, lambda s: python_device_site(s, Tier.T2, Tier.T4), decide)
 
@@ -37,19 +55,70 @@ def weight_fills(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
 def _fills(site: Site, index: ProjectIndex) -> str:
     """The weight copy the buffer only feeds (``module.bias.copy_``), or ""."""
     kept = site.kept
-    if kept.startswith("handed:"):
-        return kept[len("handed:"):] if _FILL.fullmatch(kept[len("handed:"):]) else ""
+    if kept.startswith("handed:") and _FILL.fullmatch(kept[len("handed:"):]):
+        return kept[len("handed:"):]
     target = (site.target or "").strip()
-    if kept != "local" or not target.isidentifier():
-        return ""
+    if not (kept == "local" or kept.startswith("handed:")) or not target.isidentifier():
+        return ""  # handed to a call: a helper that only copies it into a parameter (below)
     func = index.func(site.path, site.scope)
     if func is None:
         return ""
     word = re.compile(r"\b" + re.escape(target) + r"\b")
     uses = [c for c in func.calls if c.span.line > site.span.line and word.search(c.arglist)]
-    if not uses or any(c.arglist.strip() != target or not _FILL.fullmatch(c.callee) for c in uses):
+    if not uses or any(not _fill_call(c, target, func, index) for c in uses):
         return ""
     if any(word.search(r.value) for r in func.returns) or \
             any(word.search(a.value) for a in func.assigns if a.line > site.span.line):
         return ""
     return uses[0].callee
+
+
+def _fill_call(call: Call, local: str, func: Func, index: ProjectIndex) -> bool:
+    """``call`` fills a weight with ``local``: ``module.weight.copy_(local)``,
+    or a project helper that only copies that argument into a parameter
+    (``copy_param(param, local)``, its body ``param.copy_(full)``)."""
+    if call.arglist.strip() == local and _FILL.fullmatch(call.callee):
+        return True
+    args = list(split_args(call.arglist))
+    at = next((i for i, a in enumerate(args) if a.text.strip() == local and a.keyword is None), None)
+    if at is None or _FILL.fullmatch(call.callee) or call.callee.endswith(".copy_"):
+        return False
+    helpers = [f for f in index.resolve(func, call) if f.scope is not None]
+    return bool(helpers) and all(_copies_into_param(f, at) for f in helpers)
+
+
+def _copies_into_param(helper: Func, at: int) -> bool:
+    assert helper.scope is not None
+    params = [p for p in helper.scope.params if p not in ("self", "cls")]
+    if at >= len(params):
+        return False
+    word = re.compile(r"\b" + re.escape(params[at]) + r"\b")
+    uses = [c for c in helper.calls if word.search(c.arglist)]
+    copies = [c for c in helper.calls if _PARAM_FILL.fullmatch(c.callee)]
+    return bool(uses) and all(_PARAM_FILL.fullmatch(c.callee) or any(
+        p.span != c.span and p.span.contains(c.span) for p in copies) for c in uses)
+
+
+def _state_dict_entry(site: Site, index: ProjectIndex) -> str:
+    """The state dict the site's buffer becomes an entry of, when the same
+    function then loads it into a module: stored in it
+    (``state_dict[key] = t.to(device=p.device)`` ...
+    ``module.load_state_dict(state_dict)``), or written into a local tensor
+    that an entry then takes (``merged[q] = q_proj.to(device)`` ...
+    ``state_dict["weight"] = merged.reshape(...)``)."""
+    m = _ENTRY.fullmatch((site.target or "").strip())
+    if m is None:
+        return ""
+    func = index.func(site.path, site.scope)
+    if func is None:
+        return ""
+    loaded = {split_args(c.arglist)[0].text.strip() for c in func.calls
+              if c.span.line > site.span.line and _LOAD.fullmatch(c.callee) and c.arglist.strip()}
+    if m.group(1) in loaded:
+        return m.group(1)
+    took = re.compile(re.escape(m.group(1)) + r"\b")  # `merged.reshape(-1)` stored in an entry
+    for c in func.calls:
+        entry = _ENTRY.fullmatch((c.target or "").strip()) if c.span.line > site.span.line else None
+        if entry is not None and entry.group(1) in loaded and took.match(c.callee):
+            return entry.group(1)
+    return ""

@@ -61,12 +61,15 @@ def _told_by_file(ext: PythonExtractor, node: Any, text: str, before: int) -> bo
     if _MODULE_ONLY.search(_receiver_raw(ext, node)) is not None:
         return True  # `model.eval().to(device)`, `cfg.build().cuda()`: only a module has these
     receiver = text
-    for _hop in range(3):  # `m = m.to(dtype)` follows m (or `self.m`) to the assignment above
+    for _hop in range(8):  # `m = m.to(dtype)` follows m (or `self.m`) to the assignment above
         if _MEMBER.fullmatch(text) is None:
             break
         found = _last_assignment(ext, node, text, before)
         if found is None:
             return _annotated_module(ext, node, text) or _dropped(node, receiver)
+        if _passes_itself(found[0], text):  # `model = unwrap(model)`: what the name held above
+            before = found[1]
+            continue
         text, before = found
     built = _builds_module(ext, text)
     return built is True or (built is None and _dropped(node, receiver))
@@ -149,6 +152,17 @@ def _dropped(node: Any, text: str) -> bool:
             and not text.endswith((".data", ".grad")))
 
 
+def _passes_itself(value: str, name: str) -> bool:
+    """``value`` is a call of a function (not a method of ``name``) whose
+    first argument is ``name`` itself (``accelerator.unwrap_model(model)``,
+    ``quantize(model, cfg)``): a wrapper or transform that hands back what it
+    is given, so the name holds what it held above. A class
+    (``nn.ModuleDict(parts)``) builds something new."""
+    m = _CALL.match(value)
+    return (m is not None and not m.group(1).startswith(name + ".") and m.group(1).rsplit(".", 1)[-1][:1].islower()
+            and re.match(re.escape(m.group(0)) + r"\s*" + re.escape(name) + r"\s*[,)]", value) is not None)
+
+
 def _annotated_module(ext: PythonExtractor, node: Any, name: str) -> bool:
     """``name`` is a parameter of the enclosing function annotated with a
     module type (``model: nn.Module``, ``model: "PreTrainedModel"``)."""
@@ -208,7 +222,9 @@ def _last_assignment(ext: PythonExtractor, node: Any, name: str, before: int) ->
     pattern = rf"^[ \t]*{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*([^\n]+)$"
     found: re.Match[str] | None = None
     for hit in re.finditer(pattern, text, re.M):
-        found = hit
+        value = hit.group(1).rstrip()
+        if not value.endswith(",") and value.count(")") <= value.count("("):
+            found = hit  # not a keyword argument of a call (`model=model,`)
     if found is None:
         return None
     value = _balanced(found.group(1).strip(), text[found.end():])
