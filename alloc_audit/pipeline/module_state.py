@@ -84,11 +84,12 @@ def _expression_local(site: Site, func: Func) -> str:
 def _registration_of(func: Func, local: str, after: int) -> Call | None:
     """The first registration after line ``after`` that takes ``local``, whole
     or moved or cast (``nn.Parameter(data.to(device))``)."""
-    moved = re.compile(re.escape(local) + r"(?:\.(?:" + _SAME + r")\([^()]*\))*")
+    moved: re.Pattern[str] | None = None  # compiled on the first candidate: most functions have none
     for call in func.calls:
-        if call.span.line > after and local in call.arglist and _REGISTERS.search(call.callee) \
-                and any(moved.fullmatch(a.text.strip()) for a in split_args(call.arglist)):
-            return call
+        if call.span.line > after and local in call.arglist and _REGISTERS.search(call.callee):
+            moved = moved or re.compile(re.escape(local) + r"(?:\.(?:" + _SAME + r")\([^()]*\))*")
+            if any(moved.fullmatch(a.text.strip()) for a in split_args(call.arglist)):
+                return call
     return None
 
 
