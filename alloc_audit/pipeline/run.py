@@ -89,6 +89,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .module_state import module_state
     from .returned_scratch import returned_scratch
     from .roles import with_roles
+    from .run_once import run_once
     from .weight_fills import weight_fills
     from .workers import Outcomes, job_count
 
@@ -121,7 +122,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites += tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
                               catalog.callers)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
-    sites = lazy_members(sites, index)
+    sites = run_once(lazy_members(sites, index), index)
     sites = kept_results(sites, index, catalog.callers)
     sites = caller_lifetimes(sites, index, catalog.callers)
     sites = with_roles(sites, config.roles)

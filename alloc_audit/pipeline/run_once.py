@@ -1,0 +1,123 @@
+"""Stage 5, classify (after the lazy members): set-up work a flag or a
+membership test makes run once.
+
+Input: classified sites and the project index. Output: the same sites, the
+per-call (T4) Python sites that run once per object re-tiered T2 with a
+reason naming the test.
+
+A method that sets up state on the object runs once, though the method
+that calls it runs per step, when a flag on the object says so:
+
+- every call of the method in its class sits under a test that the flag
+  is unset (``if not self._built: self._build_buffers()``) and the method
+  sets the flag (``self._built = True``);
+- the method returns early when the flag is set (``if self._done:
+  return``) and sets it itself: what follows the guard clause runs once.
+
+An entry of a container created under a test that its key is missing
+(``if "v" not in group: group["v"] = [...]; group["v"][0] = torch.zeros(n)``)
+is created once and kept in the container. DESIGN.md ("Lifetime tiers"):
+set up once and kept -> persistent. A temporary (kept nowhere) stays per
+call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+
+from ..model import Language, Site, SiteKind, Tier
+from .index import Func, ProjectIndex
+
+_FLAG_UNSET = re.compile(r"^\(?\s*not\s+self\.(\w+)\s*\)?$|^\(?\s*self\.(\w+)\s+is\s+False\s*\)?$")
+_FLAG_SET = re.compile(r"^\(?\s*self\.(\w+)\s*\)?$|^\(?\s*self\.(\w+)\s+is\s+True\s*\)?$")
+_ENTRY = re.compile(r"""^(\w+(?:\.\w+)*)\[\s*(["'][^"']+["'])\s*\]""")
+
+
+def run_once(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
+    return [_once(site, index) if _candidate(site) else site for site in sites]
+
+
+def _candidate(site: Site) -> bool:
+    return (site.tier is Tier.T4 and site.kind is SiteKind.DEVICE and site.language is Language.PYTHON
+            and bool(site.target) and site.kept not in ("local", "return") and not site.kept.startswith("handed:"))
+
+
+def _once(site: Site, index: ProjectIndex) -> Site:
+    func = index.func(site.path, site.scope)
+    if func is None or func.scope is None or func.scope.role not in ("function", "method"):
+        return site
+    test = _keyed_entry(site, func)
+    if test:
+        return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+            f"created once: stored in an entry made only when `{test}` says it is missing, and kept there: "
+            f"persistent ({site.tier_reason})"))
+    flag = _guard_clause_flag(site, func) or _callers_flag(func)
+    if flag:
+        return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+            f"set up once: {func.qualname} runs only while self.{flag} is unset and sets it; kept: "
+            f"persistent ({site.tier_reason})"))
+    return site
+
+
+def _keyed_entry(site: Site, func: Func) -> str:
+    """The test around the site that the constant key it is stored under
+    is missing from the container (``if "v" not in group:``)."""
+    m = _ENTRY.match((site.target or site.kept).strip())
+    if m is None:
+        return ""
+    owner, key = m.groups()
+    missing = re.compile(rf"^\(?\s*{re.escape(key)}\s+not\s+in\s+{re.escape(owner)}\s*\)?$")
+    for block in func.blocks:
+        if block.kind in ("if", "elif") and block.span.contains_line(site.span.line) and missing.match(block.test):
+            return " ".join(block.test.split())
+    return ""
+
+
+def _sets_flag(func: Func, flag: str) -> bool:
+    target = f"self.{flag}"
+    return any(a.op == "=" and a.value.strip() == "True" and target in a.targets for a in func.assigns)
+
+
+def _guard_clause_flag(site: Site, func: Func) -> str:
+    """``if self._done: return`` before the site, with the method setting
+    ``self._done = True``."""
+    for block in func.blocks:
+        if block.kind != "if" or not block.exits or block.span.end_line >= site.span.line:
+            continue
+        m = _FLAG_SET.match(block.test.strip())
+        flag = (m.group(1) or m.group(2)) if m is not None else None
+        if flag and _sets_flag(func, flag):
+            return flag
+    return ""
+
+
+def _callers_flag(func: Func) -> str:
+    """The flag every call of the method in its class is guarded by
+    (``if not self._built: self._build()``), set by the method."""
+    owner = func.owner
+    if owner is None:
+        return ""
+    flag = ""
+    called = False
+    for methods in owner.methods.values():
+        for method in methods:
+            for call in method.calls:
+                if call.callee != f"self.{func.name}":
+                    continue
+                called = True
+                found = _unset_test(method, call.span.line)
+                if not found or (flag and found != flag):
+                    return ""
+                flag = found
+    return flag if called and _sets_flag(func, flag) else ""
+
+
+def _unset_test(method: Func, line: int) -> str:
+    for block in method.blocks:
+        if block.kind == "if" and block.span.contains_line(line):
+            m = _FLAG_UNSET.match(block.test.strip())
+            if m is not None:
+                return m.group(1) or m.group(2)
+    return ""
