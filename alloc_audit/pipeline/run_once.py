@@ -16,9 +16,13 @@ that calls it runs per step, when a flag on the object says so:
 
 An entry of a container created under a test that its key is missing
 (``if "v" not in group: group["v"] = [...]; group["v"][0] = torch.zeros(n)``)
-is created once and kept in the container. DESIGN.md ("Lifetime tiers"):
-set up once and kept -> persistent. A temporary (kept nowhere) stays per
-call.
+is created once and kept in the container. In C++, an allocation under a
+test on a function-local ``static`` (``if (!allocated || rows != setup_rows)``:
+re-made only when the shape the statics remember changed), or a call that
+fills a function-local ``static`` pointer through its address
+(``set_up(&d_matrix, rows)`` with ``static float* d_matrix;``), is a cache
+kept for the process. DESIGN.md ("Lifetime tiers"): set up once and kept ->
+persistent. A temporary (kept nowhere) stays per call.
 """
 
 from __future__ import annotations
@@ -36,12 +40,65 @@ _ENTRY = re.compile(r"""^(\w+(?:\.\w+)*)\[\s*(["'][^"']+["'])\s*\]""")
 
 
 def run_once(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
-    return [_once(site, index) if _candidate(site) else site for site in sites]
+    return [_once(site, index) if _candidate(site) else
+            _native_static(site, index) if _native(site) else site for site in sites]
+
+
+def _native(site: Site) -> bool:
+    return (site.tier is Tier.T4 and site.language is not Language.PYTHON and site.kind is not SiteKind.RELEASE
+            and site.kind is not SiteKind.PINNED_HOST and site.kept not in ("local", "return"))
+
+
+def _native_static(site: Site, index: ProjectIndex) -> Site:
+    func = index.func(site.path, site.scope)
+    if func is None:
+        return site
+    statics = _statics(func)
+    if not statics:
+        return site
+    names = "|".join(re.escape(n) for n in sorted(statics))
+    if site.via is not None:
+        filled = re.compile(rf"&\s*(?:{names})\b")
+        for call in func.calls:
+            if call.span.line == site.span.line and filled.search(call.arglist):
+                return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+                    f"cached in a function-local static: {site.scope} hands the address of a static pointer "
+                    f"to {call.callee}, which fills it: kept for the process ({site.tier_reason})"))
+        return site
+    state = statics & {t for a in func.assigns if not a.type for t in a.targets}  # updated: remembered state
+    if not state:
+        return site
+    named = re.compile(rf"(?<![\w.>])(?:{'|'.join(re.escape(n) for n in sorted(state))})\b")
+    for block in func.blocks:
+        if block.kind in ("if", "elif") and block.span.contains_line(site.span.line) and named.search(block.test):
+            return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+                f"cached: {site.scope} re-makes it only when its function-local statics say it is missing or "
+                f"stale (`{_short(block.test)}`): kept for the process ({site.tier_reason})"))
+    return site
+
+
+def _statics(func: Func) -> set[str]:
+    """The function-local statics (``static``, ``thread_local``) not
+    declared ``const``."""
+    return {t for a in func.assigns if a.type and a.type.startswith("static ") and "const" not in a.type
+            for t in a.targets}
+
+
+def _short(test: str) -> str:
+    text = " ".join(test.split())
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _candidate(site: Site) -> bool:
     return (site.tier is Tier.T4 and site.kind is SiteKind.DEVICE and site.language is Language.PYTHON
-            and bool(site.target) and site.kept not in ("local", "return") and not site.kept.startswith("handed:"))
+            and _stored(site.target or "") and site.kept not in ("local", "return")
+            and not site.kept.startswith("handed:"))
+
+
+def _stored(target: str) -> bool:
+    """Stored into a member or an entry (``self.x``, ``group["v"]``), not
+    bound to a plain local (a temporary of the set-up work)."""
+    return "." in target or "[" in target
 
 
 def _once(site: Site, index: ProjectIndex) -> Site:
