@@ -21,7 +21,9 @@ test on a function-local ``static`` (``if (!allocated || rows != setup_rows)``:
 re-made only when the shape the statics remember changed), or a call that
 fills a function-local ``static`` pointer through its address
 (``set_up(&d_matrix, rows)`` with ``static float* d_matrix;``), is a cache
-kept for the process. DESIGN.md ("Lifetime tiers"): set up once and kept ->
+kept for the process; so is an allocation of a native program's ``main``
+outside its loops (like module-level code). DESIGN.md ("Lifetime tiers"):
+set up once and kept ->
 persistent. A temporary (kept nowhere) stays per call.
 """
 
@@ -53,6 +55,10 @@ def _native_static(site: Site, index: ProjectIndex) -> Site:
     func = index.func(site.path, site.scope)
     if func is None:
         return site
+    if func.qualname == "main" and site.via is None and not any(
+            b.kind == "loop" and b.span.contains_line(site.span.line) for b in func.blocks):
+        return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+            f"process entry point main: allocated once for the run, outside any loop ({site.tier_reason})"))
     statics = _statics(func)
     if not statics:
         return site
