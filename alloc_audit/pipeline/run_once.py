@@ -126,11 +126,17 @@ def _once(site: Site, index: ProjectIndex) -> Site:
 
 def _keyed_entry(site: Site, func: Func) -> str:
     """The test around the site that the constant key it is stored under
-    is missing from the container (``if "v" not in group:``)."""
+    is missing from the container (``if "v" not in group:``); the container
+    is the object's, or the site runs in a loop over a member of the object
+    (``for group in self.param_groups:``)."""
     m = _ENTRY.match((site.target or site.kept).strip())
     if m is None:
         return ""
     owner, key = m.groups()
+    if not owner.startswith(("self.", "cls.")) and not any(  # a dict handed in (`kwargs`) may be per call
+            b.kind == "loop" and b.test.strip().startswith(("self.", "cls.")) and b.span.contains_line(site.span.line)
+            for b in func.blocks):
+        return ""
     missing = re.compile(rf"^\(?\s*{re.escape(key)}\s+not\s+in\s+{re.escape(owner)}\s*\)?$")
     for block in func.blocks:
         if block.kind in ("if", "elif") and block.span.contains_line(site.span.line) and missing.match(block.test):
