@@ -34,8 +34,9 @@ from .retier import Decision, python_device_site, retier
 _PARTIAL = frozenset({"partial", "functools.partial"})
 _REGISTERS = re.compile(r"(?:^|\.)(?:register_buffer|register_parameter|Parameter)$|_parameter(?:_|$)")
 _LOCAL = re.compile(r"[A-Za-z_]\w*")
-# moves and casts whose result is the same values (`data.to(device)`, `w.contiguous()`)
-_SAME = r"to|cuda|contiguous|clone|detach|float|half|bfloat16|view|reshape|t"
+# moves and casts whose result is the same values (`data.to(device)`, `w.contiguous()`); a `clone()` is
+# a copy: the parameter is the clone, not the local
+_SAME = r"to|cuda|contiguous|detach|float|half|bfloat16|view|reshape|t"
 
 
 def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:

@@ -73,6 +73,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         if stored is not None:
             return _narrow(stored, options.report_paths)
     # the stages load here: a run the stored result answers (the warm `check`) does not pay for importing them
+    from .bound_init import bound_per_step
     from .built_per_pass import built_per_pass
     from .caller_lifetimes import caller_lifetimes
     from .checkpoint_reads import checkpoint_uploads
@@ -89,6 +90,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .module_state import module_state
     from .returned_scratch import returned_scratch
     from .roles import with_roles
+    from .run_once import run_once
     from .weight_fills import weight_fills
     from .workers import Outcomes, job_count
 
@@ -116,12 +118,12 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = module_moves([s for f in facts.values() for s in f.sites], index, facts, catalog.tiers,
                          outcomes.skipped_mentioning)
     sites = tiers_from_callers(sites, index, catalog.callers)
-    sites = checkpoint_uploads(sites, index, catalog.callers)
+    sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
     sites = built_per_pass(module_state(sites, index), index)
     sites += tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
                               catalog.callers)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
-    sites = lazy_members(sites, index)
+    sites = run_once(lazy_members(sites, index), index)
     sites = kept_results(sites, index, catalog.callers)
     sites = caller_lifetimes(sites, index, catalog.callers)
     sites = with_roles(sites, config.roles)
