@@ -58,7 +58,10 @@ def _upload_tiers(derived: Iterable[Site], uploads: Mapping[tuple[str, int], Sit
 
 def _owner_tiers(derived: Iterable[Site], direct: Sequence[Site]) -> list[Site]:
     """A derived site whose memory is pooled (T3: a KV cache or state pool
-    constructed anywhere) keeps that tier: the owner decides the lifetime."""
+    constructed anywhere) keeps that tier: the owner decides the lifetime.
+    So does one whose pinned host memory the object keeps (T5b: pinned once
+    in its constructor and reused), where the call alone would say T5a (per
+    call; a load path's staging stays T5a)."""
     tiers = {(s.path, s.span.line): s for s in direct}
     out = []
     for site in derived:
@@ -66,8 +69,17 @@ def _owner_tiers(derived: Iterable[Site], direct: Sequence[Site]) -> list[Site]:
         if under is not None and under.tier is Tier.T3 and site.tier is not Tier.T3:
             site = dataclasses.replace(site, tier=Tier.T3, tier_reason=(
                 f"constructs {site.api}: pooled memory ({under.api} at {under.path}:{under.span.line} is T3)"))
+        elif under is not None and under.tier is Tier.T5B and site.tier is Tier.T5A and _per_call(site):
+            site = dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
+                f"constructs {site.api}, which keeps its pinned host memory ({under.api} at "
+                f"{under.path}:{under.span.line} is T5b: pinned once, reused); was: {site.tier_reason}"))
         out.append(site)
     return out
+
+
+def _per_call(site: Site) -> bool:
+    """T5a only because the call runs per call (not staging of a load path)."""
+    return site.tier_reason.startswith("pinned host memory allocated per call")
 
 
 def _module_state(derived: Iterable[Site], direct: Sequence[Site]) -> list[Site]:

@@ -32,7 +32,7 @@ from .index import Func, ProjectIndex
 from .retier import Decision, python_device_site, retier
 
 _PARTIAL = frozenset({"partial", "functools.partial"})
-_REGISTERS = re.compile(r"(?:^|\.)(?:register_buffer|register_parameter|Parameter)$|_parameter(?:_|$)")
+REGISTERS = re.compile(r"(?:^|\.)(?:register_buffer|register_parameter|Parameter)$|_parameter(?:_|$)")
 _LOCAL = re.compile(r"[A-Za-z_]\w*")
 # moves and casts whose result is the same values (`data.to(device)`, `w.contiguous()`)
 _SAME = r"to|cuda|contiguous|clone|detach|float|half|bfloat16|view|reshape|t"
@@ -40,7 +40,7 @@ _SAME = r"to|cuda|contiguous|clone|detach|float|half|bfloat16|view|reshape|t"
 
 def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     def decide(site: Site) -> Decision | None:
-        if site.wrapper and _REGISTERS.search(site.wrapper):
+        if site.wrapper and REGISTERS.search(site.wrapper):
             return Tier.T1, f"module state: handed to {site.wrapper} in {site.scope}; was: {site.tier_reason}"
         func = index.func(site.path, site.scope)
         if func is None:
@@ -86,7 +86,7 @@ def _registration_of(func: Func, local: str, after: int) -> Call | None:
     or moved or cast (``nn.Parameter(data.to(device))``)."""
     moved = re.compile(re.escape(local) + r"(?:\.(?:" + _SAME + r")\([^()]*\))*")
     for call in func.calls:
-        if call.span.line > after and local in call.arglist and _REGISTERS.search(call.callee) \
+        if call.span.line > after and local in call.arglist and REGISTERS.search(call.callee) \
                 and any(moved.fullmatch(a.text.strip()) for a in split_args(call.arglist)):
             return call
     return None
@@ -123,6 +123,6 @@ def _registered_by(site: Site, func: Func, index: ProjectIndex) -> tuple[Func, C
         params = [p for p in ctor.scope.params if p not in ("self", "cls")]
         name = args[at].keyword or (params[at] if at < len(params) else "")
         for inner in ctor.calls if name else ():
-            if _REGISTERS.search(inner.callee) and any(a.text.strip() == name for a in split_args(inner.arglist)):
+            if REGISTERS.search(inner.callee) and any(a.text.strip() == name for a in split_args(inner.arglist)):
                 return ctor, inner
     return None

@@ -87,6 +87,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .lifetimes import decided_by_use
     from .module_classes import module_moves
     from .module_state import module_state
+    from .registered_members import registered_members
     from .returned_scratch import returned_scratch
     from .roles import with_roles
     from .weight_fills import weight_fills
@@ -123,7 +124,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
     sites = lazy_members(sites, index)
     sites = kept_results(sites, index, catalog.callers)
-    sites = caller_lifetimes(sites, index, catalog.callers)
+    sites = registered_members(caller_lifetimes(sites, index, catalog.callers), index)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
