@@ -81,6 +81,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .default_device import promote_default_sites
     from .derive import derive_sites
     from .expand import expand_skipped
+    from .fixture_scoped import fixture_scoped
     from .index import build_index
     from .kept_results import kept_results
     from .lazy_members import lazy_members
@@ -124,7 +125,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
     sites = lazy_members(sites, index)
     sites = kept_results(sites, index, catalog.callers)
-    sites = registered_members(caller_lifetimes(sites, index, catalog.callers), index)
+    sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
