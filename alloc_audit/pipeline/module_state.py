@@ -83,11 +83,17 @@ def _expression_local(site: Site, func: Func) -> str:
 
 def _registration_of(func: Func, local: str, after: int) -> Call | None:
     """The first registration after line ``after`` that takes ``local``, whole
-    or moved or cast (``nn.Parameter(data.to(device))``)."""
-    moved = re.compile(re.escape(local) + r"(?:\.(?:" + _SAME + r")\([^()]*\))*")
+    or moved or cast (``nn.Parameter(data.to(device))``), or converted by one
+    call (``nn.Parameter(to_nf4(weight))``; not a ``*_like`` of it, which
+    takes its shape only)."""
+    whole = re.escape(local) + r"(?:\.(?:" + _SAME + r")\([^()]*\))*"
+    moved = re.compile(whole)
+    # converted first (`nn.Parameter(to_nf4(weight))`): its values become the parameter's
+    converted = re.compile(r"(?![\w.]*(?:_like|\bnew_\w+)\()[A-Za-z_][\w.]*\(\s*" + whole + r"\s*(?:,[^()]*)?\)")
     for call in func.calls:
         if call.span.line > after and local in call.arglist and REGISTERS.search(call.callee) \
-                and any(moved.fullmatch(a.text.strip()) for a in split_args(call.arglist)):
+                and any(moved.fullmatch(a.text.strip()) or converted.fullmatch(a.text.strip())
+                        for a in split_args(call.arglist)):
             return call
     return None
 
