@@ -10,6 +10,8 @@ it becomes a module's registered state:
 - made into a local by an expression (``scale = (torch.arange(n) + b) / c
   if base else None``) that is then registered (``self.register_buffer(
   "scale", scale)``, ``nn.Parameter(scale)``);
+- held in a local that then replaces a module's weight whole
+  (``linear.weight.data = x``);
 - held in a local passed to a project class's constructor
   (``FlashSelfAttention(alibi_slopes=slopes)``, or through
   ``partial(FlashSelfAttention, alibi_slopes=slopes)``) whose ``__init__``
@@ -29,6 +31,7 @@ from collections.abc import Sequence
 from ..arglists import split_args
 from ..model import Call, Site, Tier
 from .index import Func, ProjectIndex
+from .lifetimes import weight_storage
 from .retier import Decision, python_device_site, retier
 
 _PARTIAL = frozenset({"partial", "functools.partial"})
@@ -54,6 +57,9 @@ def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
                              f"was: {site.tier_reason}")
         if made:
             return None
+        stored = _stored_as_weight(func, local, site.span.end_line) if _LOCAL.fullmatch(local) else ""
+        if stored:
+            return Tier.T1, f"module state: {local} becomes {stored} in {site.scope}; was: {site.tier_reason}"
         found = _registered_by(site, func, index)
         if found is None:
             return None
@@ -96,6 +102,16 @@ def _registration_of(func: Func, local: str, after: int) -> Call | None:
                         for a in split_args(call.arglist)):
             return call
     return None
+
+
+def _stored_as_weight(func: Func, local: str, after: int) -> str:
+    """The module weight ``local`` replaces after line ``after``, whole
+    (``linear.weight.data = x``, ``layer.bias = b``), or ""."""
+    for a in func.assigns:
+        if a.line > after and a.op == "=" and len(a.targets) == 1 and a.value.strip() == local \
+                and weight_storage(a.targets[0].strip()):
+            return a.targets[0].strip()
+    return ""
 
 
 def _first_taking(func: Func, local: str, after: int) -> Call | None:
