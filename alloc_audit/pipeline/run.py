@@ -78,6 +78,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .checkpoint_reads import checkpoint_uploads
     from .classify import classify_sites
     from .classify_callers import tiers_from_callers, tiers_of_derived
+    from .cpu_locals import drop_cpu_locals
     from .default_device import promote_default_sites
     from .derive import derive_sites
     from .expand import expand_skipped
@@ -117,7 +118,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     errors = outcomes.errors + [FileError(path, e) for path, f in facts.items() for e in f.errors]
     sites = module_moves([s for f in facts.values() for s in f.sites], index, facts, catalog.tiers,
                          outcomes.skipped_mentioning)
-    sites = tiers_from_callers(sites, index, catalog.callers)
+    sites = tiers_from_callers(drop_cpu_locals(sites, index), index, catalog.callers)
     sites = checkpoint_uploads(sites, index, catalog.callers)
     sites = built_per_pass(module_state(sites, index), index)
     sites += tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
