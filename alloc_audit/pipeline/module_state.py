@@ -92,16 +92,20 @@ def _registration_of(func: Func, local: str, after: int) -> Call | None:
     or moved or cast (``nn.Parameter(data.to(device))``), or converted by one
     call (``nn.Parameter(to_nf4(weight))``; not a ``*_like`` of it, which
     takes its shape only)."""
-    whole = re.escape(local) + r"(?:\.(?:" + _SAME + r")\([^()]*\))*"
-    moved = re.compile(whole)
-    # converted first (`nn.Parameter(to_nf4(weight))`): its values become the parameter's
-    converted = re.compile(r"(?![\w.]*(?:_like|\bnew_\w+)\()[A-Za-z_][\w.]*\(\s*" + whole + r"\s*(?:,[^()]*)?\)")
     for call in func.calls:
         if call.span.line > after and local in call.arglist and REGISTERS.search(call.callee) \
-                and any(moved.fullmatch(a.text.strip()) or converted.fullmatch(a.text.strip())
-                        for a in split_args(call.arglist)):
+                and any(_takes(a.text.strip(), local) for a in split_args(call.arglist)):
             return call
     return None
+
+
+def _takes(arg: str, local: str) -> bool:
+    """``arg`` is ``local``, moved or cast, or converted by one call
+    (compiled only for the few registrations that name the local)."""
+    whole = re.escape(local) + r"(?:\.(?:" + _SAME + r")\([^()]*\))*"
+    # converted first (`nn.Parameter(to_nf4(weight))`): its values become the parameter's
+    converted = r"(?![\w.]*(?:_like|\bnew_\w+)\()[A-Za-z_][\w.]*\(\s*" + whole + r"\s*(?:,[^()]*)?\)"
+    return re.fullmatch(whole, arg) is not None or re.fullmatch(converted, arg) is not None
 
 
 def _stored_as_weight(func: Func, local: str, after: int) -> str:
