@@ -41,6 +41,8 @@ def _to_cpu_local(site: Site, index: ProjectIndex) -> bool:
 
 
 def _only_cpu(func: Func, name: str) -> bool:
+    if any((c.target or "").strip() == name for c in func.calls):  # `device = pick_device()`
+        return False
     values = [a.value for a in func.assigns if name in a.targets]
     return bool(values) and all(a.op == "=" and len(a.targets) == 1 for a in func.assigns if name in a.targets) \
         and all(_CPU.fullmatch(v.strip()) for v in values)

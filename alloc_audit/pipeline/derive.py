@@ -70,7 +70,7 @@ def _owner_tiers(derived: Iterable[Site], direct: Sequence[Site], index: Project
             site = dataclasses.replace(site, tier=Tier.T3, tier_reason=(
                 f"constructs {site.api}: pooled memory ({under.api} at {under.path}:{under.span.line} is T3)"))
         elif under is not None and under.tier is Tier.T5B and site.tier is Tier.T5A and _per_call(site) \
-                and not _caller_decides(under, index):
+                and not _caller_decides(under, index) and not _in_loop(site, index):
             site = dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
                 f"constructs {site.api}, which keeps its pinned host memory ({under.api} at "
                 f"{under.path}:{under.span.line} is T5b: pinned once, reused); was: {site.tier_reason}"))
@@ -81,6 +81,13 @@ def _owner_tiers(derived: Iterable[Site], direct: Sequence[Site], index: Project
 def _per_call(site: Site) -> bool:
     """T5a only because the call runs per call (not staging of a load path)."""
     return site.tier_reason.startswith("pinned host memory allocated per call")
+
+
+def _in_loop(site: Site, index: ProjectIndex) -> bool:
+    """Built in a loop (`chunks.append(Chunk(x))` per chunk): one object per
+    pass, not one kept for the run."""
+    func = index.func(site.path, site.scope)
+    return func is None or any(b.kind == "loop" and b.span.contains_line(site.span.line) for b in func.blocks)
 
 
 def _caller_decides(site: Site, index: ProjectIndex) -> bool:

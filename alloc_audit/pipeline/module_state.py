@@ -36,6 +36,7 @@ from .retier import Decision, python_device_site, retier
 
 _PARTIAL = frozenset({"partial", "functools.partial"})
 REGISTERS = re.compile(r"(?:^|\.)(?:register_buffer|register_parameter|Parameter)$|_parameter(?:_|$)")
+_ON_MODULE = re.compile(r"(?:^|\.)register_(?:buffer|parameter)$")
 _LOCAL = re.compile(r"[A-Za-z_]\w*")
 # moves and casts whose result is the same values (`data.to(device)`, `w.contiguous()`)
 _SAME = r"to|cuda|contiguous|clone|detach|float|half|bfloat16|view|reshape|t"
@@ -94,18 +95,25 @@ def _registration_of(func: Func, local: str, after: int) -> Call | None:
     takes its shape only)."""
     for call in func.calls:
         if call.span.line > after and local in call.arglist and REGISTERS.search(call.callee) \
-                and any(_takes(a.text.strip(), local) for a in split_args(call.arglist)):
+                and any(_takes(a.text.strip(), local, _on_module(func, call)) for a in split_args(call.arglist)):
             return call
     return None
 
 
-def _takes(arg: str, local: str) -> bool:
-    """``arg`` is ``local``, moved or cast, or converted by one call
-    (compiled only for the few registrations that name the local)."""
+def _on_module(func: Func, call: Call) -> bool:
+    """The registration puts it on a module: ``register_parameter``/``register_buffer``,
+    stored to an attribute, or inside one of those."""
+    return (bool(_ON_MODULE.search(call.callee)) or "." in (call.target or "")
+            or any(c is not call and _ON_MODULE.search(c.callee) and c.span.contains(call.span) for c in func.calls))
+
+
+def _takes(arg: str, local: str, on_module: bool) -> bool:
+    """``arg`` is ``local``, moved or cast, or (on a module) converted by one
+    call (compiled only for the few registrations that name the local)."""
     whole = re.escape(local) + r"(?:\.(?:" + _SAME + r")\([^()]*\))*"
     # converted first (`nn.Parameter(to_nf4(weight))`): its values become the parameter's
     converted = r"(?![\w.]*(?:_like|\bnew_\w+)\()[A-Za-z_][\w.]*\(\s*" + whole + r"\s*(?:,[^()]*)?\)"
-    return re.fullmatch(whole, arg) is not None or re.fullmatch(converted, arg) is not None
+    return re.fullmatch(whole, arg) is not None or (on_module and re.fullmatch(converted, arg) is not None)
 
 
 def _stored_as_weight(func: Func, local: str, after: int) -> str:
