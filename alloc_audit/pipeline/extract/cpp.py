@@ -28,7 +28,7 @@ from ...model import (
     Site,
 )
 from ..parse import language
-from . import common, cpp_sites, cpp_statements
+from . import common, cpp_meta, cpp_sites, cpp_statements
 from .common import Containers, Source
 from .cpp_names import declared_name, function_declarator, strip_templates, unwrap_type
 
@@ -85,6 +85,9 @@ class CppExtractor:
         cpp_statements.assignments(self, get("assign", []), assigns)
         cpp_sites.calls(self, get("call", []), calls, sites)
         cpp_sites.news(self, get("new", []), calls, sites)
+        meta = cpp_meta.meta_only_functions(self.src.data)
+        if meta:  # a Meta-key kernel allocates meta tensors: no memory
+            sites = [s for s in sites if s.scope.rsplit("::", 1)[-1] not in meta]
         sites.sort(key=lambda s: (s.span.line, s.span.col))
         assigns.sort(key=lambda a: a.line)
         comments = common.comment_nodes(self.tree.root_node, self.src.data)

@@ -23,7 +23,7 @@ from ...model import (
     Scope,
 )
 from ..parse import language
-from . import common, python_fake, python_kept, python_sites, python_statements
+from . import common, python_fake, python_kept, python_sites, python_statements, python_typeonly
 from .common import Containers, Source
 
 _QUERY_TEXT = """
@@ -87,6 +87,9 @@ class PythonExtractor:
         self.host_locals: frozenset[tuple[str, str]] = frozenset()
         # the file may register fake/meta impls or enter a FakeTensorMode (python_fake)
         self.fake_file = python_fake.may_have_fake_scopes(source)
+        # type-checker-only code: a type-level test file, `if TYPE_CHECKING:` (python_typeonly)
+        self.type_level = python_typeonly.type_level_file(path, tree.root_node)
+        self.type_checking_file = python_typeonly.type_checking_file(source)
         self.fake_aliases: frozenset[str] | None = None  # names bound to a fake-impl decorator (python_fake)
         # (function start, receiver) -> whether the code uses it as a module (python_module_move)
         self.module_uses: dict[tuple[int, str], bool] = {}

@@ -36,6 +36,7 @@ _NN_CLASS = re.compile(r"torch\.nn\.(?:modules\.\w+\.|parallel\.(?:\w+\.)?)?[A-Z
 _BUILDERS = frozenset({"from_pretrained", "from_config"})
 _MODULE_TYPE = re.compile(r"[\"']?(?:[\w.]+\.)?(?:Module|PreTrainedModel|\w+Module)[\"']?$")
 _MEMBER = re.compile(r"(?:self\.)?[A-Za-z_]\w*")
+_MEMBER_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 # on the receiver chain, methods a tensor does not have: `.eval()`/`.train()`
 # (a module's modes), `.build()` of a config (`Experts.Config(...).build()`),
 # `torch.jit.load(...)` (a ScriptModule)
@@ -61,6 +62,8 @@ def _told_by_file(ext: PythonExtractor, node: Any, text: str, before: int) -> bo
     if _MODULE_ONLY.search(_receiver_raw(ext, node)) is not None:
         return True  # `model.eval().to(device)`, `cfg.build().cuda()`: only a module has these
     receiver = text
+    if text == "self" and _self_is_module(ext, node):
+        return True  # `self.to(device)` in a module's own method
     for _hop in range(8):  # `m = m.to(dtype)` follows m (or `self.m`) to the assignment above
         if _MEMBER.fullmatch(text) is None:
             break
@@ -204,8 +207,29 @@ def _builds_module(ext: PythonExtractor, text: str) -> bool | None:
                       ext.src.data, re.M)
     if found is None:
         return None
-    bases = [b.strip() for b in (found.group(1) or b"").decode("utf-8", "replace").split(",")]
-    return any(re.fullmatch(r"(?:[\w.]+\.)?\w*Module", b) is not None for b in bases)
+    return _module_bases(ext, (found.group(1) or b"").decode("utf-8", "replace"))
+
+
+def _module_bases(ext: PythonExtractor, bases: str) -> bool:
+    """Some base in ``bases`` (a class's parenthesised list) is a module:
+    named ``*Module`` or a ``torch.nn`` class (``torch.nn.Linear``)."""
+    for base in (b.strip() for b in bases.split(",")):
+        if re.fullmatch(r"(?:[\w.]+\.)?\w*Module", base) is not None:
+            return True
+        if _MEMBER_PATH.fullmatch(base) is not None:
+            callee = ext.resolve_text(base)
+            if _NN_CLASS.match(callee) and callee.rsplit(".", 1)[-1] not in _NOT_MODULES:
+                return True
+    return False
+
+
+def _self_is_module(ext: PythonExtractor, node: Any) -> bool:
+    """``self`` in a method of a class whose bases make it a module."""
+    owner = node.parent
+    while owner is not None and owner.type != "class_definition":
+        owner = owner.parent
+    bases = owner.child_by_field_name("superclasses") if owner is not None else None
+    return bases is not None and _module_bases(ext, ext.src.text(bases, 400).strip()[1:-1])
 
 
 def _last_assignment(ext: PythonExtractor, node: Any, name: str, before: int) -> tuple[str, int] | None:

@@ -84,12 +84,17 @@ _CONVERSIONS = frozenset({"to", "long", "float", "half", "int", "bool", "bfloat1
                           "reshape", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "t", "detach"})
 
 
+# attributes that read a tensor's metadata, never the tensor itself
+_METADATA = frozenset({"device", "dtype", "shape", "layout", "ndim", "is_cuda", "itemsize"})
+
+
 def dropped_in_chain(ext: PythonExtractor, node: Any) -> bool:
     """The allocation is the start of a method chain that, through
     conversions and views that may return it (`.to(torch.int64)`,
     `.long()`), ends in a method whose result is never the tensor it is
     called on (`.abs()`, `.sum()`, `.tolist()`): the allocation is dropped
-    at once, only the chain's result is kept."""
+    at once, only the chain's result is kept. So is one of which only
+    metadata is read (`torch.empty([], device="cuda").device`)."""
     up = ext.up.parent
     cur = node
     for _ in range(6):
@@ -98,6 +103,9 @@ def dropped_in_chain(ext: PythonExtractor, node: Any) -> bool:
             return False
         method = parent.child_by_field_name("attribute")
         outer = up(parent)
+        if method is not None and (outer is None or outer.type != "call") \
+                and ext.src.text(method, 40) in _METADATA:
+            return True  # `torch.empty([], device="cuda").device.index`: a probe, only its metadata read
         if method is None or outer is None or outer.type != "call":
             return False
         name = ext.src.text(method, 40)

@@ -20,6 +20,7 @@ from .python_fake import in_fake_scope
 from .python_host import default_source, host_source, on_current_gpu
 from .python_module_move import dispatches_to_super, moves_module
 from .python_scratch import dropped_in_chain, intermediate
+from .python_typeonly import in_type_checking
 
 if TYPE_CHECKING:
     from .python import PythonExtractor
@@ -222,6 +223,8 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
               target: str | None) -> Site | None:
     if ext.fake_file and in_fake_scope(ext, node):
         return None  # a fake/meta impl or a FakeTensorMode block: fake tensors, no memory
+    if ext.type_level or (ext.type_checking_file and in_type_checking(ext, node)):
+        return None  # code only a type checker reads: never runs
     kwargs = {a.keyword: ext.resolve_text(a.text) for a in args if a.keyword}
     positional = [ext.resolve_text(a.text) for a in args if a.keyword is None and not a.text.startswith("**")]
     kind = spec.kind
