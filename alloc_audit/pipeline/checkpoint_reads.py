@@ -16,7 +16,8 @@ function's locals (assignments and calls that use them): a function that
 loads an embedding file and also uploads an input is not a loader. A copy
 handed to another call may be load-time scratch (a scale a requantisation
 consumes) and a function a per-step function calls (within 2 calls)
-streams per step: both unchanged.
+streams per step: both unchanged. A copy in the ``map_location`` lambda
+of ``torch.load`` is a load path too: T1.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ class _Ctx:
 
 
 def checkpoint_uploads(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
+    sites = [_map_location(site, index) if _mapped(site) else site for site in sites]
     if not globs.checkpoint:
-        return list(sites)
+        return sites
     ctx = _Ctx(index, matcher(globs.checkpoint), matcher(globs.per_step) if globs.per_step else None)
     return [_checkpoint_upload(site, ctx) if _candidate(site) else site for site in sites]
 
@@ -55,6 +57,28 @@ def checkpoint_uploads(sites: Sequence[Site], index: ProjectIndex, globs: Caller
 def _candidate(site: Site) -> bool:
     return (site.tier is Tier.T4 and site.api in _COPIES and site.kind is SiteKind.DEVICE and site.via is None
             and site.language is Language.PYTHON and (site.kept == "return" or site.kept.startswith("self.")))
+
+
+def _mapped(site: Site) -> bool:
+    return (site.tier is Tier.T4 and site.api in _COPIES and site.kind is SiteKind.DEVICE and site.via is None
+            and site.language is Language.PYTHON and site.scope.rsplit(".", 1)[-1] == "<lambda>")
+
+
+def _map_location(site: Site, index: ProjectIndex) -> Site:
+    """A device copy in a lambda handed to ``torch.load`` as its
+    ``map_location`` (``torch.load(path, map_location=lambda s, l:
+    s.cuda(dev))``) moves the checkpoint's storages to the device as they are
+    read: a load path, T1."""
+    outer = site.scope.rsplit(".", 1)[0] if "." in site.scope else "<module>"
+    func = index.func(site.path, outer)
+    if func is None:
+        return site
+    for call in func.calls:
+        if (call.callee == "torch.load" and "map_location" in call.arglist and call.span.contains(site.span)):
+            return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+                f"checkpoint load: the map_location of torch.load in {outer} moves the checkpoint's storages to "
+                f"the device as they are read (a load path); was: {site.tier_reason}"))
+    return site
 
 
 def _per_step(func: Func, ctx: _Ctx) -> bool:

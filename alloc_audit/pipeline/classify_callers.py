@@ -51,6 +51,7 @@ from .built_per_pass import class_factories, default_fill
 from .caller_lifetimes import NameMemo, attribute_caller
 from .default_device import MODEL_BUILD
 from .index import Func, ProjectIndex
+from .loop_calls import calls_in_loop
 
 _FUNCTION_ROLES = frozenset({"function", "method"})
 _LOAD_DEPTH = 3  # calls up from the site's function to a load path
@@ -443,7 +444,7 @@ def _all_chains(func: Func, ctx: _Ctx, kind: str, depth: int, roots: set[str], s
         if ctx.per_step is not None and ctx.per_step(caller.name):
             return False
         if (root is not None and root(caller.name)) or (kind == "once" and caller.qualname == "<module>"):
-            if kind == "load" and _stepped(caller, ctx) is not None:
+            if kind == "load" and _stepped(caller, ctx) is not None or kind == "once" and calls_in_loop(caller, func):
                 return False
             roots.add(caller.qualname)
         elif depth <= 1 or not _all_chains(caller, ctx, kind, depth - 1, roots, seen):

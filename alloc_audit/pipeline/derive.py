@@ -24,8 +24,8 @@ def derive_sites(index: ProjectIndex, files: Mapping[str, FileFacts], tiers: tup
     derived = tuple(drop_untaken(drop_host_moves(index.derived_sites(uploads=frozenset(uploads)), index), index))
     if apis is not None:
         derived = kinds_from_use(derived, index, apis)
-    return _upload_tiers(_module_state(_owner_tiers(classify_sites(derived, files, tiers), direct), direct),
-                         uploads)
+    return _upload_tiers(_module_state(_owner_tiers(classify_sites(derived, files, tiers), direct, index),
+                                       direct), uploads)
 
 
 _MOVES = frozenset({"Tensor.to", "Tensor.cuda", "Module.to", "Module.cuda"})
@@ -56,9 +56,12 @@ def _upload_tiers(derived: Iterable[Site], uploads: Mapping[tuple[str, int], Sit
     return out
 
 
-def _owner_tiers(derived: Iterable[Site], direct: Sequence[Site]) -> list[Site]:
+def _owner_tiers(derived: Iterable[Site], direct: Sequence[Site], index: ProjectIndex) -> list[Site]:
     """A derived site whose memory is pooled (T3: a KV cache or state pool
-    constructed anywhere) keeps that tier: the owner decides the lifetime."""
+    constructed anywhere) keeps that tier: the owner decides the lifetime.
+    So does one whose pinned host memory the object keeps (T5b: pinned once
+    in its constructor and reused), where the call alone would say T5a (per
+    call; a load path's staging stays T5a)."""
     tiers = {(s.path, s.span.line): s for s in direct}
     out = []
     for site in derived:
@@ -66,8 +69,45 @@ def _owner_tiers(derived: Iterable[Site], direct: Sequence[Site]) -> list[Site]:
         if under is not None and under.tier is Tier.T3 and site.tier is not Tier.T3:
             site = dataclasses.replace(site, tier=Tier.T3, tier_reason=(
                 f"constructs {site.api}: pooled memory ({under.api} at {under.path}:{under.span.line} is T3)"))
+        elif under is not None and under.tier is Tier.T5B and site.tier is Tier.T5A and _per_call(site) \
+                and not _caller_decides(under, index) and not _in_loop(site, index):
+            site = dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
+                f"constructs {site.api}, which keeps its pinned host memory ({under.api} at "
+                f"{under.path}:{under.span.line} is T5b: pinned once, reused); was: {site.tier_reason}"))
         out.append(site)
     return out
+
+
+def _per_call(site: Site) -> bool:
+    """T5a only because the call runs per call (not staging of a load path)."""
+    return site.tier_reason.startswith("pinned host memory allocated per call")
+
+
+def _in_loop(site: Site, index: ProjectIndex) -> bool:
+    """Built in a loop (`chunks.append(Chunk(x))` per chunk): one object per
+    pass, not one kept for the run."""
+    func = index.func(site.path, site.scope)
+    return func is None or any(b.kind == "loop" and b.span.contains_line(site.span.line) for b in func.blocks)
+
+
+def _caller_decides(site: Site, index: ProjectIndex) -> bool:
+    """The allocation sits under a test on one of its function's parameters
+    (``if tensor_cpu is None:`` in ``__init__``): the caller decides whether
+    it pins at all, so the class's tier does not carry over."""
+    func = index.func(site.path, site.scope)
+    if func is None or func.scope is None:
+        return True
+    params = [p for p in func.scope.params if p not in ("self", "cls")]
+    tests: dict[object, str] = {}
+    for b in func.blocks:
+        if b.kind in ("if", "elif") and b.stmt is not None:
+            tests[b.stmt] = tests.get(b.stmt, "") + " " + b.test
+    for b in func.blocks:
+        if b.kind in ("if", "elif", "else") and b.span.contains_line(site.span.line):
+            test = tests.get(b.stmt, "") if b.kind == "else" else b.test
+            if any(re.search(rf"(?<![\w.]){re.escape(p)}\b", test) for p in params):
+                return True
+    return False
 
 
 def _module_state(derived: Iterable[Site], direct: Sequence[Site]) -> list[Site]:

@@ -49,13 +49,13 @@ def _lazy(site: Site, index: ProjectIndex) -> Site:
         return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
             f"created lazily: {func.qualname} keeps it per key in {keyed[0]} and builds it only when "
             f"`{_short(keyed[1])}` says the key is missing: persistent ({site.tier_reason})"))
-    member = _member(site, func)
+    member = member_of(site, func)
     if member is None:
         return site
     test = _cache_test(site, func, _members(func) | {member})
     if not test:
         return site
-    registration = _registered(func, member)
+    registration = registration_of_member(func, member)
     if registration:
         return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
             f"module state: created lazily in {member} (`{_short(test)}`), which its class registers as a buffer "
@@ -65,7 +65,7 @@ def _lazy(site: Site, index: ProjectIndex) -> Site:
         f"the cached one is missing or stale: persistent ({site.tier_reason})"))
 
 
-def _registered(func: Func, member: str) -> str:
+def registration_of_member(func: Func, member: str) -> str:
     """The call by which a method of ``func``'s class registers ``member``
     as a buffer: ``self.register_buffer("x", ...)``, or a call that names it
     and hands over a ``register_buffer`` (``self._register_temp_attribute("x",
@@ -98,7 +98,7 @@ def _keyed_cache(site: Site, func: Func) -> tuple[str, str] | None:
     return None
 
 
-def _member(site: Site, func: Func) -> str | None:
+def member_of(site: Site, func: Func) -> str | None:
     """The ``self.x`` the site's memory is stored in: where it is kept, its
     target, or the target of its statement (a list of buffers)."""
     for place in (site.kept, site.target or ""):
@@ -120,7 +120,7 @@ def _members(func: Func) -> set[str]:
     `self._freqs_state` built beside it)."""
     out = set()
     for site in func.sites:
-        member = _member(site, func)
+        member = member_of(site, func)
         if member is not None:
             out.add(member)
     return out

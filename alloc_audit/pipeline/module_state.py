@@ -10,6 +10,8 @@ it becomes a module's registered state:
 - made into a local by an expression (``scale = (torch.arange(n) + b) / c
   if base else None``) that is then registered (``self.register_buffer(
   "scale", scale)``, ``nn.Parameter(scale)``);
+- held in a local that then replaces a module's weight whole
+  (``linear.weight.data = x``);
 - held in a local passed to a project class's constructor
   (``FlashSelfAttention(alibi_slopes=slopes)``, or through
   ``partial(FlashSelfAttention, alibi_slopes=slopes)``) whose ``__init__``
@@ -29,18 +31,21 @@ from collections.abc import Sequence
 from ..arglists import split_args
 from ..model import Call, Site, Tier
 from .index import Func, ProjectIndex
+from .lifetimes import weight_storage
 from .retier import Decision, python_device_site, retier
 
 _PARTIAL = frozenset({"partial", "functools.partial"})
-_REGISTERS = re.compile(r"(?:^|\.)(?:register_buffer|register_parameter|Parameter)$|_parameter(?:_|$)")
+REGISTERS = re.compile(r"(?:^|\.)(?:register_buffer|register_parameter|Parameter)$|_parameter(?:_|$)")
+_ON_MODULE = re.compile(r"(?:^|\.)register_(?:buffer|parameter)$")
 _LOCAL = re.compile(r"[A-Za-z_]\w*")
-# moves and casts whose result is the same values (`data.to(device)`, `w.contiguous()`)
-_SAME = r"to|cuda|contiguous|clone|detach|float|half|bfloat16|view|reshape|t"
+# moves and casts whose result is the same values (`data.to(device)`, `w.contiguous()`); a `clone()` is
+# a copy: the parameter is the clone, not the local
+_SAME = r"to|cuda|contiguous|detach|float|half|bfloat16|view|reshape|t"
 
 
 def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     def decide(site: Site) -> Decision | None:
-        if site.wrapper and _REGISTERS.search(site.wrapper):
+        if site.wrapper and REGISTERS.search(site.wrapper):
             return Tier.T1, f"module state: handed to {site.wrapper} in {site.scope}; was: {site.tier_reason}"
         func = index.func(site.path, site.scope)
         if func is None:
@@ -54,6 +59,9 @@ def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
                              f"was: {site.tier_reason}")
         if made:
             return None
+        stored = _stored_as_weight(func, local, site.span.end_line) if _LOCAL.fullmatch(local) else ""
+        if stored:
+            return Tier.T1, f"module state: {local} becomes {stored} in {site.scope}; was: {site.tier_reason}"
         found = _registered_by(site, func, index)
         if found is None:
             return None
@@ -83,14 +91,40 @@ def _expression_local(site: Site, func: Func) -> str:
 
 def _registration_of(func: Func, local: str, after: int) -> Call | None:
     """The first registration after line ``after`` that takes ``local``, whole
-    or moved or cast (``nn.Parameter(data.to(device))``)."""
-    moved: re.Pattern[str] | None = None  # compiled on the first candidate: most functions have none
+    or moved or cast (``nn.Parameter(data.to(device))``), or converted by one
+    call (``nn.Parameter(to_nf4(weight))``; not a ``*_like`` of it, which
+    takes its shape only)."""
     for call in func.calls:
-        if call.span.line > after and local in call.arglist and _REGISTERS.search(call.callee):
-            moved = moved or re.compile(re.escape(local) + r"(?:\.(?:" + _SAME + r")\([^()]*\))*")
-            if any(moved.fullmatch(a.text.strip()) for a in split_args(call.arglist)):
-                return call
+        if call.span.line > after and local in call.arglist and REGISTERS.search(call.callee) \
+                and any(_takes(a.text.strip(), local, _on_module(func, call)) for a in split_args(call.arglist)):
+            return call
     return None
+
+
+def _on_module(func: Func, call: Call) -> bool:
+    """The registration puts it on a module: ``register_parameter``/``register_buffer``,
+    stored to an attribute, or inside one of those."""
+    return (bool(_ON_MODULE.search(call.callee)) or "." in (call.target or "")
+            or any(c is not call and _ON_MODULE.search(c.callee) and c.span.contains(call.span) for c in func.calls))
+
+
+def _takes(arg: str, local: str, on_module: bool) -> bool:
+    """``arg`` is ``local``, moved or cast, or (on a module) converted by one
+    call (compiled only for the few registrations that name the local)."""
+    whole = re.escape(local) + r"(?:\.(?:" + _SAME + r")\([^()]*\))*"
+    # converted first (`nn.Parameter(to_nf4(weight))`): its values become the parameter's
+    converted = r"(?![\w.]*(?:_like|\bnew_\w+)\()[A-Za-z_][\w.]*\(\s*" + whole + r"\s*(?:,[^()]*)?\)"
+    return re.fullmatch(whole, arg) is not None or (on_module and re.fullmatch(converted, arg) is not None)
+
+
+def _stored_as_weight(func: Func, local: str, after: int) -> str:
+    """The module weight ``local`` replaces after line ``after``, whole
+    (``linear.weight.data = x``, ``layer.bias = b``), or ""."""
+    for a in func.assigns:
+        if a.line > after and a.op == "=" and len(a.targets) == 1 and a.value.strip() == local \
+                and weight_storage(a.targets[0].strip()):
+            return a.targets[0].strip()
+    return ""
 
 
 def _first_taking(func: Func, local: str, after: int) -> Call | None:
@@ -124,6 +158,6 @@ def _registered_by(site: Site, func: Func, index: ProjectIndex) -> tuple[Func, C
         params = [p for p in ctor.scope.params if p not in ("self", "cls")]
         name = args[at].keyword or (params[at] if at < len(params) else "")
         for inner in ctor.calls if name else ():
-            if _REGISTERS.search(inner.callee) and any(a.text.strip() == name for a in split_args(inner.arglist)):
+            if REGISTERS.search(inner.callee) and any(a.text.strip() == name for a in split_args(inner.arglist)):
                 return ctor, inner
     return None

@@ -73,22 +73,27 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         if stored is not None:
             return _narrow(stored, options.report_paths)
     # the stages load here: a run the stored result answers (the warm `check`) does not pay for importing them
+    from .bound_init import bound_per_step
     from .built_per_pass import built_per_pass
     from .caller_lifetimes import caller_lifetimes
     from .checkpoint_reads import checkpoint_uploads
     from .classify import classify_sites
     from .classify_callers import tiers_from_callers, tiers_of_derived
+    from .cpu_locals import drop_cpu_locals
     from .default_device import promote_default_sites
     from .derive import derive_sites
     from .expand import expand_skipped
+    from .fixture_scoped import fixture_scoped
     from .index import build_index
     from .kept_results import kept_results
     from .lazy_members import lazy_members
     from .lifetimes import decided_by_use
     from .module_classes import module_moves
     from .module_state import module_state
+    from .registered_members import registered_members
     from .returned_scratch import returned_scratch
     from .roles import with_roles
+    from .run_once import run_once
     from .weight_fills import weight_fills
     from .workers import Outcomes, job_count
 
@@ -115,15 +120,15 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     errors = outcomes.errors + [FileError(path, e) for path, f in facts.items() for e in f.errors]
     sites = module_moves([s for f in facts.values() for s in f.sites], index, facts, catalog.tiers,
                          outcomes.skipped_mentioning)
-    sites = tiers_from_callers(sites, index, catalog.callers)
-    sites = checkpoint_uploads(sites, index, catalog.callers)
+    sites = tiers_from_callers(drop_cpu_locals(sites, index), index, catalog.callers)
+    sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
     sites = built_per_pass(module_state(sites, index), index)
     sites += tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
                               catalog.callers)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
-    sites = lazy_members(sites, index)
+    sites = run_once(lazy_members(sites, index), index)
     sites = kept_results(sites, index, catalog.callers)
-    sites = caller_lifetimes(sites, index, catalog.callers)
+    sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")

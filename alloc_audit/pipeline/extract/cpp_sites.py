@@ -218,7 +218,8 @@ def declarations(ext: CppExtractor, nodes: list[Any], calls: list[Call], sites: 
         type_name = strip_templates(type_text)
         spec = ext.apis.cpp_types.get(type_name)
         scope = ext.scope_for(node)
-        static = any(c.type == "storage_class_specifier" and ext.src.raw(c) == "static" for c in node.children)
+        static = any(c.type == "storage_class_specifier" and ext.src.raw(c) in ("static", "thread_local")
+                     for c in node.children)  # a `thread_local` is kept across the thread's calls
         class_like = type_node.type in ("type_identifier", "qualified_identifier", "template_type") and not \
             PRIMITIVE_LIKE.match(type_text)
         for declarator in node.children_by_field_name("declarator"):

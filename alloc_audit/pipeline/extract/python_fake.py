@@ -4,7 +4,8 @@ implementation (``@torch.library.register_fake("ns::op")``,
 ``@op.register_fake``, ``@impl_abstract(...)``, ``@register_meta(...)``,
 ``@torch.library.impl(lib, "op", "Meta")``), also through a name bound to
 one of those decorators in the file (``_fake = torch.library.register_fake``,
-or a function whose ``return`` hands one out, then ``@_fake("ns::op")``),
+or a function whose ``return`` hands one out, then ``@_fake("ns::op")``, or a
+decorator factory returning such a function),
 and code lexically inside
 ``with FakeTensorMode(...):`` or ``with fake_mode:`` where ``fake_mode`` is
 bound to ``FakeTensorMode(...)`` in the same function. Part of the Python
@@ -71,12 +72,31 @@ def fake_aliases(ext: PythonExtractor) -> frozenset[str]:
         for ret in _RETURNS_FAKE.finditer(data):
             # the innermost `def` above the `return`, indented less
             indent = len(ret.group(1))
-            for m in reversed(list(_WRAPPER.finditer(data, 0, ret.start()))):
+            defs = list(_WRAPPER.finditer(data, 0, ret.start()))
+            for i in range(len(defs) - 1, -1, -1):
+                m = defs[i]
                 if len(m.group(1)) < indent:
                     names.add(m.group(2).decode())
+                    names.update(_factories(data, defs[:i], m))
                     break
         ext.fake_aliases = frozenset(names)
     return ext.fake_aliases
+
+
+def _factories(data: bytes, above: list[re.Match[bytes]], inner: re.Match[bytes]) -> set[str]:
+    """A decorator factory around ``inner`` (``def register_op(name): def
+    decorator(fn): return register_fake(name)(fn); return decorator``):
+    the enclosing ``def``, indented less, that returns ``inner`` by name."""
+    indent = len(inner.group(1))
+    for m in reversed(above):
+        if len(m.group(1)) < indent:
+            body = data[data.find(b"\n", m.end()) + 1:]  # from the line after the `def`
+            end = re.search(rb"^[ \t]{0,%d}\S" % len(m.group(1)), body, re.M)
+            body = body[:end.start()] if end is not None else body
+            if re.search(rb"^[ \t]+return[ \t]+" + inner.group(2) + rb"[ \t]*$", body, re.M):
+                return {m.group(2).decode()}
+            return set()
+    return set()
 
 
 def _fake_with(ext: PythonExtractor, node: Any) -> bool:

@@ -1,0 +1,17 @@
+"""Whether a caller calls a function inside a loop (used by the run-once
+chains of ``classify_callers``): ``main`` runs once, but what it calls in
+``for epoch in range(n): train(...)`` runs once per pass (DESIGN.md,
+"Lifetime tiers": per epoch is per call, not per process)."""
+
+from __future__ import annotations
+
+from .index import Func
+
+
+def calls_in_loop(caller: Func, callee: Func) -> bool:
+    """Every call of ``callee`` by name in ``caller`` sits in a loop body."""
+    loops = [b.span for b in caller.blocks if b.kind == "loop"]
+    if not loops:
+        return False
+    lines = [c.span.line for c in caller.calls if c.callee.rsplit(".", 1)[-1] == callee.name]
+    return bool(lines) and all(any(span.contains_line(line) for span in loops) for line in lines)
