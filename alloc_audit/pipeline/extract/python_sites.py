@@ -18,6 +18,7 @@ from . import common
 from .common import Source, zero_elements
 from .python_fake import in_fake_scope
 from .python_host import default_source, host_source, on_current_gpu
+from .python_host_kernel import in_host_kernel
 from .python_module_move import dispatches_to_super, moves_module
 from .python_scratch import dropped_in_chain, intermediate
 from .python_typeonly import in_type_checking
@@ -223,6 +224,8 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
               target: str | None) -> Site | None:
     if ext.fake_file and in_fake_scope(ext, node):
         return None  # a fake/meta impl or a FakeTensorMode block: fake tensors, no memory
+    if ext.host_kernel_file and in_host_kernel(ext, node):
+        return None  # a kernel registered only for the "cpu" device: host memory
     if ext.type_level or (ext.type_checking_file and in_type_checking(ext, node)):
         return None  # code only a type checker reads: never runs
     kwargs = {a.keyword: ext.resolve_text(a.text) for a in args if a.keyword}
