@@ -16,6 +16,7 @@ from ...catalog import ApiSpec
 from ...model import Arg, CallTable, Site, SiteKind
 from . import common
 from .common import Source, zero_elements
+from .python_empty import empty_guarded
 from .python_fake import in_fake_scope
 from .python_host import default_source, host_source, on_current_gpu
 from .python_host_kernel import in_host_kernel
@@ -251,6 +252,8 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
             if mode == "inherit" and positional and spec.api.startswith("torch."):
                 if host_source(ext, node, positional[0]):
                     return None  # `torch.zeros_like(enc["input_ids"])` of a tokenizer's output: a host tensor
+                if ext.empty_guard_file and empty_guarded(ext, node, positional[0]):
+                    return None  # `empty_like(A)` under `if A.numel() == 0:`: zero elements, no memory
                 if default_source(ext, node, positional[0]):
                     device = DEFAULT_DEVICE  # `torch.ones_like(torch.arange(n))`: where the default device is
         else:

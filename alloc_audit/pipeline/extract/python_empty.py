@@ -1,0 +1,68 @@
+"""A ``*_like`` copy of a tensor that is provably empty holds no memory:
+a zero-element tensor is no allocation. Two provable shapes:
+
+- the call lies in the body of ``if X.numel() == 0:`` or
+  ``if prod(X.shape) == 0:`` (``math.prod``/``np.prod``/``torch.prod`` too)
+  and copies ``X`` itself (``torch.empty_like(X, dtype=d)``);
+- the call copies ``ctx.A`` in the body of ``if ctx.flag:`` where the only
+  ``ctx.flag = True`` of the file sits in the body of such an empty-input
+  guard on ``V`` that also stores ``ctx.A = V`` (the autograd
+  ``ctx.is_empty`` convention: ``backward`` returns ``zeros_like(ctx.A)``
+  for an empty forward input).
+
+A guard joined with ``or``/``and``, or a copy of another tensor, keeps its
+site. Part of the Python extractor (``python_sites.py``)."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .python import PythonExtractor
+
+_NAME = r"[A-Za-z_][\w.]*"
+_EMPTY = (rf"(?:(?:math\.|np\.|numpy\.|torch\.)?prod\(\s*({_NAME})\.shape\s*\)|({_NAME})\.numel\(\))"
+          r"\s*==\s*0")
+_EMPTY_CONDITION = re.compile(rf"^\(?{_EMPTY}\)?$")
+_FLAG = re.compile(r"^(ctx\.\w+)$")
+# `if <empty guard on V>:` then its indented block (lines indented deeper)
+_GUARD_BLOCK = re.compile(rf"^([ \t]*)if[ \t]+{_EMPTY}[ \t]*:[ \t]*\n((?:\1[ \t]+.*\n|[ \t]*\n)*)", re.M)
+
+
+def may_have_empty_guards(source: bytes) -> bool:
+    """The cheap gate for ``empty_guarded``."""
+    return b"numel() == 0" in source or b".shape) == 0" in source
+
+
+def empty_guarded(ext: PythonExtractor, node: Any, copied: str) -> bool:
+    """Whether the ``*_like`` at ``node`` copies a tensor provably empty there."""
+    copied = copied.strip()
+    child = node
+    parent = node.parent
+    while parent is not None and parent.type not in ("function_definition", "lambda"):
+        if parent.type == "if_statement" and child == parent.child_by_field_name("consequence"):
+            condition = parent.child_by_field_name("condition")
+            text = ext.src.text(condition, 120).strip() if condition is not None else ""
+            m = _EMPTY_CONDITION.match(text)
+            if m is not None and (m.group(1) or m.group(2)) == copied:
+                return True
+            flag = _FLAG.match(text)
+            if flag is not None and copied.startswith("ctx.") and _flag_marks_empty(ext, flag.group(1), copied):
+                return True
+        child, parent = parent, parent.parent
+    return False
+
+
+def _flag_marks_empty(ext: PythonExtractor, flag: str, copied: str) -> bool:
+    data = ext.src.data.decode("utf-8", "replace")
+    sets = re.findall(rf"^[ \t]*{re.escape(flag)}[ \t]*=[ \t]*True[ \t]*$", data, re.M)
+    if len(sets) != 1:
+        return False
+    for m in _GUARD_BLOCK.finditer(data):
+        value = m.group(2) or m.group(3)
+        block = m.group(4)
+        if re.search(rf"^[ \t]*{re.escape(flag)}[ \t]*=[ \t]*True[ \t]*$", block, re.M) and re.search(
+                rf"^[ \t]*{re.escape(copied)}[ \t]*=[ \t]*{re.escape(value)}[ \t]*$", block, re.M):
+            return True
+    return False
