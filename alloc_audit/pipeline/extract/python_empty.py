@@ -5,7 +5,7 @@ a zero-element tensor is no allocation. Two provable shapes:
   ``if prod(X.shape) == 0:`` (``math.prod``/``np.prod``/``torch.prod`` too)
   and copies ``X`` itself (``torch.empty_like(X, dtype=d)``);
 - the call copies ``ctx.A`` in the body of ``if ctx.flag:`` where the only
-  ``ctx.flag = True`` of the file sits in the body of such an empty-input
+  ``ctx.flag = True`` of the class sits in the body of such an empty-input
   guard on ``V`` that also stores ``ctx.A = V`` (the autograd
   ``ctx.is_empty`` convention: ``backward`` returns ``zeros_like(ctx.A)``
   for an empty forward input).
@@ -48,14 +48,18 @@ def empty_guarded(ext: PythonExtractor, node: Any, copied: str) -> bool:
             if m is not None and (m.group(1) or m.group(2)) == copied:
                 return True
             flag = _FLAG.match(text)
-            if flag is not None and copied.startswith("ctx.") and _flag_marks_empty(ext, flag.group(1), copied):
+            if flag is not None and copied.startswith("ctx.") and _flag_marks_empty(ext, node, flag.group(1), copied):
                 return True
         child, parent = parent, parent.parent
     return False
 
 
-def _flag_marks_empty(ext: PythonExtractor, flag: str, copied: str) -> bool:
-    data = ext.src.data.decode("utf-8", "replace")
+def _flag_marks_empty(ext: PythonExtractor, node: Any, flag: str, copied: str) -> bool:
+    holder = node.parent  # the class that holds the call (forward and backward), else the file
+    while holder is not None and holder.type != "class_definition":
+        holder = holder.parent
+    scope = holder if holder is not None else ext.tree.root_node
+    data = ext.src.data[scope.start_byte:scope.end_byte].decode("utf-8", "replace") + "\n"
     sets = re.findall(rf"^[ \t]*{re.escape(flag)}[ \t]*=[ \t]*True[ \t]*$", data, re.M)
     if len(sets) != 1:
         return False
