@@ -26,6 +26,8 @@ _EMPTY = (rf"(?:(?:math\.|np\.|numpy\.|torch\.)?prod\(\s*({_NAME})\.shape\s*\)|(
           r"\s*==\s*0")
 _EMPTY_CONDITION = re.compile(rf"^\(?{_EMPTY}\)?$")
 _FLAG = re.compile(r"^(ctx\.\w+)$")
+# `name = value` on a line of its own (one pattern, read by its captures)
+_ASSIGN = re.compile(r"^[ \t]*([A-Za-z_][\w.]*)[ \t]*=[ \t]*([A-Za-z_][\w.]*)[ \t]*$", re.M)
 # `if <empty guard on V>:` then its indented block (lines indented deeper)
 _GUARD_BLOCK = re.compile(rf"^([ \t]*)if[ \t]+{_EMPTY}[ \t]*:[ \t]*\n((?:\1[ \t]+.*\n|[ \t]*\n)*)", re.M)
 
@@ -60,13 +62,11 @@ def _flag_marks_empty(ext: PythonExtractor, node: Any, flag: str, copied: str) -
         holder = holder.parent
     scope = holder if holder is not None else ext.tree.root_node
     data = ext.src.data[scope.start_byte:scope.end_byte].decode("utf-8", "replace") + "\n"
-    sets = re.findall(rf"^[ \t]*{re.escape(flag)}[ \t]*=[ \t]*True[ \t]*$", data, re.M)
-    if len(sets) != 1:
+    if sum(1 for m in _ASSIGN.finditer(data) if m.group(1) == flag and m.group(2) == "True") != 1:
         return False
     for m in _GUARD_BLOCK.finditer(data):
         value = m.group(2) or m.group(3)
-        block = m.group(4)
-        if re.search(rf"^[ \t]*{re.escape(flag)}[ \t]*=[ \t]*True[ \t]*$", block, re.M) and re.search(
-                rf"^[ \t]*{re.escape(copied)}[ \t]*=[ \t]*{re.escape(value)}[ \t]*$", block, re.M):
+        stores = {(a.group(1), a.group(2)) for a in _ASSIGN.finditer(m.group(4))}
+        if (flag, "True") in stores and (copied, value) in stores:
             return True
     return False
