@@ -249,6 +249,8 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
                 device = DEFAULT_DEVICE if mode == "keyword" else "unknown"
             if device in (None, "cpu", "meta"):
                 return None
+            if mode == "inherit" and ext.host_test_file:
+                return None  # a copy of a tensor in a test file that never names a device: host
             if mode == "inherit" and positional and spec.api.startswith("torch."):
                 if host_source(ext, node, positional[0]):
                     return None  # `torch.zeros_like(enc["input_ids"])` of a tokenizer's output: a host tensor
@@ -261,6 +263,8 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
             if device in ("cpu", "meta") or (scope, dev_text.strip()) in ext.host_locals:
                 return None
             source = _DEVICE_OF.fullmatch(dev_text.strip())
+            if source is not None and ext.host_test_file:
+                return None  # `device=x.device` in a test file that never names a device: host
             if source is not None and host_source(ext, node, source.group(1)):
                 return None  # `device=sample.device` of a tensor made on the host in the function
             if source is not None and default_source(ext, node, source.group(1)):
