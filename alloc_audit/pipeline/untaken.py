@@ -52,19 +52,25 @@ def _untaken(site: Site, index: ProjectIndex, paths: PathReach) -> bool:
     starts = index.constructors(cls) if cls is not None else [f for f in index.resolve(caller, call) if f is not caller]
     skipped = False
     for start in starts:
-        env = _bind(index, caller, call, start)
-        if start.scope is not None and start.scope.role == "constructor":
-            env = {**env, **_stored_params(index, start, env)}
-        live = {(w.site.path, w.site.span.line, w.site.span.col)
-                for w in paths.reach(start, env, _DEPTH)}
+        live: set[tuple[str, int, int]] | None = None  # bound and walked on the first allocation that counts
         for reached in index.reach(start, _DEPTH):
             candidate = reached.site
             if not candidate.acquires or (candidate.tier is Tier.T1 and candidate.api not in _MOVES):
                 continue  # a layer's own weights are counted where they are made (a weight upload is not)
+            if live is None:
+                live = _live(index, caller, call, start, paths)
             if (candidate.path, candidate.span.line, candidate.span.col) in live:
                 return False
             skipped = True
     return skipped
+
+
+def _live(index: ProjectIndex, caller: Func, call: Call, start: Func, paths: PathReach) -> set[tuple[str, int, int]]:
+    """Where the allocations ``start`` reaches under the call's values are."""
+    env = _bind(index, caller, call, start)
+    if start.scope is not None and start.scope.role == "constructor":
+        env = {**env, **_stored_params(index, start, env)}
+    return {(w.site.path, w.site.span.line, w.site.span.col) for w in paths.reach(start, env, _DEPTH)}
 
 
 def _bind(index: ProjectIndex, caller: Func, call: Call, target: Func) -> Env:

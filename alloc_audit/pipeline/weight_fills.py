@@ -63,6 +63,8 @@ def _fills(site: Site, index: ProjectIndex) -> str:
     func = index.func(site.path, site.scope)
     if func is None:
         return ""
+    if not any(target in c.arglist for c in func.calls if c.span.line > site.span.line):
+        return ""  # no later call mentions it (most sites): no pattern to compile
     word = re.compile(r"\b" + re.escape(target) + r"\b")
     uses = [c for c in func.calls if c.span.line > site.span.line and word.search(c.arglist)]
     if not uses or any(not _fill_call(c, target, func, index) for c in uses):

@@ -55,6 +55,8 @@ def host_source(ext: PythonExtractor, node: Any, text: str) -> bool:
     if params is not None and re.search(rf"\b{re.escape(name)}\b", ext.src.text(params, 2000)):
         return False
     source = ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace")
+    if name not in source:
+        return False  # never bound above: no per-name pattern to compile
     values = [_value(source, hit.end()) for hit in
               re.finditer(rf"^[ \t]*{re.escape(name)}[ \t]*(?:\[[^\]\n]*\])?[ \t]*=(?!=)[ \t]*", source, re.M)]
     if not values or re.search(rf"^[ \t]*[^\n=#]*,[ \t]*{re.escape(name)}\b[^\n=]*=(?!=)", source, re.M):
@@ -180,7 +182,7 @@ def _dtype_only(call: ast.Call) -> bool:
 def _bindings(source: str, name: str) -> list[str]:
     """The values of every `name = ...` in ``source``; empty when the name is
     also bound another way (unpacked, a loop or `with` target, a walrus)."""
-    if _bound_else(source, name):
+    if name not in source or _bound_else(source, name):
         return []
     return [_value(source, hit.end()) for hit in
             re.finditer(rf"^[ \t]*{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*", source, re.M)]
@@ -188,6 +190,8 @@ def _bindings(source: str, name: str) -> list[str]:
 
 def _bound_else(source: str, name: str) -> bool:
     """``name`` is bound in ``source`` other than by `name = ...`."""
+    if name not in source:
+        return False  # every alternative below spells the name: skip compiling it
     n = re.escape(name)
     return re.search(rf"^[ \t]*[^\n=#]*,[ \t]*{n}\b[^\n=]*=(?!=)|\bfor\b[^\n:]*\b{n}\b[^\n:]*\bin\b|"
                      rf"\bas[ \t]+{n}\b|\b{n}[ \t]*:=|^[ \t]*{n}[ \t]*,|\b(?:global|nonlocal)\b[^\n]*\b{n}\b",

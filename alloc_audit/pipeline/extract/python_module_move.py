@@ -108,7 +108,8 @@ def _used_as_module(ext: PythonExtractor, node: Any, text: str) -> bool:
 def _module_use(ext: PythonExtractor, body: Any, text: str) -> bool:
     name = re.escape(text.encode())
     code = ext.src.data[body.start_byte:body.end_byte]
-    if re.search(rb"(?<![\w.])" + name + rb"\.(?:" + _MODULE_METHODS + rb")\(", code) is not None:
+    if text.encode() in code and \
+            re.search(rb"(?<![\w.])" + name + rb"\.(?:" + _MODULE_METHODS + rb")\(", code) is not None:
         return True
     if not text.startswith("self."):
         return False
@@ -118,6 +119,8 @@ def _module_use(ext: PythonExtractor, body: Any, text: str) -> bool:
     if owner is None:
         return False
     code = ext.src.data[owner.start_byte:owner.end_byte]
+    if text.encode() not in code:
+        return False  # every pattern below spells the name
     loader = rb"(?:[\w.]+\.)?\w*(?:load\w*model|model\w*load|build\w*model)\w*\("
     return re.search(rb"(?<![\w.])" + name + rb"[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*" + loader, code, re.I) is not None
 
@@ -243,6 +246,8 @@ def _last_assignment(ext: PythonExtractor, node: Any, name: str, before: int) ->
         return None
     text = ext.src.data[body.start_byte:before].decode("utf-8", "replace")
     text = text[:text.rfind("\n") + 1]  # whole lines only: not the statement `before` is in
+    if name not in text:
+        return None  # never assigned above: no per-name pattern to compile
     pattern = rf"^[ \t]*{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*([^\n]+)$"
     found: re.Match[str] | None = None
     for hit in re.finditer(pattern, text, re.M):

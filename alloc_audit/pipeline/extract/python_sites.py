@@ -339,7 +339,7 @@ def under_cpu_branch(src: Source, node: Any, device: str) -> bool:
     must hold as a whole: a test with ``or`` or ``not`` proves nothing."""
     if not device.isidentifier() and not re.fullmatch(r"[\w.]+", device):
         return False
-    pattern = _cpu_test(device)
+    pattern: re.Pattern[str] | None = None  # compiled on the first test that names the device
     child = node
     parent = node.parent
     while parent is not None and parent.type not in ("function_definition", "class_definition", "module"):
@@ -349,8 +349,10 @@ def under_cpu_branch(src: Source, node: Any, device: str) -> bool:
             if (body is not None and test is not None and body.start_byte <= child.start_byte
                     and child.end_byte <= body.end_byte):
                 text = src.text(test, 400)
-                if pattern.search(text) and not re.search(r"\b(?:or|not)\b", text):
-                    return True
+                if device in text and not re.search(r"\b(?:or|not)\b", text):
+                    pattern = pattern or _cpu_test(device)
+                    if pattern.search(text):
+                        return True
         child = parent
         parent = parent.parent
     return False
