@@ -160,7 +160,8 @@ _MEMBER = re.compile(r"\bself\.([A-Za-z_]\w*)")
 
 def _phase_setup(site: Site, func: Func, member: str) -> str:
     """The branch test under which the function sets the member up (``if
-    do_prefill: self.temp = torch.empty(...)``) when the branch neither returns nor has an
+    do_prefill: self.temp = torch.empty(...)``) when the branch (an ``if``, not an ``elif``)
+    neither returns nor has an
     ``else``, its test does not name the member (``if self.x is not None:
     self.x = self.x.to(d)`` is a move per call) and the function reads the
     member after the branch: the calls that skip it reuse the kept buffer."""
@@ -170,7 +171,7 @@ def _phase_setup(site: Site, func: Func, member: str) -> str:
         return ""
     branch = min(inner, key=lambda b: b.span.end_line - b.span.line)
     siblings = [b for b in func.blocks if b.stmt is not None and b.stmt == branch.stmt and b is not branch]
-    if branch.exits or any(b.kind == "else" for b in siblings) \
+    if branch.kind != "if" or branch.exits or any(b.kind == "else" for b in siblings) \
             or any(m.group(1) == name for m in _MEMBER.finditer(branch.test)):
         return ""  # an `else` may store it too; a test on the member itself is _cache_test's
     after = max(b.span.end_line for b in [branch, *siblings])
