@@ -23,7 +23,17 @@ from ...model import (
     Scope,
 )
 from ..parse import language
-from . import common, python_fake, python_kept, python_sites, python_statements, python_typeonly
+from . import (
+    common,
+    python_empty,
+    python_fake,
+    python_host_kernel,
+    python_host_tests,
+    python_kept,
+    python_sites,
+    python_statements,
+    python_typeonly,
+)
 from .common import Containers, Source
 
 _QUERY_TEXT = """
@@ -87,6 +97,9 @@ class PythonExtractor:
         self.host_locals: frozenset[tuple[str, str]] = frozenset()
         # the file may register fake/meta impls or enter a FakeTensorMode (python_fake)
         self.fake_file = python_fake.may_have_fake_scopes(source)
+        self.host_kernel_file = python_host_kernel.may_have_host_kernels(source)
+        self.empty_guard_file = python_empty.may_have_empty_guards(source)
+        self.host_test_file = python_host_tests.host_test_file(path, source)  # copies of host tensors only
         # type-checker-only code: a type-level test file, `if TYPE_CHECKING:` (python_typeonly)
         self.type_level = python_typeonly.type_level_file(path, tree.root_node)
         self.type_checking_file = python_typeonly.type_checking_file(source)

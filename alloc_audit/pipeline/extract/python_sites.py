@@ -16,8 +16,10 @@ from ...catalog import ApiSpec
 from ...model import Arg, CallTable, Site, SiteKind
 from . import common
 from .common import Source, zero_elements
+from .python_empty import empty_guarded
 from .python_fake import in_fake_scope
 from .python_host import default_source, host_source, on_current_gpu
+from .python_host_kernel import in_host_kernel
 from .python_module_move import dispatches_to_super, moves_module
 from .python_scratch import dropped_in_chain, intermediate
 from .python_typeonly import in_type_checking
@@ -223,6 +225,8 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
               target: str | None) -> Site | None:
     if ext.fake_file and in_fake_scope(ext, node):
         return None  # a fake/meta impl or a FakeTensorMode block: fake tensors, no memory
+    if ext.host_kernel_file and in_host_kernel(ext, node):
+        return None  # a kernel registered only for the "cpu" device: host memory
     if ext.type_level or (ext.type_checking_file and in_type_checking(ext, node)):
         return None  # code only a type checker reads: never runs
     kwargs = {a.keyword: ext.resolve_text(a.text) for a in args if a.keyword}
@@ -245,9 +249,13 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
                 device = DEFAULT_DEVICE if mode == "keyword" else "unknown"
             if device in (None, "cpu", "meta"):
                 return None
+            if mode == "inherit" and ext.host_test_file:
+                return None  # a copy of a tensor in a test file that never names a device: host
             if mode == "inherit" and positional and spec.api.startswith("torch."):
                 if host_source(ext, node, positional[0]):
                     return None  # `torch.zeros_like(enc["input_ids"])` of a tokenizer's output: a host tensor
+                if ext.empty_guard_file and empty_guarded(ext, node, positional[0]):
+                    return None  # `empty_like(A)` under `if A.numel() == 0:`: zero elements, no memory
                 if default_source(ext, node, positional[0]):
                     device = DEFAULT_DEVICE  # `torch.ones_like(torch.arange(n))`: where the default device is
         else:
@@ -255,6 +263,8 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
             if device in ("cpu", "meta") or (scope, dev_text.strip()) in ext.host_locals:
                 return None
             source = _DEVICE_OF.fullmatch(dev_text.strip())
+            if source is not None and ext.host_test_file:
+                return None  # `device=x.device` in a test file that never names a device: host
             if source is not None and host_source(ext, node, source.group(1)):
                 return None  # `device=sample.device` of a tensor made on the host in the function
             if source is not None and default_source(ext, node, source.group(1)):

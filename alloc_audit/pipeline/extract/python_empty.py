@@ -1,0 +1,72 @@
+"""A ``*_like`` copy of a tensor that is provably empty holds no memory:
+a zero-element tensor is no allocation. Two provable shapes:
+
+- the call lies in the body of ``if X.numel() == 0:`` or
+  ``if prod(X.shape) == 0:`` (``math.prod``/``np.prod``/``torch.prod`` too)
+  and copies ``X`` itself (``torch.empty_like(X, dtype=d)``);
+- the call copies ``ctx.A`` in the body of ``if ctx.flag:`` where the only
+  ``ctx.flag = True`` of the class sits in the body of such an empty-input
+  guard on ``V`` that also stores ``ctx.A = V`` (the autograd
+  ``ctx.is_empty`` convention: ``backward`` returns ``zeros_like(ctx.A)``
+  for an empty forward input).
+
+A guard joined with ``or``/``and``, or a copy of another tensor, keeps its
+site. Part of the Python extractor (``python_sites.py``)."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .python import PythonExtractor
+
+_NAME = r"[A-Za-z_][\w.]*"
+_EMPTY = (rf"(?:(?:math\.|np\.|numpy\.|torch\.)?prod\(\s*({_NAME})\.shape\s*\)|({_NAME})\.numel\(\))"
+          r"\s*==\s*0")
+_EMPTY_CONDITION = re.compile(rf"^\(?{_EMPTY}\)?$")
+_FLAG = re.compile(r"^(ctx\.\w+)$")
+# `name = value` on a line of its own (one pattern, read by its captures)
+_ASSIGN = re.compile(r"^[ \t]*([A-Za-z_][\w.]*)[ \t]*=[ \t]*([A-Za-z_][\w.]*)[ \t]*$", re.M)
+# `if <empty guard on V>:` then its indented block (lines indented deeper)
+_GUARD_BLOCK = re.compile(rf"^([ \t]*)if[ \t]+{_EMPTY}[ \t]*:[ \t]*\n((?:\1[ \t]+.*\n|[ \t]*\n)*)", re.M)
+
+
+def may_have_empty_guards(source: bytes) -> bool:
+    """The cheap gate for ``empty_guarded``."""
+    return b"numel() == 0" in source or b".shape) == 0" in source
+
+
+def empty_guarded(ext: PythonExtractor, node: Any, copied: str) -> bool:
+    """Whether the ``*_like`` at ``node`` copies a tensor provably empty there."""
+    copied = copied.strip()
+    child = node
+    parent = node.parent
+    while parent is not None and parent.type not in ("function_definition", "lambda"):
+        if parent.type == "if_statement" and child == parent.child_by_field_name("consequence"):
+            condition = parent.child_by_field_name("condition")
+            text = ext.src.text(condition, 120).strip() if condition is not None else ""
+            m = _EMPTY_CONDITION.match(text)
+            if m is not None and (m.group(1) or m.group(2)) == copied:
+                return True
+            flag = _FLAG.match(text)
+            if flag is not None and copied.startswith("ctx.") and _flag_marks_empty(ext, node, flag.group(1), copied):
+                return True
+        child, parent = parent, parent.parent
+    return False
+
+
+def _flag_marks_empty(ext: PythonExtractor, node: Any, flag: str, copied: str) -> bool:
+    holder = node.parent  # the class that holds the call (forward and backward), else the file
+    while holder is not None and holder.type != "class_definition":
+        holder = holder.parent
+    scope = holder if holder is not None else ext.tree.root_node
+    data = ext.src.data[scope.start_byte:scope.end_byte].decode("utf-8", "replace") + "\n"
+    if sum(1 for m in _ASSIGN.finditer(data) if m.group(1) == flag and m.group(2) == "True") != 1:
+        return False
+    for m in _GUARD_BLOCK.finditer(data):
+        value = m.group(2) or m.group(3)
+        stores = {(a.group(1), a.group(2)) for a in _ASSIGN.finditer(m.group(4))}
+        if (flag, "True") in stores and (copied, value) in stores:
+            return True
+    return False

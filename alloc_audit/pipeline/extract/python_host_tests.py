@@ -1,0 +1,33 @@
+"""A test file that declares it needs no GPU and never names a device runs
+on the host: in a file named ``test_*.py`` that declares ``NUM_GPUS = 0`` at
+module level (the CI resource declaration of a test file) and whose text never
+says ``cuda``/``gpu`` (``NUM_GPUS`` aside), never moves a tensor
+(``.to(`` other than ``.to(dtype=...)``, ``.cuda(``), never builds or sets a device (``torch.device(``,
+``set_default_device``, ``accelerator``) and whose every ``device=`` copies
+another tensor's (``device=x.device``), every tensor starts on the host, so
+a copy of one (``torch.zeros_like(x)``, ``x.new_zeros(n)``, ``device=x.device``)
+is host memory, not a device site. A file that imports a test helper module
+(a relative import, ``conftest``, ``tests.``) may get device tensors from it
+and keeps its sites. Without the declaration a test file keeps its sites:
+a framework call (``deepspeed.initialize``) or a fixture may move its
+tensors without naming a device in the file. Read once per file, from the bytes, with
+one compiled pattern. Part of the Python extractor (``python_sites.py``)."""
+
+from __future__ import annotations
+
+import re
+
+# the file declares it needs no GPU (a CI resource declaration: `NUM_GPUS = 0`)
+_NO_GPUS = re.compile(rb"^NUM_GPUS[ \t]*=[ \t]*0[ \t]*$", re.M)
+_DEVICE_WORDS = re.compile(
+    rb"cuda|gpu(?<!NUM_GPU)|\.to\((?!dtype=)|torch\.device\(|set_default_device|accelerator"
+    rb"|\b(?:xpu|npu|mps|hpu)\b|device\s*=(?!=)(?!\s*[A-Za-z_]\w*\.device\b)"
+    # a test helper module may hand out device tensors (`from .common import make_inputs`)
+    rb"|^[ \t]*from[ \t]+(?:\.|conftest\b|tests?\.)|^[ \t]*import[ \t]+(?:conftest|tests?)\b", re.I | re.M)
+
+
+def host_test_file(path: str, source: bytes) -> bool:
+    """Whether ``path`` is a test file that never names a device (see the module text)."""
+    if not path.rpartition("/")[2].startswith("test_") or _NO_GPUS.search(source) is None:
+        return False
+    return _DEVICE_WORDS.search(source) is None
