@@ -12,7 +12,10 @@ stale or too small (``if self.x is None or self.x.shape != out.shape:``,
 ``if channel == self.channel: window = self.window``, after a guard clause
 ``if self.freqs is not None and ...: return``), or a dict on the object or
 its class filled per key when the key is missing (``if device not in
-cls.bounds: cls.bounds[device] = b.to(device)``). DESIGN.md ("Lifetime
+cls.bounds: cls.bounds[device] = b.to(device)``). So is one set up under a branch with
+no ``else`` and no test on the member, and read after the branch (``if do_prefill:
+self.temp = torch.empty(...)`` ... ``out=self.temp[0]``): the calls that
+skip the branch reuse it. DESIGN.md ("Lifetime
 tiers"): kept in ``self.x`` -> persistent. A test on an argument alone, a
 store with no test, or a temporary under the test stay per call.
 """
@@ -54,7 +57,10 @@ def _lazy(site: Site, index: ProjectIndex) -> Site:
         return site
     test = _cache_test(site, func, _members(func) | {member})
     if not test:
-        return site
+        phase = _phase_setup(site, func, member)
+        return site if not phase else dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+            f"set up once per phase: {func.qualname} keeps it in {member} only when `{_short(phase)}` and reads "
+            f"it after that branch, so the calls that skip it reuse the kept buffer: persistent ({site.tier_reason})"))
     registration = registration_of_member(func, member)
     if registration:
         return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
@@ -146,6 +152,34 @@ def _cache_test(site: Site, func: Func, members: set[str]) -> str:
                 return test
         elif block.exits and block.kind == "if" and block.span.end_line < line and _hit(block.test, members):
             return block.test
+    return ""
+
+
+_MEMBER = re.compile(r"\bself\.([A-Za-z_]\w*)")
+
+
+def _phase_setup(site: Site, func: Func, member: str) -> str:
+    """The branch test under which the function sets the member up (``if
+    do_prefill: self.temp = torch.empty(...)``) when the branch (an ``if``, not an ``elif``)
+    neither returns nor has an
+    ``else``, its test does not name the member (``if self.x is not None:
+    self.x = self.x.to(d)`` is a move per call) and the function reads the
+    member after the branch: the calls that skip it reuse the kept buffer."""
+    line, name = site.span.line, member.removeprefix("self.")
+    inner = [b for b in func.blocks if b.kind in ("if", "elif") and b.span.contains_line(line)]
+    if not inner:
+        return ""
+    branch = min(inner, key=lambda b: b.span.end_line - b.span.line)
+    siblings = [b for b in func.blocks if b.stmt is not None and b.stmt == branch.stmt and b is not branch]
+    if branch.kind != "if" or branch.exits or any(b.kind == "else" for b in siblings) \
+            or any(m.group(1) == name for m in _MEMBER.finditer(branch.test)):
+        return ""  # an `else` may store it too; a test on the member itself is _cache_test's
+    after = max(b.span.end_line for b in [branch, *siblings])
+    texts = [(c.span.line, f"{c.callee}({c.arglist})") for c in func.calls]
+    texts += [(a.line, a.value) for a in func.assigns] + [(r.line, r.value) for r in func.returns]
+    for at, text in texts:
+        if at > after and any(m.group(1) == name for m in _MEMBER.finditer(text)):
+            return branch.test
     return ""
 
 
