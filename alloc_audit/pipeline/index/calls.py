@@ -5,6 +5,7 @@ shortest path to each."""
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 
@@ -82,9 +83,8 @@ class CallGraph:
         if len(self._calls_indexed) == len(self._symbols.files):
             return  # every file is indexed (the set holds only indexed paths, the files are only added)
         by_leaf, by_callee, leaves, order = self._calls_by_leaf, self._by_callee, self._leaves, self._callee_order
-        for path in self._symbols.files:
-            if path in self._calls_indexed:
-                continue
+        # files are only added, in order (a dict): the new ones follow those indexed, no rescan
+        for path in list(itertools.islice(self._symbols.files, len(self._calls_indexed), None)):
             self._calls_indexed.add(path)
             for func in self._symbols.by_path.get(path, {}).values():
                 calls = func.table
