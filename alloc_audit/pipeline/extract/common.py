@@ -156,6 +156,14 @@ _HEADERS = {"function_definition": ("parameters", "declarator", "name"), "class_
             "class_specifier": ("name",), "struct_specifier": ("name",)}
 
 
+def enclosing(node: Any, node_type: str) -> Any | None:
+    """``node`` itself or its nearest ancestor of ``node_type`` (a function
+    or class definition around a call), None when there is none."""
+    while node is not None and node.type != node_type:
+        node = node.parent
+    return node
+
+
 class Ancestry:
     """Parents of the nodes an extractor asks about, mostly in document
     order, in amortised constant time. tree-sitter's ``Node.parent`` walks

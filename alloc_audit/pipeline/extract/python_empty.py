@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from .common import enclosing
+
 if TYPE_CHECKING:
     from .python import PythonExtractor
 
@@ -57,9 +59,8 @@ def empty_guarded(ext: PythonExtractor, node: Any, copied: str) -> bool:
 
 
 def _flag_marks_empty(ext: PythonExtractor, node: Any, flag: str, copied: str) -> bool:
-    holder = node.parent  # the class that holds the call (forward and backward), else the file
-    while holder is not None and holder.type != "class_definition":
-        holder = holder.parent
+    # the class that holds the call (forward and backward), else the file
+    holder = enclosing(node.parent, "class_definition")
     scope = holder if holder is not None else ext.tree.root_node
     data = ext.src.data[scope.start_byte:scope.end_byte].decode("utf-8", "replace") + "\n"
     if sum(1 for m in _ASSIGN.finditer(data) if m.group(1) == flag and m.group(2) == "True") != 1:

@@ -28,6 +28,8 @@ import ast
 import re
 from typing import TYPE_CHECKING, Any
 
+from .common import enclosing
+
 if TYPE_CHECKING:
     from .python import PythonExtractor
 
@@ -44,9 +46,7 @@ def host_source(ext: PythonExtractor, node: Any, text: str) -> bool:
     if m is None:
         return False
     name = m.group(1)
-    body = node.parent
-    while body is not None and body.type != "function_definition":
-        body = body.parent
+    body = enclosing(node.parent, "function_definition")
     if body is None:
         return False
     if not any(n in ext.src.data[body.start_byte:node.start_byte] for n in _NEEDLES):
@@ -104,9 +104,7 @@ def default_source(ext: PythonExtractor, node: Any, text: str) -> bool:
     name = text.strip()
     if not name.isidentifier():
         return False
-    body = node.parent
-    while body is not None and body.type != "function_definition":
-        body = body.parent
+    body = enclosing(node.parent, "function_definition")
     if body is None or b"torch." not in ext.src.data[body.start_byte:node.start_byte]:
         return False
     params = body.child_by_field_name("parameters")
@@ -220,9 +218,7 @@ def on_current_gpu(ext: PythonExtractor, node: Any, name: str, device: str = "cu
         name = _view_of(name) or ""
         if not name:
             return False
-    body = node.parent
-    while body is not None and body.type != "function_definition":
-        body = body.parent
+    body = enclosing(node.parent, "function_definition")
     if body is None:
         return False
     params = body.child_by_field_name("parameters")

@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from .common import enclosing
+
 if TYPE_CHECKING:
     from .python import PythonExtractor
 
@@ -113,9 +115,7 @@ def _module_use(ext: PythonExtractor, body: Any, text: str) -> bool:
         return True
     if not text.startswith("self."):
         return False
-    owner = body.parent
-    while owner is not None and owner.type != "class_definition":
-        owner = owner.parent
+    owner = enclosing(body.parent, "class_definition")
     if owner is None:
         return False
     code = ext.src.data[owner.start_byte:owner.end_byte]
@@ -172,9 +172,7 @@ def _passes_itself(value: str, name: str) -> bool:
 def _annotated_module(ext: PythonExtractor, node: Any, name: str) -> bool:
     """``name`` is a parameter of the enclosing function annotated with a
     module type (``model: nn.Module``, ``model: "PreTrainedModel"``)."""
-    func = node.parent
-    while func is not None and func.type != "function_definition":
-        func = func.parent
+    func = enclosing(node.parent, "function_definition")
     params = func.child_by_field_name("parameters") if func is not None else None
     if params is None:
         return False
@@ -228,9 +226,7 @@ def _module_bases(ext: PythonExtractor, bases: str) -> bool:
 
 def _self_is_module(ext: PythonExtractor, node: Any) -> bool:
     """``self`` in a method of a class whose bases make it a module."""
-    owner = node.parent
-    while owner is not None and owner.type != "class_definition":
-        owner = owner.parent
+    owner = enclosing(node.parent, "class_definition")
     bases = owner.child_by_field_name("superclasses") if owner is not None else None
     return bases is not None and _module_bases(ext, ext.src.text(bases, 400).strip()[1:-1])
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from .common import enclosing
 from .python_kept import _LOCAL, _NEW_TENSOR, _NOT_ITSELF, _VIEW_METHODS
 
 if TYPE_CHECKING:
@@ -142,9 +143,7 @@ def _chain_target(ext: PythonExtractor, call: Any) -> str | None:
 def _read_only_by_new(ext: PythonExtractor, call: Any, name: str) -> bool:
     """Every later mention of local ``name`` in its function is the first
     argument of a torch function that makes a new tensor."""
-    body = call
-    while body is not None and body.type != "function_definition":
-        body = body.parent
+    body = enclosing(call, "function_definition")
     if body is None:
         return False
     after = ext.src.data[call.end_byte:body.end_byte].decode("utf-8", "replace")
@@ -181,9 +180,7 @@ def _registered_result(ext: PythonExtractor, expr: Any) -> bool:
     left = parent.child_by_field_name("left")
     if left is None or left.type != "identifier":
         return False
-    body = parent
-    while body is not None and body.type != "function_definition":
-        body = body.parent
+    body = enclosing(parent, "function_definition")
     if body is None:
         return False
     name = re.escape(ext.src.text(left, 80))
