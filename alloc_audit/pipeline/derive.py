@@ -15,6 +15,7 @@ from .classify import classify_sites
 from .host_moves import drop_host_moves
 from .index import ProjectIndex
 from .lifetimes import weight_storage
+from .native_modules import native_module_state
 from .untaken import drop_untaken
 
 
@@ -24,8 +25,8 @@ def derive_sites(index: ProjectIndex, files: Mapping[str, FileFacts], tiers: tup
     derived = tuple(drop_untaken(drop_host_moves(index.derived_sites(uploads=frozenset(uploads)), index), index))
     if apis is not None:
         derived = kinds_from_use(derived, index, apis)
-    return _upload_tiers(_module_state(_owner_tiers(classify_sites(derived, files, tiers), direct, index),
-                                       direct), uploads)
+    return _upload_tiers(native_module_state(_module_state(
+        _owner_tiers(classify_sites(derived, files, tiers), direct, index), direct), index), uploads)
 
 
 _MOVES = frozenset({"Tensor.to", "Tensor.cuda", "Module.to", "Module.cuda"})
