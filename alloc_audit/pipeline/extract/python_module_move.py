@@ -269,18 +269,23 @@ def _last_assignment(ext: PythonExtractor, node: Any, name: str, before: int) ->
     if name not in text:
         return None  # never assigned above: no per-name pattern to compile
     # `name = ...`, or `name, *rest = ...` (the first of the results)
-    pattern = rf"^[ \t]*{re.escape(name)}[ \t]*(?::[^=\n]*|,[\w \t,*]*)?=(?!=)[ \t]*([^\n]+)$"
-    found: re.Match[str] | None = None
-    for hit in re.finditer(pattern, text, re.M):
-        value = hit.group(1).rstrip()
-        if not value.endswith(",") and value.count(")") <= value.count("("):
-            found = hit  # not a keyword argument of a call (`model=model,`)
-    if found is None:
-        return None
-    value = _balanced(found.group(1).strip(), text[found.end():])
-    while (m := _CASTS.search(value)) is not None:
-        value = value[:m.start()].strip()
-    return value, body.start_byte + len(text[:found.start()].encode("utf-8"))
+    pattern = rf"^[ \t]*{re.escape(name)}[ \t]*(?::[^=\n]*|(,)[\w \t,*]*)?=(?!=)[ \t]*([^\n]+)$"
+    hits = [hit for hit in re.finditer(pattern, text, re.M)  # not a keyword argument (`model=model,`)
+            if not hit.group(2).rstrip().endswith(",") and hit.group(2).count(")") <= hit.group(2).count("(")]
+    for found in reversed(hits):
+        value = _balanced(found.group(2).strip(), text[found.end():])
+        while (m := _CASTS.search(value)) is not None:
+            value = value[:m.start()].strip()
+        if found.group(1) and not (_passes_itself(value, name) or _made_model(value)):
+            continue  # a tuple from a call that tells nothing (`model, _ = prune(model=model)`): look above
+        return value, body.start_byte + len(text[:found.start()].encode("utf-8"))
+    return None
+
+
+def _made_model(value: str) -> bool:
+    """``value`` calls a maker named for a model (``create_model_and_transforms(...)``)."""
+    m = _CALL.match(value)
+    return m is not None and _MODEL_MAKER.fullmatch(m.group(1).rsplit(".", 1)[-1]) is not None
 
 
 def _balanced(value: str, rest: str) -> str:
