@@ -25,11 +25,10 @@ def derive_sites(index: ProjectIndex, files: Mapping[str, FileFacts], tiers: tup
     if apis is not None:
         derived = kinds_from_use(derived, index, apis)
     return _upload_tiers(_module_state(_owner_tiers(classify_sites(derived, files, tiers), direct, index),
-                                       direct, index), uploads)
+                                       direct), uploads)
 
 
 _MOVES = frozenset({"Tensor.to", "Tensor.cuda", "Module.to", "Module.cuda"})
-_DECLARED = "model parameter or buffer"
 
 
 def _upload(site: Site) -> bool:
@@ -111,16 +110,13 @@ def _caller_decides(site: Site, index: ProjectIndex) -> bool:
     return False
 
 
-def _module_state(derived: Iterable[Site], direct: Sequence[Site], index: ProjectIndex) -> list[Site]:
+def _module_state(derived: Iterable[Site], direct: Sequence[Site]) -> list[Site]:
     """A derived site that builds module state is model-resident (T1, the
     judges' convention for registered buffers and parameters): the object
     becomes a module's weight (`linear.weight = FP8Parameter(...)`,
-    `linear.weight.data = FP8Tensor(...)`), the allocation it stands
+    `linear.weight.data = FP8Tensor(...)`), or the allocation it stands
     for is registered on a module (`RotaryEmbedding(...)`, whose `scale`
-    is a `register_buffer`), or the class it constructs declares device
-    parameters itself (`LayerNormMLP(...)`, whose `__init__` makes
-    `Parameter(torch.empty(n, device=device))`; its via, the first
-    allocation that is not a weight, may be a plain attribute)."""
+    is a `register_buffer`)."""
     state = {(s.path, s.span.line): s for s in direct if s.tier is Tier.T1 and _registered(s)}
     out = []
     for site in derived:
@@ -133,25 +129,8 @@ def _module_state(derived: Iterable[Site], direct: Sequence[Site], index: Projec
                 site = dataclasses.replace(site, tier=Tier.T1, tier_reason=(
                     f"constructs {site.api}: module state (its {under.api} at {under.path}:{under.span.line} "
                     f"is registered on a module as a parameter or buffer)"))
-            elif site.tier in (Tier.T2, Tier.T4) and (weight := _declared_weight(site, index)) is not None:
-                site = dataclasses.replace(site, tier=Tier.T1, tier_reason=(
-                    f"constructs {site.api}: a module with device parameters ({weight.api} at "
-                    f"{weight.path}:{weight.span.line}); was: {site.tier_reason}"))
         out.append(site)
     return out
-
-
-def _declared_weight(site: Site, index: ProjectIndex) -> Site | None:
-    """The device parameter the constructor of the class the derived site
-    constructs declares itself (``self.w = Parameter(torch.empty(n,
-    device=device))`` in ``__init__``, no call in between), or None."""
-    func = index.func(site.path, site.scope)
-    call = next((c for c in func.calls if c.span == site.span), None) if func is not None else None
-    cls = index.constructed_class(func, call) if func is not None and call is not None else None
-    if cls is None:
-        return None
-    return next((s for ctor in index.constructors(cls) for s in ctor.sites
-                 if s.kind is SiteKind.DEVICE and s.tier is Tier.T1 and s.tier_reason.startswith(_DECLARED)), None)
 
 
 def _registered(site: Site) -> bool:
