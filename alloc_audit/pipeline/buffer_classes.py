@@ -2,8 +2,10 @@
 its owner.
 
 A C++ class whose constructor allocates (``cudaMalloc(&this->ptr, size)``,
-``cudaHostAlloc``) and whose destructor frees (``cudaFree(this->ptr)``) is
-the buffer itself (RAII), not an engine object built once: its constructor
+``cudaHostAlloc``), whose destructor frees (``cudaFree(this->ptr)``) and no
+other method of which allocates is the buffer itself (RAII), not an engine
+object built once (an arena that regrows in a method manages its memory:
+it keeps the constructor's tier): its constructor
 is the allocator behind a factory (``Tensor::allocate`` ->
 ``std::make_shared<BufferCUDA>(size)``). The allocation takes the tier its
 constructions have (the derived sites that construct the class, the one
@@ -28,12 +30,16 @@ def buffer_class_sites(sites: Sequence[Site]) -> set[tuple[str, int]]:
     """(path, line) of the allocations in the constructor of a class whose
     destructor, in the same file, frees."""
     freed = {(s.path, s.scope) for s in sites if s.kind is SiteKind.RELEASE and s.language is not Language.PYTHON}
+    native = [s for s in sites if s.via is None and s.kind in _ALLOCATES and s.language is not Language.PYTHON]
+    # a class another method of which allocates too (`DeviceArena::grow`) manages its memory: an engine object
+    managing = {(s.path, owner) for s in native for owner, _, name in [s.scope.rpartition("::")]
+                if owner and owner.rpartition("::")[2] != name}
     out = set()
-    for s in sites:
-        if s.via is None and s.kind in _ALLOCATES and s.language is not Language.PYTHON:
-            owner, _, name = s.scope.rpartition("::")
-            if owner and owner.rpartition("::")[2] == name and (s.path, f"{owner}::~{name}") in freed:
-                out.add((s.path, s.span.line))
+    for s in native:
+        owner, _, name = s.scope.rpartition("::")
+        if owner and owner.rpartition("::")[2] == name and (s.path, f"{owner}::~{name}") in freed \
+                and (s.path, owner) not in managing:
+            out.add((s.path, s.span.line))
     return out
 
 
