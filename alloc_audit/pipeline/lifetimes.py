@@ -163,7 +163,8 @@ def _kept_by_caller(site: Site, index: ProjectIndex, memo: dict[str, list[tuple[
     if func is None:
         return site
     local = (site.target or "").strip()
-    if local.isidentifier():
+    # `Owner.pins = pin(...)`: on a class or another object (`self.x` the patterns decided)
+    if local.isidentifier() or (_MEMBER.fullmatch(local) and local.split(".")[0] not in ("self", "cls")):
         place = _kept_at(func, local, site.stmt_line or site.span.line)
     else:  # inside a larger expression: `self.parts.append(t.pin_memory())`
         own = next((c.callee for c in func.calls if c.span == site.span), "") if site.target is None else ""
@@ -241,7 +242,10 @@ def _kept_at(caller: Func, target: str | None, line: int, callee: str = "") -> s
         text = callee + "("
         for a in caller.assigns:
             if a.line <= line <= a.line + a.value.count("\n") and text in a.value:
-                return next((t for t in a.targets if _MEMBER.fullmatch(t)), "")
+                member = next((t for t in a.targets if _MEMBER.fullmatch(t)), "")
+                if member or len(a.targets) != 1 or not a.targets[0].isidentifier():
+                    return member
+                return _stored_later(caller, a.targets[0], a.line)
         for c in caller.calls:
             if c.span.line <= line <= c.span.end_line and text in c.arglist and \
                     (m := _ADD.fullmatch(c.callee)) is not None and _MEMBER.fullmatch(m.group(1)):
@@ -256,11 +260,26 @@ def _kept_at(caller: Func, target: str | None, line: int, callee: str = "") -> s
     root = re.fullmatch(r"([A-Za-z_]\w*)\[[^\]]*\]", name)
     if root is not None and root.group(1) in params and root.group(1) not in ("self", "cls"):
         return f"{name} (a container handed in by its caller)"
-    if not name.isidentifier():
-        return ""
+    return _stored_later(caller, name, line) if name.isidentifier() else ""
+
+
+def _stored_later(caller: Func, name: str, line: int, hops: int = 2) -> str:
+    """The member a statement after ``line`` stores the local ``name`` in
+    (``self.x = name``, ``self.parts.append(name)``), also through one local
+    that packs it with others (``cur = (a, name)`` ... ``cls.cache[k] = cur``)."""
     for a in caller.assigns:
-        if a.line > line and a.value.strip() == name:
-            return next((t for t in a.targets if _MEMBER.fullmatch(t)), "")
+        if a.line <= line:
+            continue
+        value = a.value.strip()
+        if value == name:
+            member = next((t for t in a.targets if _MEMBER.fullmatch(t)), "")
+            if member:
+                return member
+        elif hops > 1 and len(a.targets) == 1 and a.targets[0].isidentifier() and value[:1] in ("(", "[") \
+                and name in {part.strip() for part in value[1:-1].split(",")}:
+            found = _stored_later(caller, a.targets[0], a.line, hops - 1)
+            if found:
+                return found
     for c in caller.calls:
         if c.span.line > line and c.arglist.strip() == name and \
                 (m := _ADD.fullmatch(c.callee)) is not None and _MEMBER.fullmatch(m.group(1)):
