@@ -163,8 +163,10 @@ def _kept_by_caller(site: Site, index: ProjectIndex, memo: dict[str, list[tuple[
     if func is None:
         return site
     local = (site.target or "").strip()
-    # `Owner.pins = pin(...)`: on a class or another object (`self.x` the patterns decided)
-    if local.isidentifier() or (_MEMBER.fullmatch(local) and local.split(".")[0] not in ("self", "cls")):
+    # `Owner.pins = pin(...)` in a method of Owner: on the class (not a loop variable's member,
+    # `buffer.cpu_data = t.pin_memory()`, re-made per offload; `self.x` the patterns decided)
+    owner = func.owner.name if func.owner is not None else None
+    if local.isidentifier() or (_MEMBER.fullmatch(local) and local.split(".")[0] == owner):
         place = _kept_at(func, local, site.stmt_line or site.span.line)
     else:  # inside a larger expression: `self.parts.append(t.pin_memory())`
         own = next((c.callee for c in func.calls if c.span == site.span), "") if site.target is None else ""
