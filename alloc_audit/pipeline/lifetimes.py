@@ -421,7 +421,8 @@ def _holds_weights(site: Site, index: ProjectIndex, storing: dict[str, bool]) ->
     known = storing.get(func.id)
     if known is None:  # most functions store nothing to `.data` or `_parameters`: asked once each
         call_targets = [func.table.targets[i] for i in func.call_ix] if func.table is not None else []
-        known = storing[func.id] = any(t.endswith(".data") for a in func.assigns for t in a.targets) or any(
+        known = storing[func.id] = any(t.endswith(".data") or _REGISTERED.fullmatch(t)
+                                       for a in func.assigns for t in a.targets) or any(
             t and (t.endswith(".data") or "._parameters[" in t or "._buffers[" in t) for t in call_targets)
     if not known:
         return ""
@@ -430,6 +431,10 @@ def _holds_weights(site: Site, index: ProjectIndex, storing: dict[str, bool]) ->
     for c in func.calls:
         if c.span.line == line and c.target and _REGISTERED.fullmatch(c.target.strip()):
             return f"handed to {c.target.strip()}"
+    if target.isidentifier():  # held in a local first: `t = t.to(device)` ... `owner._buffers[leaf] = t`
+        held = next((t for a in func.assigns if a.line > line and a.value.strip() == target
+                     for t in a.targets if _REGISTERED.fullmatch(t)), "")
+        return f"held in {target}, stored to {held}" if held else ""
     if not re.fullmatch(r"self\.[A-Za-z_]\w*", target):
         return ""
     view = re.compile(re.escape(target) + r"\s*[\[.]")
