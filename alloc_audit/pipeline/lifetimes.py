@@ -60,6 +60,9 @@ from collections.abc import Sequence
 
 from ..model import PRODUCTION, Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
+from .kept_stores import ADD as _ADD
+from .kept_stores import MEMBER as _MEMBER
+from .kept_stores import stored_later as _stored_later
 from .roles import conventional_role
 
 # an attribute of an object, or an entry of one: `self.pin`, `self.saved[n]`, `ctx.cache[k]`
@@ -225,8 +228,6 @@ def _named_calls_keep(name: str, index: ProjectIndex) -> str:
 
 
 # a member of an object, however reached: `self.buf`, `self.groups[i].grad`, `param.ds_tensor`
-_MEMBER = re.compile(r"[A-Za-z_]\w*(?:\[[^\]]*\])*\.[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[[^\]]*\])*")
-_ADD = re.compile(r"(.+)\.(?:append|extend|insert|add)")
 
 
 def _kept_at(caller: Func, target: str | None, line: int, callee: str = "") -> str:
@@ -263,30 +264,6 @@ def _kept_at(caller: Func, target: str | None, line: int, callee: str = "") -> s
     if root is not None and root.group(1) in params and root.group(1) not in ("self", "cls"):
         return f"{name} (a container handed in by its caller)"
     return _stored_later(caller, name, line) if name.isidentifier() else ""
-
-
-def _stored_later(caller: Func, name: str, line: int, hops: int = 2) -> str:
-    """The member a statement after ``line`` stores the local ``name`` in
-    (``self.x = name``, ``self.parts.append(name)``), also through one local
-    that packs it with others (``cur = (a, name)`` ... ``cls.cache[k] = cur``)."""
-    for a in caller.assigns:
-        if a.line <= line:
-            continue
-        value = a.value.strip()
-        if value == name:
-            member = next((t for t in a.targets if _MEMBER.fullmatch(t)), "")
-            if member:
-                return member
-        elif hops > 1 and len(a.targets) == 1 and a.targets[0].isidentifier() and value[:1] in ("(", "[") \
-                and name in {part.strip() for part in value[1:-1].split(",")}:
-            found = _stored_later(caller, a.targets[0], a.line, hops - 1)
-            if found:
-                return found
-    for c in caller.calls:
-        if c.span.line > line and c.arglist.strip() == name and \
-                (m := _ADD.fullmatch(c.callee)) is not None and _MEMBER.fullmatch(m.group(1)):
-            return m.group(1)
-    return ""
 
 
 _PUT = r"\.(?:append|appendleft|add|put|put_nowait|extend)"
@@ -353,8 +330,8 @@ def _released_per_phase(site: Site, index: ProjectIndex) -> Site:
         if name in _FINAL or name == func.name:
             continue
         for method in methods:
-            if method.scope is not None and method.scope.role == "constructor":
-                continue  # `self.buf = None` declares it
+            if method.scope is not None and method.scope.role == "constructor" or _called_by_constructor(method):
+                continue  # `self.buf = None` declares it (in `__init__` or an initialiser it calls)
             if any(c.target == target for c in method.calls) or \
                     any(target in a.targets and a.op != "del" and a.value.strip() != "None" for a in method.assigns):
                 continue  # sets it up too (`None` in the branch without one): a setter, no release
@@ -369,22 +346,29 @@ def _released_per_phase(site: Site, index: ProjectIndex) -> Site:
     return site
 
 
+def _called_by_constructor(method: Func) -> bool:
+    """``method`` is an initialiser its class's constructor calls (``self._init_buffers()``)."""
+    owner = method.owner
+    return owner is not None and any(
+        c.callee == f"self.{method.name}" for ctor in owner.methods.get("__init__", ()) for c in ctor.calls)
+
+
 def _state_created_once(site: Site, index: ProjectIndex) -> Site:
     target = (site.target or "").strip()
-    m = re.fullmatch(r"([A-Za-z_][\w.]*(?:\[[^\]]+\])?)\[[^\]]+\]", target)
+    m = re.fullmatch(r"([A-Za-z_][\w.]*(?:\[[^\]]+\])*)\[[^\]]+\]", target)
     if m is None:
         return site
     holder = m.group(1)
     func = index.func(site.path, site.scope)
     if func is None:
         return site
-    if not holder.startswith("self."):
+    if _kept_holder(holder, index):
+        holder_of = holder
+    else:
         bound = [a for a in func.assigns if a.targets == (holder,) and a.line < site.span.line]
-        if not bound or not bound[-1].value.strip().startswith("self."):
+        if not bound or not _kept_holder(bound[-1].value.strip(), index):
             return site
         holder_of = bound[-1].value.strip()
-    else:
-        holder_of = holder
     for block in func.blocks:
         if not block.kind.startswith("if") or not block.span.contains_line(site.span.line):
             continue
@@ -394,6 +378,14 @@ def _state_created_once(site: Site, index: ProjectIndex) -> Site:
                     f"state created once: stored in {target} ({holder_of}) under `if {block.test.strip()}` "
                     f"in {site.scope} and kept by the object"))
     return site
+
+
+def _kept_holder(holder: str, index: ProjectIndex) -> bool:
+    """A container that outlives the call: on the object (``self.state``), or
+    a class attribute (``Loader.static_buffers[stage]``, the class defined in
+    the project)."""
+    root, dot, _ = holder.partition(".")
+    return holder.startswith("self.") or bool(dot and root[:1].isupper() and index.classes_named(root))
 
 
 _DATA = re.compile(r"(?!self\.|cls\.)[A-Za-z_]\w*(?:\.(?!grad\b)[A-Za-z_]\w*)*\.data"
