@@ -326,7 +326,13 @@ def _returned(site: Site, func: Func) -> bool:
 def _released_per_phase(site: Site, index: ProjectIndex) -> Site:
     target = (site.target or "").strip()
     func = index.func(site.path, site.scope)
-    if not target.startswith("self.") or func is None or func.owner is None:
+    if func is None or func.owner is None:
+        return site
+    empty: tuple[str, ...] = ("None",)
+    if target.isidentifier():  # a local the method adds to a member (`self.bufs.append(buf)`)
+        target = _kept_at(func, target, site.stmt_line or site.span.line)
+        empty = ("None", "[]", "{}", "list()", "dict()")  # emptying the container releases its buffers
+    if not target.startswith("self."):
         return site
     for name, methods in func.owner.methods.items():
         if name in _FINAL or name == func.name:
@@ -335,13 +341,13 @@ def _released_per_phase(site: Site, index: ProjectIndex) -> Site:
             if method.scope is not None and method.scope.role == "constructor":
                 continue  # `self.buf = None` declares it
             if any(c.target == target for c in method.calls) or \
-                    any(target in a.targets and a.op != "del" and a.value.strip() != "None" for a in method.assigns):
+                    any(target in a.targets and a.op != "del" and a.value.strip() not in empty for a in method.assigns):
                 continue  # sets it up too (`None` in the branch without one): a setter, no release
             branches = [b.span for b in method.blocks if b.kind in ("if", "elif", "else")]
             for a in method.assigns:
                 if any(span.contains_line(a.line) for span in branches):
                     continue  # `else: self.buf = None`: a branch without a buffer, no release
-                if target in a.targets and (a.op == "del" or a.value.strip() == "None"):
+                if target in a.targets and (a.op == "del" or a.value.strip() in empty):
                     return dataclasses.replace(site, tier=Tier.T5A, tier_reason=(
                         f"pinned staging for one phase: kept in {target} by {site.scope} and released by "
                         f"{method.qualname} after each use"))
@@ -379,7 +385,9 @@ _DATA = re.compile(r"(?!self\.|cls\.)[A-Za-z_]\w*(?:\.(?!grad\b)[A-Za-z_]\w*)*\.
                    # a sub-module's weight, replaced whole or in place: `linear.weight = ...`,
                    # `self.patch_embed.proj.weight.data = ...` (not `self.weight`: the object's own)
                    r"|(?:(?!self\.|cls\.)[A-Za-z_]\w*|(?:self|cls)\.[A-Za-z_]\w*)(?:\.[A-Za-z_]\w*)*"
-                   r"\.(?:weight|bias)(?:\.data)?")
+                   r"\.(?:weight|bias)(?:\.data)?"
+                   # the object's own weight's storage replaced: `self.weight.data = ...`
+                   r"|(?:self|cls)\.(?:weight|bias)\.data")
 _REGISTERED = re.compile(r"[A-Za-z_][\w.]*\._(?:parameters|buffers)\[[^\]]+\]")
 
 

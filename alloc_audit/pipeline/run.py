@@ -86,6 +86,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .fixture_scoped import fixture_scoped
     from .index import build_index
     from .kept_results import kept_results
+    from .keyed_caches import keyed_caches
     from .lazy_members import lazy_members
     from .lifetimes import decided_by_use
     from .module_classes import module_moves
@@ -126,7 +127,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites += tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
                               catalog.callers)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
-    sites = run_once(lazy_members(sites, index), index)
+    sites = keyed_caches(run_once(lazy_members(sites, index), index), index)
     sites = kept_results(sites, index, catalog.callers)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = with_roles(sites, config.roles)
