@@ -84,6 +84,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .derive import derive_sites
     from .expand import expand_skipped
     from .fixture_scoped import fixture_scoped
+    from .helper_built import helper_built
     from .index import build_index
     from .kept_results import kept_results
     from .keyed_caches import keyed_caches
@@ -128,7 +129,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
                               catalog.callers)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
     sites = keyed_caches(run_once(lazy_members(sites, index), index), index)
-    sites = kept_results(sites, index, catalog.callers)
+    sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
