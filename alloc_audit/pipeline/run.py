@@ -97,6 +97,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .roles import with_roles
     from .run_once import run_once
     from .weight_fills import weight_fills
+    from .weight_state import weight_state
     from .workers import Outcomes, job_count
 
     outcomes = Outcomes(catalog, cache, files, discovery.errors, job_count(options.jobs, config.jobs),
@@ -128,7 +129,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites += tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
                               catalog.callers)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
-    sites = keyed_caches(run_once(lazy_members(sites, index), index), index)
+    sites = weight_state(keyed_caches(run_once(lazy_members(sites, index), index), index), index)
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = with_roles(sites, config.roles)
