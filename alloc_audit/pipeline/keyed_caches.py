@@ -33,9 +33,9 @@ from ..model import Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
 
 _EMPTY_DICT = re.compile(r"\{\s*\}|(?:collections\.)?(?:dict|OrderedDict|defaultdict\(\w*\))\(\s*\)")
-_SUBSCRIPT = re.compile(r"^([A-Za-z_][\w.]*)\[")
+_SUBSCRIPT = re.compile(r"^([A-Za-z_][\w.]*)\[(.*)\]$")
 # `k not in C`, `C.get(k)`
-_MISSING = re.compile(r"\bnot\s+in\s+([A-Za-z_][\w.]*)\s*\)?\s*$")
+_MISSING = re.compile(r"^\(?\s*(.+?)\s+not\s+in\s+([A-Za-z_][\w.]*)\s*\)?\s*$")
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _ABSENT = re.compile(r"\(?\s*\w+\s+is\s+None\s*\)?|\(?\s*not\s+\w+\s*\)?")
 
@@ -66,13 +66,13 @@ def _cached(site: Site, index: ProjectIndex, memo: dict[str, frozenset[str]]) ->
     if func is None or not (_SUBSCRIPT.match((site.target or "").strip())
                             or any(_SUBSCRIPT.match(t) for a in func.assigns for t in a.targets)):
         return site
-    container = _stored_in(site, func)
+    container, key = _stored_in(site, func)
     if not container:
         return site
     where = _owner(container, func, site.span.line, _module_dicts(site.path, index, memo))
     if not where:
         return site
-    test = _missing_test(container, func, site.span.line)
+    test = _missing_test(container, key, func, site.span.line)
     if not test:
         return site
     if site.kind is SiteKind.PINNED_HOST:
@@ -84,15 +84,15 @@ def _cached(site: Site, index: ProjectIndex, memo: dict[str, frozenset[str]]) ->
         f"missing, and later calls reuse it: persistent (was: {site.tier_reason})"))
 
 
-def _stored_in(site: Site, func: Func) -> str:
-    """The container whose entry holds the buffer: the site's own target
-    ``C[k]``, or one a later statement stores its local in."""
+def _stored_in(site: Site, func: Func) -> tuple[str, str]:
+    """The container whose entry holds the buffer and the key's text: the
+    site's own target ``C[k]``, or one a later statement stores its local in."""
     target = (site.target or "").strip()
     m = _SUBSCRIPT.match(target)
     if m is not None:
-        return m.group(1)
+        return m.group(1), m.group(2).strip()
     if not target.isidentifier():
-        return ""
+        return "", ""
     for a in func.assigns:
         if a.line < site.span.line or a.op != "=":
             continue
@@ -101,8 +101,8 @@ def _stored_in(site: Site, func: Func) -> str:
             continue
         for t in a.targets:
             if (m := _SUBSCRIPT.match(t)) is not None:
-                return m.group(1)
-    return ""
+                return m.group(1), m.group(2).strip()
+    return "", ""
 
 
 def _owner(container: str, func: Func, line: int, module_dicts: frozenset[str]) -> str:
@@ -122,16 +122,19 @@ def _locals(func: Func) -> set[str]:
     return set(params) | {t for a in func.assigns for t in a.targets if t.isidentifier()}
 
 
-def _missing_test(container: str, func: Func, line: int) -> str:
-    """The test of an ``if`` around ``line`` that says the entry is missing."""
+def _missing_test(container: str, key: str, func: Func, line: int) -> str:
+    """The test of an ``if`` around ``line`` that says the entry stored
+    under ``key`` is missing (a test on another key, ``f"{key}{suffix}"``
+    stored under ``key not in C``, says nothing)."""
     probes = {c.target.strip() for c in func.calls if c.target and c.span.line < line
-              and c.callee == f"{container}.get" and c.target.strip().isidentifier()}
+              and c.callee == f"{container}.get" and c.target.strip().isidentifier()
+              and c.arglist.split(",")[0].strip() == key}
     for block in func.blocks:
         if block.kind not in ("if", "elif") or not block.span.contains_line(line):
             continue
         test = " ".join(block.test.split())
-        m = _MISSING.search(test)
-        if m is not None and m.group(1) == container:
+        m = _MISSING.match(test)
+        if m is not None and m.group(2) == container and m.group(1).strip() == key:
             return test
         if probes and _ABSENT.fullmatch(test) is not None \
                 and probes & set(_NAME.findall(test)):
