@@ -33,7 +33,10 @@ class, the guards around the site).
   once at the end and release nothing per phase, a constructor's
   ``self.buf = None`` declares the member, and a method that also sets the
   member up, or sets it to ``None`` only in a branch (the case without a
-  buffer), is a setter.
+  buffer), is a setter. So is a local a method adds to a member list
+  (``self.bufs.append(buf)``) that another method empties (``self.bufs =
+  []``); an initialiser's (``init*``, ``setup*``) or an annotated
+  ``self.bufs: list = []`` declares the list.
 - **Optimizer state created once → T2.** A device buffer stored into an
   entry of a state dict the object holds (``state = self.state[p]``,
   ``state["exp_avg"] = torch.zeros_like(p)``) under a guard that it is not
@@ -64,6 +67,7 @@ from .roles import conventional_role
 
 # an attribute of an object, or an entry of one: `self.pin`, `self.saved[n]`, `ctx.cache[k]`
 _ON_OBJECT = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\[[^\]]*\])*")
+_SET_UP = re.compile(r"_?(?:init|setup|set_up)")
 _FINAL = frozenset({"__del__", "close", "shutdown", "__exit__", "__aexit__", "teardown", "destroy"})
 _ABSENT = re.compile(r"""len\(\s*([\w.\[\]"']+)\s*\)\s*==\s*0|not\s+([\w.\[\]"']+)\s*$|\s+not\s+in\s+([\w.\[\]"']+)""")
 
@@ -335,8 +339,8 @@ def _released_per_phase(site: Site, index: ProjectIndex) -> Site:
     if not target.startswith("self."):
         return site
     for name, methods in func.owner.methods.items():
-        if name in _FINAL or name == func.name:
-            continue
+        if name in _FINAL or name == func.name or (len(empty) > 1 and _SET_UP.match(name)):
+            continue  # an initialiser's `self.bufs = []` declares the list
         for method in methods:
             if method.scope is not None and method.scope.role == "constructor":
                 continue  # `self.buf = None` declares it
@@ -347,7 +351,8 @@ def _released_per_phase(site: Site, index: ProjectIndex) -> Site:
             for a in method.assigns:
                 if any(span.contains_line(a.line) for span in branches):
                     continue  # `else: self.buf = None`: a branch without a buffer, no release
-                if target in a.targets and (a.op == "del" or a.value.strip() in empty):
+                if target in a.targets and (a.op == "del" or a.value.strip() in empty) and not (
+                        len(empty) > 1 and a.type):  # `self.bufs: list[Tensor] = []` declares it
                     return dataclasses.replace(site, tier=Tier.T5A, tier_reason=(
                         f"pinned staging for one phase: kept in {target} by {site.scope} and released by "
                         f"{method.qualname} after each use"))
