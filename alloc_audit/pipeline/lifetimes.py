@@ -333,8 +333,10 @@ def _released_per_phase(site: Site, index: ProjectIndex) -> Site:
     if func is None or func.owner is None:
         return site
     empty: tuple[str, ...] = ("None",)
-    if target.isidentifier():  # a local the method adds to a member (`self.bufs.append(buf)`)
-        target = _kept_at(func, target, site.stmt_line or site.span.line)
+    if target.isidentifier():  # a local the method adds to a member list (`self.bufs.append(buf)`)
+        line = site.stmt_line or site.span.line
+        target = next((m.group(1) for c in func.calls if c.span.line > line and c.arglist.strip() == target
+                       and (m := _ADD.fullmatch(c.callee)) is not None), "")
         empty = ("None", "[]", "{}", "list()", "dict()")  # emptying the container releases its buffers
     if not target.startswith("self."):
         return site
