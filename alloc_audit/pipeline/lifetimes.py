@@ -33,7 +33,10 @@ class, the guards around the site).
   once at the end and release nothing per phase, a constructor's
   ``self.buf = None`` declares the member, and a method that also sets the
   member up, or sets it to ``None`` only in a branch (the case without a
-  buffer), is a setter.
+  buffer), is a setter. So is a local a method adds to a member list
+  (``self.bufs.append(buf)``) that another method empties (``self.bufs =
+  []``); an initialiser's (``init*``, ``setup*``) or an annotated
+  ``self.bufs: list = []`` declares the list.
 - **Optimizer state created once → T2.** A device buffer stored into an
   entry of a state dict the object holds (``state = self.state[p]``,
   ``state["exp_avg"] = torch.zeros_like(p)``) under a guard that it is not
@@ -60,10 +63,14 @@ from collections.abc import Sequence
 
 from ..model import PRODUCTION, Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
+from .kept_stores import ADD as _ADD
+from .kept_stores import MEMBER as _MEMBER
+from .kept_stores import stored_later as _stored_later
 from .roles import conventional_role
 
 # an attribute of an object, or an entry of one: `self.pin`, `self.saved[n]`, `ctx.cache[k]`
 _ON_OBJECT = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\[[^\]]*\])*")
+_SET_UP = re.compile(r"_?(?:init|setup|set_up)")
 _FINAL = frozenset({"__del__", "close", "shutdown", "__exit__", "__aexit__", "teardown", "destroy"})
 _ABSENT = re.compile(r"""len\(\s*([\w.\[\]"']+)\s*\)\s*==\s*0|not\s+([\w.\[\]"']+)\s*$|\s+not\s+in\s+([\w.\[\]"']+)""")
 
@@ -163,7 +170,10 @@ def _kept_by_caller(site: Site, index: ProjectIndex, memo: dict[str, list[tuple[
     if func is None:
         return site
     local = (site.target or "").strip()
-    if local.isidentifier():
+    # `Owner.pins = pin(...)` in a method of Owner: on the class (not a loop variable's member,
+    # `buffer.cpu_data = t.pin_memory()`, re-made per offload; `self.x` the patterns decided)
+    owner = func.owner.name if func.owner is not None else None
+    if local.isidentifier() or (_MEMBER.fullmatch(local) and local.split(".")[0] == owner):
         place = _kept_at(func, local, site.stmt_line or site.span.line)
     else:  # inside a larger expression: `self.parts.append(t.pin_memory())`
         own = next((c.callee for c in func.calls if c.span == site.span), "") if site.target is None else ""
@@ -222,8 +232,6 @@ def _named_calls_keep(name: str, index: ProjectIndex) -> str:
 
 
 # a member of an object, however reached: `self.buf`, `self.groups[i].grad`, `param.ds_tensor`
-_MEMBER = re.compile(r"[A-Za-z_]\w*(?:\[[^\]]*\])*\.[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[[^\]]*\])*")
-_ADD = re.compile(r"(.+)\.(?:append|extend|insert|add)")
 
 
 def _kept_at(caller: Func, target: str | None, line: int, callee: str = "") -> str:
@@ -241,7 +249,10 @@ def _kept_at(caller: Func, target: str | None, line: int, callee: str = "") -> s
         text = callee + "("
         for a in caller.assigns:
             if a.line <= line <= a.line + a.value.count("\n") and text in a.value:
-                return next((t for t in a.targets if _MEMBER.fullmatch(t)), "")
+                member = next((t for t in a.targets if _MEMBER.fullmatch(t)), "")
+                if member or len(a.targets) != 1 or not a.targets[0].isidentifier():
+                    return member
+                return _stored_later(caller, a.targets[0], a.line)
         for c in caller.calls:
             if c.span.line <= line <= c.span.end_line and text in c.arglist and \
                     (m := _ADD.fullmatch(c.callee)) is not None and _MEMBER.fullmatch(m.group(1)):
@@ -256,16 +267,7 @@ def _kept_at(caller: Func, target: str | None, line: int, callee: str = "") -> s
     root = re.fullmatch(r"([A-Za-z_]\w*)\[[^\]]*\]", name)
     if root is not None and root.group(1) in params and root.group(1) not in ("self", "cls"):
         return f"{name} (a container handed in by its caller)"
-    if not name.isidentifier():
-        return ""
-    for a in caller.assigns:
-        if a.line > line and a.value.strip() == name:
-            return next((t for t in a.targets if _MEMBER.fullmatch(t)), "")
-    for c in caller.calls:
-        if c.span.line > line and c.arglist.strip() == name and \
-                (m := _ADD.fullmatch(c.callee)) is not None and _MEMBER.fullmatch(m.group(1)):
-            return m.group(1)
-    return ""
+    return _stored_later(caller, name, line) if name.isidentifier() else ""
 
 
 _PUT = r"\.(?:append|appendleft|add|put|put_nowait|extend)"
@@ -326,22 +328,31 @@ def _returned(site: Site, func: Func) -> bool:
 def _released_per_phase(site: Site, index: ProjectIndex) -> Site:
     target = (site.target or "").strip()
     func = index.func(site.path, site.scope)
-    if not target.startswith("self.") or func is None or func.owner is None:
+    if func is None or func.owner is None:
+        return site
+    empty: tuple[str, ...] = ("None",)
+    if target.isidentifier():  # a local the method adds to a member list (`self.bufs.append(buf)`)
+        line = site.stmt_line or site.span.line
+        target = next((m.group(1) for c in func.calls if c.span.line > line and c.arglist.strip() == target
+                       and (m := _ADD.fullmatch(c.callee)) is not None), "")
+        empty = ("None", "[]", "{}", "list()", "dict()")  # emptying the container releases its buffers
+    if not target.startswith("self."):
         return site
     for name, methods in func.owner.methods.items():
-        if name in _FINAL or name == func.name:
-            continue
+        if name in _FINAL or name == func.name or (len(empty) > 1 and _SET_UP.match(name)):
+            continue  # an initialiser's `self.bufs = []` declares the list
         for method in methods:
             if method.scope is not None and method.scope.role == "constructor" or _called_by_constructor(method):
                 continue  # `self.buf = None` declares it (in `__init__` or an initialiser it calls)
             if any(c.target == target for c in method.calls) or \
-                    any(target in a.targets and a.op != "del" and a.value.strip() != "None" for a in method.assigns):
+                    any(target in a.targets and a.op != "del" and a.value.strip() not in empty for a in method.assigns):
                 continue  # sets it up too (`None` in the branch without one): a setter, no release
             branches = [b.span for b in method.blocks if b.kind in ("if", "elif", "else")]
             for a in method.assigns:
                 if any(span.contains_line(a.line) for span in branches):
                     continue  # `else: self.buf = None`: a branch without a buffer, no release
-                if target in a.targets and (a.op == "del" or a.value.strip() == "None"):
+                if target in a.targets and (a.op == "del" or a.value.strip() in empty) and not (
+                        len(empty) > 1 and a.type):  # `self.bufs: list[Tensor] = []` declares it
                     return dataclasses.replace(site, tier=Tier.T5A, tier_reason=(
                         f"pinned staging for one phase: kept in {target} by {site.scope} and released by "
                         f"{method.qualname} after each use"))
@@ -394,7 +405,9 @@ _DATA = re.compile(r"(?!self\.|cls\.)[A-Za-z_]\w*(?:\.(?!grad\b)[A-Za-z_]\w*)*\.
                    # a sub-module's weight, replaced whole or in place: `linear.weight = ...`,
                    # `self.patch_embed.proj.weight.data = ...` (not `self.weight`: the object's own)
                    r"|(?:(?!self\.|cls\.)[A-Za-z_]\w*|(?:self|cls)\.[A-Za-z_]\w*)(?:\.[A-Za-z_]\w*)*"
-                   r"\.(?:weight|bias)(?:\.data)?")
+                   r"\.(?:weight|bias)(?:\.data)?"
+                   # the object's own weight's storage replaced: `self.weight.data = ...`
+                   r"|(?:self|cls)\.(?:weight|bias)\.data")
 _REGISTERED = re.compile(r"[A-Za-z_][\w.]*\._(?:parameters|buffers)\[[^\]]+\]")
 
 
@@ -415,7 +428,8 @@ def _holds_weights(site: Site, index: ProjectIndex, storing: dict[str, bool]) ->
     known = storing.get(func.id)
     if known is None:  # most functions store nothing to `.data` or `_parameters`: asked once each
         call_targets = [func.table.targets[i] for i in func.call_ix] if func.table is not None else []
-        known = storing[func.id] = any(t.endswith(".data") for a in func.assigns for t in a.targets) or any(
+        known = storing[func.id] = any(t.endswith(".data") or _REGISTERED.fullmatch(t)
+                                       for a in func.assigns for t in a.targets) or any(
             t and (t.endswith(".data") or "._parameters[" in t or "._buffers[" in t) for t in call_targets)
     if not known:
         return ""
@@ -424,6 +438,10 @@ def _holds_weights(site: Site, index: ProjectIndex, storing: dict[str, bool]) ->
     for c in func.calls:
         if c.span.line == line and c.target and _REGISTERED.fullmatch(c.target.strip()):
             return f"handed to {c.target.strip()}"
+    if target.isidentifier():  # held in a local first: `t = t.to(device)` ... `owner._buffers[leaf] = t`
+        held = next((t for a in func.assigns if a.line > line and a.value.strip() == target
+                     for t in a.targets if _REGISTERED.fullmatch(t)), "")
+        return f"held in {target}, stored to {held}" if held else ""
     if not re.fullmatch(r"self\.[A-Za-z_]\w*", target):
         return ""
     view = re.compile(re.escape(target) + r"\s*[\[.]")
