@@ -95,6 +95,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .roles import with_roles
     from .run_once import run_once
     from .weight_fills import weight_fills
+    from .weight_inits import weight_init_temporaries
     from .workers import Outcomes, job_count
 
     outcomes = Outcomes(catalog, cache, files, discovery.errors, job_count(options.jobs, config.jobs),
@@ -121,6 +122,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = module_moves([s for f in facts.values() for s in f.sites], index, facts, catalog.tiers,
                          outcomes.skipped_mentioning)
     sites = tiers_from_callers(drop_cpu_locals(sites, index), index, catalog.callers)
+    sites = weight_init_temporaries(sites, index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
     sites = built_per_pass(module_state(sites, index), index)
     sites += tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
