@@ -15,6 +15,10 @@ on its object or returns is left to the other rules; an initialiser that a
 per-step function reaches (2 calls up) stays per call, and so does one
 that reads no weight (a process group's ``init_*`` and its barrier
 tensor). Test code is left alone: the name patterns do not apply there.
+Constructors are left alone too: the judges disagree on their temporaries
+(a rotary table's ``arange`` in a model's ``__init__`` is T4 for some,
+token ids moved to compute a new embedding's first weights T1 for others),
+and a constructor that takes ``weights`` is often handed a weight loader.
 Pure.
 """
 
@@ -61,8 +65,7 @@ def weight_init_temporaries(sites: Sequence[Site], index: ProjectIndex, globs: C
         if not why:
             return None
         was = site.tier_reason.removesuffix(_DROPPED)
-        return Tier.T1, (f"load-time: made while {func.qualname} initialises weights ({why}), not kept on "
-                         f"its object; was: {was}")
+        return Tier.T1, f"load-time: made while {func.qualname} initialises weights ({why}); was: {was}"
 
     return retier(sites, eligible, decide)
 
