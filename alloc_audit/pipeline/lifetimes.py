@@ -332,8 +332,8 @@ def _released_per_phase(site: Site, index: ProjectIndex) -> Site:
         if name in _FINAL or name == func.name:
             continue
         for method in methods:
-            if method.scope is not None and method.scope.role == "constructor":
-                continue  # `self.buf = None` declares it
+            if method.scope is not None and method.scope.role == "constructor" or _called_by_constructor(method):
+                continue  # `self.buf = None` declares it (in `__init__` or an initialiser it calls)
             if any(c.target == target for c in method.calls) or \
                     any(target in a.targets and a.op != "del" and a.value.strip() != "None" for a in method.assigns):
                 continue  # sets it up too (`None` in the branch without one): a setter, no release
@@ -348,22 +348,29 @@ def _released_per_phase(site: Site, index: ProjectIndex) -> Site:
     return site
 
 
+def _called_by_constructor(method: Func) -> bool:
+    """``method`` is an initialiser its class's constructor calls (``self._init_buffers()``)."""
+    owner = method.owner
+    return owner is not None and any(
+        c.callee == f"self.{method.name}" for ctor in owner.methods.get("__init__", ()) for c in ctor.calls)
+
+
 def _state_created_once(site: Site, index: ProjectIndex) -> Site:
     target = (site.target or "").strip()
-    m = re.fullmatch(r"([A-Za-z_][\w.]*(?:\[[^\]]+\])?)\[[^\]]+\]", target)
+    m = re.fullmatch(r"([A-Za-z_][\w.]*(?:\[[^\]]+\])*)\[[^\]]+\]", target)
     if m is None:
         return site
     holder = m.group(1)
     func = index.func(site.path, site.scope)
     if func is None:
         return site
-    if not holder.startswith("self."):
+    if _kept_holder(holder, index):
+        holder_of = holder
+    else:
         bound = [a for a in func.assigns if a.targets == (holder,) and a.line < site.span.line]
-        if not bound or not bound[-1].value.strip().startswith("self."):
+        if not bound or not _kept_holder(bound[-1].value.strip(), index):
             return site
         holder_of = bound[-1].value.strip()
-    else:
-        holder_of = holder
     for block in func.blocks:
         if not block.kind.startswith("if") or not block.span.contains_line(site.span.line):
             continue
@@ -373,6 +380,14 @@ def _state_created_once(site: Site, index: ProjectIndex) -> Site:
                     f"state created once: stored in {target} ({holder_of}) under `if {block.test.strip()}` "
                     f"in {site.scope} and kept by the object"))
     return site
+
+
+def _kept_holder(holder: str, index: ProjectIndex) -> bool:
+    """A container that outlives the call: on the object (``self.state``), or
+    a class attribute (``Loader.static_buffers[stage]``, the class defined in
+    the project)."""
+    root, dot, _ = holder.partition(".")
+    return holder.startswith("self.") or bool(dot and root[:1].isupper() and index.classes_named(root))
 
 
 _DATA = re.compile(r"(?!self\.|cls\.)[A-Za-z_]\w*(?:\.(?!grad\b)[A-Za-z_]\w*)*\.data"

@@ -90,11 +90,30 @@ def _builder(func: Func, site: Site) -> Call | None:
     if receiver.endswith(")"):  # built right there: `UNet(**cfg).to(...)`
         built = [c for c in here if "(" not in c.callee and not c.callee.endswith((".to", ".cuda"))]
         return min(built, key=lambda c: len(c.callee)) if built else None
+    if receiver.startswith("self.") and _NAME.fullmatch(receiver[5:]) is not None and func.owner is not None:
+        return _member_builder(func, receiver)
     if _NAME.fullmatch(receiver) is None:
         return None
     above = [c for c in (table[i] for i in func.call_ix if table.targets[i] == receiver and pos[4 * i] < site.span.line)
              if "(" not in c.callee and not c.callee.startswith(receiver + ".")]
     return max(above, key=lambda c: (c.span.line, c.span.col)) if above else None
+
+
+def _member_builder(func: Func, member: str) -> Call | None:
+    """The one construction that sets ``self.x`` anywhere in the class
+    (``self.mlp = MoELayer(...)`` in ``setup_method``, moved in a test
+    method); None when the member is set from different callees or from
+    nothing."""
+    assert func.owner is not None
+    found: list[Call] = []
+    for methods in func.owner.methods.values():
+        for method in methods:
+            table = method.table
+            if table is None:
+                continue
+            found += [c for c in (table[i] for i in method.call_ix if table.targets[i] == member)
+                      if "(" not in c.callee and not c.callee.startswith(member + ".")]
+    return found[0] if found and len({c.callee for c in found}) == 1 else None
 
 
 _MODULE_BASE = re.compile(r"(?:[\w.]+\.)?Module")

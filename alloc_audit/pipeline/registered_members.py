@@ -16,7 +16,9 @@ helper only constructors call) is T1 when
   (``self.bias = layer.bias.to(device)`` in a quantized layer's set-up): a
   weight upload.
 
-A derived site built once whose allocation this pass makes T1 follows it.
+A derived site built once whose allocation this pass makes T1 follows it,
+and so does any derived site whose allocation ``decided_by_use`` found to
+become a parameter's storage.
 
 A per-step store (T4) stays: re-creating a buffer on every step churns it.
 Pure.
@@ -29,12 +31,13 @@ import re
 from collections.abc import Sequence
 
 from ..arglists import split_args
-from ..model import Site, Tier
+from ..model import Site, SiteKind, Tier
 from .index import Func, ProjectIndex
 from .lazy_members import member_of, registration_of_member
 from .module_state import REGISTERS
 from .retier import Decision, python_device_site, retier
 
+_STORAGE = "model-resident: becomes the storage of parameters or buffers"
 _WEIGHT_MOVE = re.compile(r"\.(?:weight|bias)\.(?:to|cuda)$")
 
 
@@ -62,7 +65,28 @@ def registered_members(sites: Sequence[Site], index: ProjectIndex) -> list[Site]
 
     out = retier(sites, lambda s: python_device_site(s, Tier.T2), decide)
     made = {(s.path, s.span.line): s for s, was in zip(out, sites, strict=True) if s.tier is not was.tier}
-    return [_constructs(s, made) if s.via is not None and s.tier is Tier.T2 else s for s in out]
+    return _storage_owners([_constructs(s, made) if s.via is not None and s.tier is Tier.T2 else s for s in out])
+
+
+def _storage_owners(sites: list[Site]) -> list[Site]:
+    """A derived site whose allocation a later pass found to become the
+    storage of parameters or buffers (``weight.data = weight.data.cuda()``
+    in a set-up its constructor calls) builds module state: T1, like one
+    whose allocation is registered (``derive`` decides those; this one is
+    known only after ``decided_by_use``)."""
+    state = {(s.path, s.span.line): s for s in sites
+             if s.via is None and s.tier is Tier.T1 and s.tier_reason.startswith(_STORAGE)}
+    if not state:
+        return sites
+    out = []
+    for site in sites:
+        under = state.get((site.via.path, site.via.line)) if site.via is not None else None
+        if under is not None and site.tier is not Tier.T1 and site.kind is SiteKind.DEVICE:
+            site = dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+                f"constructs {site.api}: module state (its {under.api} at {under.path}:{under.span.line} becomes "
+                f"the storage of a parameter or buffer); was: {site.tier_reason}"))
+        out.append(site)
+    return out
 
 
 def _constructs(site: Site, made: dict[tuple[str, int], Site]) -> Site:
