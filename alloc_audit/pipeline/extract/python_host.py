@@ -28,6 +28,7 @@ import ast
 import re
 from typing import TYPE_CHECKING, Any
 
+from ..names import has_word
 from .common import enclosing
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def host_source(ext: PythonExtractor, node: Any, text: str) -> bool:
     if not any(n in ext.src.data[body.start_byte:node.start_byte] for n in _NEEDLES):
         return False  # no host producer in the function at all (most functions)
     params = body.child_by_field_name("parameters")
-    if params is not None and re.search(rf"\b{re.escape(name)}\b", ext.src.text(params, 2000)):
+    if params is not None and has_word(ext.src.text(params, 2000), name):
         return False
     source = ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace")
     if name not in source:
@@ -222,7 +223,7 @@ def on_current_gpu(ext: PythonExtractor, node: Any, name: str, device: str = "cu
     if body is None:
         return False
     params = body.child_by_field_name("parameters")
-    if params is not None and re.search(rf"\b{re.escape(name)}\b", ext.src.text(params, 2000)):
+    if params is not None and has_word(ext.src.text(params, 2000), name):
         return False
     source = ext.src.data[body.start_byte:body.end_byte].decode("utf-8", "replace")
     if _SWITCHES.search(source):
