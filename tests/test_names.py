@@ -1,7 +1,9 @@
 """pipeline/names.py answers what the per-name patterns it replaced answered
 (issue 11): each function against its pattern, on random texts over an
 alphabet of word characters (ASCII, non-ASCII letters and digits), dots,
-brackets, spaces and a combining mark."""
+brackets, spaces and a combining mark; and python_host's `_bound_else`,
+which now searches only the lines that spell the name, against its search
+of the whole function."""
 
 from __future__ import annotations
 
@@ -43,3 +45,21 @@ def test_examples() -> None:
     assert not has_name("return buf[0]", "buf", ".", "([.") and has_name("x.buf + buf", "buf", ".", "([.")
     assert starts_with_word("merged.reshape(-1)", "merged") and not starts_with_word("merged2.view()", "merged")
 
+
+def _bound_else_whole(source: str, name: str) -> bool:
+    """python_host._bound_else before issue 11's cut: the pattern searched over the whole function."""
+    n = re.escape(name)
+    return re.search(rf"^[ \t]*[^\n=#]*,[ \t]*{n}\b[^\n=]*=(?!=)|\bfor\b[^\n:]*\b{n}\b[^\n:]*\bin\b|"
+                     rf"\bas[ \t]+{n}\b|\b{n}[ \t]*:=|^[ \t]*{n}[ \t]*,|\b(?:global|nonlocal)\b[^\n]*\b{n}\b",
+                     source, re.M) is not None
+
+
+_TOKENS = ["x", "xs", "y", " ", "\t", "\n", ",", "=", "==", ":", ":=", "#", "for ", " in ", "as ", "global ", "."]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.sampled_from(_TOKENS), max_size=16).map("".join), st.sampled_from(["x", "xs", "x.y", "\nx"]))
+def test_bound_else_searches_only_the_lines_with_the_name(source: str, name: str) -> None:
+    from alloc_audit.pipeline.extract.python_host import _bound_else
+
+    assert _bound_else(source, name) == _bound_else_whole(source, name)

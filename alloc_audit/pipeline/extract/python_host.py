@@ -194,7 +194,26 @@ def _bound_else(source: str, name: str) -> bool:
     n = re.escape(name)
     return re.search(rf"^[ \t]*[^\n=#]*,[ \t]*{n}\b[^\n=]*=(?!=)|\bfor\b[^\n:]*\b{n}\b[^\n:]*\bin\b|"
                      rf"\bas[ \t]+{n}\b|\b{n}[ \t]*:=|^[ \t]*{n}[ \t]*,|\b(?:global|nonlocal)\b[^\n]*\b{n}\b",
-                     source, re.M) is not None
+                     _lines_with(source, name), re.M) is not None
+
+
+def _lines_with(source: str, name: str) -> str:
+    """The lines of ``source`` that spell ``name``, joined: a pattern whose
+    every alternative spells the name within one line (``[^\\n]``, ``^``
+    under ``re.M``, ``\\b``) matches them exactly when it matches
+    ``source``, and the search skips the function's other lines."""
+    if "\n" in name:
+        return source
+    lines: list[str] = []
+    at = source.find(name)
+    while at >= 0:
+        start = source.rfind("\n", 0, at) + 1
+        end = source.find("\n", at)
+        if end < 0:
+            end = len(source)
+        lines.append(source[start:end])
+        at = source.find(name, end)
+    return "\n".join(lines)
 
 
 # the current GPU, said literally: `.cuda()`, `.to("cuda")`, `device="cuda"`
