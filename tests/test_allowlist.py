@@ -32,7 +32,7 @@ def strip(e: AllowlistEntry) -> tuple[object, ...]:
     return (e.path, e.scope, e.api, e.count, e.tier, e.pinned, e.reason)
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(entry, max_size=20).map(unique))
 def test_parse_of_write_is_identity_and_sorted(entries: list[AllowlistEntry]) -> None:
     text = render_file(entries)
@@ -46,7 +46,7 @@ def site(path: str, scope: str, api: str, line: int, tier: Tier = Tier.T2) -> Si
                 scope=scope, tier=tier)
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["a.py", "b.py"]), st.sampled_from(["f", "C.g"]),
                           st.sampled_from(["torch.empty", "torch.zeros"])), max_size=12),
        st.lists(entry, max_size=6).map(unique))

@@ -33,7 +33,10 @@ class, the guards around the site).
   once at the end and release nothing per phase, a constructor's
   ``self.buf = None`` declares the member, and a method that also sets the
   member up, or sets it to ``None`` only in a branch (the case without a
-  buffer), is a setter.
+  buffer), is a setter. So is a local a method adds to a member list
+  (``self.bufs.append(buf)``) that another method empties (``self.bufs =
+  []``); an initialiser's (``init*``, ``setup*``) or an annotated
+  ``self.bufs: list = []`` declares the list.
 - **Optimizer state created once → T2.** A device buffer stored into an
   entry of a state dict the object holds (``state = self.state[p]``,
   ``state["exp_avg"] = torch.zeros_like(p)``) under a guard that it is not
@@ -64,6 +67,7 @@ from .roles import conventional_role
 
 # an attribute of an object, or an entry of one: `self.pin`, `self.saved[n]`, `ctx.cache[k]`
 _ON_OBJECT = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\[[^\]]*\])*")
+_SET_UP = re.compile(r"_?(?:init|setup|set_up)")
 _FINAL = frozenset({"__del__", "close", "shutdown", "__exit__", "__aexit__", "teardown", "destroy"})
 _ABSENT = re.compile(r"""len\(\s*([\w.\[\]"']+)\s*\)\s*==\s*0|not\s+([\w.\[\]"']+)\s*$|\s+not\s+in\s+([\w.\[\]"']+)""")
 
@@ -326,44 +330,60 @@ def _returned(site: Site, func: Func) -> bool:
 def _released_per_phase(site: Site, index: ProjectIndex) -> Site:
     target = (site.target or "").strip()
     func = index.func(site.path, site.scope)
-    if not target.startswith("self.") or func is None or func.owner is None:
+    if func is None or func.owner is None:
+        return site
+    empty: tuple[str, ...] = ("None",)
+    if target.isidentifier():  # a local the method adds to a member list (`self.bufs.append(buf)`)
+        line = site.stmt_line or site.span.line
+        target = next((m.group(1) for c in func.calls if c.span.line > line and c.arglist.strip() == target
+                       and (m := _ADD.fullmatch(c.callee)) is not None), "")
+        empty = ("None", "[]", "{}", "list()", "dict()")  # emptying the container releases its buffers
+    if not target.startswith("self."):
         return site
     for name, methods in func.owner.methods.items():
-        if name in _FINAL or name == func.name:
-            continue
+        if name in _FINAL or name == func.name or (len(empty) > 1 and _SET_UP.match(name)):
+            continue  # an initialiser's `self.bufs = []` declares the list
         for method in methods:
-            if method.scope is not None and method.scope.role == "constructor":
-                continue  # `self.buf = None` declares it
+            if method.scope is not None and method.scope.role == "constructor" or _called_by_constructor(method):
+                continue  # `self.buf = None` declares it (in `__init__` or an initialiser it calls)
             if any(c.target == target for c in method.calls) or \
-                    any(target in a.targets and a.op != "del" and a.value.strip() != "None" for a in method.assigns):
+                    any(target in a.targets and a.op != "del" and a.value.strip() not in empty for a in method.assigns):
                 continue  # sets it up too (`None` in the branch without one): a setter, no release
             branches = [b.span for b in method.blocks if b.kind in ("if", "elif", "else")]
             for a in method.assigns:
                 if any(span.contains_line(a.line) for span in branches):
                     continue  # `else: self.buf = None`: a branch without a buffer, no release
-                if target in a.targets and (a.op == "del" or a.value.strip() == "None"):
+                if target in a.targets and (a.op == "del" or a.value.strip() in empty) and not (
+                        len(empty) > 1 and a.type):  # `self.bufs: list[Tensor] = []` declares it
                     return dataclasses.replace(site, tier=Tier.T5A, tier_reason=(
                         f"pinned staging for one phase: kept in {target} by {site.scope} and released by "
                         f"{method.qualname} after each use"))
     return site
 
 
+def _called_by_constructor(method: Func) -> bool:
+    """``method`` is an initialiser its class's constructor calls (``self._init_buffers()``)."""
+    owner = method.owner
+    return owner is not None and any(
+        c.callee == f"self.{method.name}" for ctor in owner.methods.get("__init__", ()) for c in ctor.calls)
+
+
 def _state_created_once(site: Site, index: ProjectIndex) -> Site:
     target = (site.target or "").strip()
-    m = re.fullmatch(r"([A-Za-z_][\w.]*(?:\[[^\]]+\])?)\[[^\]]+\]", target)
+    m = re.fullmatch(r"([A-Za-z_][\w.]*(?:\[[^\]]+\])*)\[[^\]]+\]", target)
     if m is None:
         return site
     holder = m.group(1)
     func = index.func(site.path, site.scope)
     if func is None:
         return site
-    if not holder.startswith("self."):
+    if _kept_holder(holder, index):
+        holder_of = holder
+    else:
         bound = [a for a in func.assigns if a.targets == (holder,) and a.line < site.span.line]
-        if not bound or not bound[-1].value.strip().startswith("self."):
+        if not bound or not _kept_holder(bound[-1].value.strip(), index):
             return site
         holder_of = bound[-1].value.strip()
-    else:
-        holder_of = holder
     for block in func.blocks:
         if not block.kind.startswith("if") or not block.span.contains_line(site.span.line):
             continue
@@ -375,11 +395,21 @@ def _state_created_once(site: Site, index: ProjectIndex) -> Site:
     return site
 
 
+def _kept_holder(holder: str, index: ProjectIndex) -> bool:
+    """A container that outlives the call: on the object (``self.state``), or
+    a class attribute (``Loader.static_buffers[stage]``, the class defined in
+    the project)."""
+    root, dot, _ = holder.partition(".")
+    return holder.startswith("self.") or bool(dot and root[:1].isupper() and index.classes_named(root))
+
+
 _DATA = re.compile(r"(?!self\.|cls\.)[A-Za-z_]\w*(?:\.(?!grad\b)[A-Za-z_]\w*)*\.data"
                    # a sub-module's weight, replaced whole or in place: `linear.weight = ...`,
                    # `self.patch_embed.proj.weight.data = ...` (not `self.weight`: the object's own)
                    r"|(?:(?!self\.|cls\.)[A-Za-z_]\w*|(?:self|cls)\.[A-Za-z_]\w*)(?:\.[A-Za-z_]\w*)*"
-                   r"\.(?:weight|bias)(?:\.data)?")
+                   r"\.(?:weight|bias)(?:\.data)?"
+                   # the object's own weight's storage replaced: `self.weight.data = ...`
+                   r"|(?:self|cls)\.(?:weight|bias)\.data")
 _REGISTERED = re.compile(r"[A-Za-z_][\w.]*\._(?:parameters|buffers)\[[^\]]+\]")
 
 

@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 
 from ..catalog import TierPattern
-from ..model import Call, FileFacts, Language, Site
+from ..model import Call, FileFacts, Language, Site, Tier
 from .classify import classify_sites
 from .default_device import is_module
 from .index import Func, ProjectIndex, last_name
@@ -48,7 +48,9 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
     memo: dict[str, bool] = {}
     text_memo: dict[str, bool] = {}
     base_memo: dict[str, bool] = {}
+    param_memo: dict[str, bool] = {}
     moved: dict[int, Site] = {}
+    params: dict[int, Site] = {}
     for i, site in enumerate(sites):
         if site.api not in _MOVES or site.via is not None or site.language is not Language.PYTHON:
             continue
@@ -61,15 +63,21 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
         cls = index.constructed_class(func, call)
         if cls is not None:
             module = is_module(index, cls.qualname, cls.bases, memo) or _external_base(index, cls.bases, base_memo)
+            if not module and _external_base(index, cls.bases, param_memo, parameters=True):
+                params[i] = dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+                    f"weight upload: {site.scope} moves a {cls.name}, a torch.nn.Parameter subclass, to the device "
+                    f"(was: {site.tier_reason})"))
+                continue
         else:
             leaf = last_name(call.callee)
             module = _named_builder(index, leaf) or (
                 skipped is not None and leaf[:1].isupper() and _skipped_module(leaf, index, skipped, memo, text_memo))
         if module:
             moved[i] = dataclasses.replace(site, api=_MOVES[site.api])
-    if not moved:
+    if not moved and not params:
         return list(sites)
     again = dict(zip(moved, classify_sites(moved.values(), files, patterns)))
+    again.update(params)
     return [again.get(i, site) for i, site in enumerate(sites)]
 
 
@@ -90,11 +98,35 @@ def _builder(func: Func, site: Site) -> Call | None:
     if receiver.endswith(")"):  # built right there: `UNet(**cfg).to(...)`
         built = [c for c in here if "(" not in c.callee and not c.callee.endswith((".to", ".cuda"))]
         return min(built, key=lambda c: len(c.callee)) if built else None
+    if receiver.startswith("self.") and _NAME.fullmatch(receiver[5:]) is not None and func.owner is not None:
+        return _member_builder(func, receiver)
     if _NAME.fullmatch(receiver) is None:
         return None
     above = [c for c in (table[i] for i in func.call_ix if table.targets[i] == receiver and pos[4 * i] < site.span.line)
              if "(" not in c.callee and not c.callee.startswith(receiver + ".")]
     return max(above, key=lambda c: (c.span.line, c.span.col)) if above else None
+
+
+_NN_LAYER = re.compile(r"(?:torch\.)?nn\.([A-Z]\w*)")
+_NOT_LAYERS = frozenset({"Parameter", "ParameterList", "ParameterDict", "UninitializedParameter",
+                         "UninitializedBuffer", "Buffer"})
+
+
+def _member_builder(func: Func, member: str) -> Call | None:
+    """The one construction that sets ``self.x`` anywhere in the class
+    (``self.mlp = MoELayer(...)`` in ``setup_method``, moved in a test
+    method); None when the member is set from different callees or from
+    nothing."""
+    assert func.owner is not None
+    found: list[Call] = []
+    for methods in func.owner.methods.values():
+        for method in methods:
+            table = method.table
+            if table is None:
+                continue
+            found += [c for c in (table[i] for i in method.call_ix if table.targets[i] == member)
+                      if "(" not in c.callee and not c.callee.startswith(member + ".")]
+    return found[0] if found and len({c.callee for c in found}) == 1 else None
 
 
 _MODULE_BASE = re.compile(r"(?:[\w.]+\.)?Module")
@@ -117,22 +149,32 @@ def _named_builder(index: ProjectIndex, leaf: str) -> bool:
     return _MODULE_SUFFIX.fullmatch(leaf) is not None and not index.classes_named(leaf)
 
 
-def _external_base(index: ProjectIndex, bases: Sequence[str], memo: dict[str, bool], depth: int = 0) -> bool:
+def _external_base(index: ProjectIndex, bases: Sequence[str], memo: dict[str, bool], depth: int = 0,
+                   parameters: bool = False) -> bool:
     """A base, followed through project classes, is a library class no
     project file defines named ``*Module`` (``MegatronModule``,
-    ``LightningModule``)."""
+    ``LightningModule``) or a ``torch.nn`` layer (``nn.Linear``); with
+    ``parameters``, ``nn.Parameter`` instead."""
     for base in bases:
         leaf = last_name(base)
         found = memo.get(leaf)
         if found is None:
             memo[leaf] = False  # cycle guard
             known = index.classes_named(leaf)
-            found = (not known and re.fullmatch(r"[A-Z]\w*Module", leaf) is not None) or (
-                depth < 8 and any(_external_base(index, c.bases, memo, depth + 1) for c in known))
+            found = (not known and _library_base(base, parameters)) or (
+                depth < 8 and any(_external_base(index, c.bases, memo, depth + 1, parameters) for c in known))
             memo[leaf] = found
         if found:
             return True
     return False
+
+
+def _library_base(base: str, parameters: bool) -> bool:
+    m = _NN_LAYER.fullmatch(base.strip())
+    if parameters:
+        return m is not None and m.group(1) == "Parameter"
+    return re.fullmatch(r"[A-Z]\w*Module", last_name(base)) is not None or (
+        m is not None and m.group(1) not in _NOT_LAYERS)
 
 
 def _skipped_module(name: str, index: ProjectIndex, skipped: Skipped, memo: dict[str, bool],

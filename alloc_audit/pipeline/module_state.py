@@ -9,7 +9,9 @@ it becomes a module's registered state:
   (``create_sharded_parameter_from_config(parameter=torch.ones(n))``);
 - made into a local by an expression (``scale = (torch.arange(n) + b) / c
   if base else None``) that is then registered (``self.register_buffer(
-  "scale", scale)``, ``nn.Parameter(scale)``);
+  "scale", scale)``, ``nn.Parameter(scale)``), whole or a slice of it
+  (``nn.Parameter(weight[lo:hi])``: one contiguous buffer split into
+  parameters);
 - held in a local that then replaces a module's weight whole
   (``linear.weight.data = x``);
 - held in a local passed to a project class's constructor
@@ -109,9 +111,11 @@ def _on_module(func: Func, call: Call) -> bool:
 
 
 def _takes(arg: str, local: str, on_module: bool) -> bool:
-    """``arg`` is ``local``, moved or cast, or (on a module) converted by one
+    """``arg`` is ``local`` or a slice of it, moved or cast, or (on a module) converted by one
     call (compiled only for the few registrations that name the local)."""
-    whole = re.escape(local) + r"(?:\.(?:" + _SAME + r")\([^()]*\))*"
+    # a basic slice or an integer index is a view of the same storage (`nn.Parameter(w[lo:hi])`, the
+    # split parameters of one contiguous buffer); an index by a tensor or a list is a copy
+    whole = re.escape(local) + r"(?:\[(?:[^\[\]()]*:[^\[\]()]*|\s*-?\d+\s*)\])?(?:\.(?:" + _SAME + r")\([^()]*\))*"
     # converted first (`nn.Parameter(to_nf4(weight))`): its values become the parameter's
     converted = r"(?![\w.]*(?:_like|\bnew_\w+)\()[A-Za-z_][\w.]*\(\s*" + whole + r"\s*(?:,[^()]*)?\)"
     return re.fullmatch(whole, arg) is not None or (on_module and re.fullmatch(converted, arg) is not None)

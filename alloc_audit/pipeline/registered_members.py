@@ -16,9 +16,15 @@ helper only constructors call) is T1 when
   (``self.bias = layer.bias.to(device)`` in a quantized layer's set-up): a
   weight upload.
 
-A derived site built once whose allocation this pass makes T1 follows it.
+A derived site built once whose allocation this pass makes T1 follows it,
+and so does any derived site whose allocation ``decided_by_use`` found to
+become a parameter's storage.
 
-A per-step store (T4) stays: re-creating a buffer on every step churns it.
+A per-call buffer (T4) becomes module state too when the function hands it
+to an object it builds, of a class that registers the member as a buffer
+(``layer = cls(...)`` ... ``qzeros = torch.ones(...) * v`` ...
+``layer.qzeros = qzeros``, ``return layer``). Otherwise a per-step store
+(T4) stays: re-creating a buffer on every step churns it.
 Pure.
 """
 
@@ -29,12 +35,15 @@ import re
 from collections.abc import Sequence
 
 from ..arglists import split_args
-from ..model import Site, Tier
+from ..model import Site, SiteKind, Tier
 from .index import Func, ProjectIndex
 from .lazy_members import member_of, registration_of_member
 from .module_state import REGISTERS
 from .retier import Decision, python_device_site, retier
 
+_ATTR = re.compile(r"([A-Za-z_]\w*)\.([A-Za-z_]\w*)")
+
+_STORAGE = "model-resident: becomes the storage of parameters or buffers"
 _WEIGHT_MOVE = re.compile(r"\.(?:weight|bias)\.(?:to|cuda)$")
 
 
@@ -60,9 +69,36 @@ def registered_members(sites: Sequence[Site], index: ProjectIndex) -> list[Site]
         return Tier.T1, (f"module state: {func.name} returns it and every call of it is registered "
                          f"({', '.join(callers[:2])}); was: {site.tier_reason}")
 
+    def built(site: Site) -> Decision | None:
+        func = index.func(site.path, site.scope)
+        found = _member_of_built(site, func, index) if func is not None else ""
+        return (Tier.T1, f"module state: {found}; was: {site.tier_reason}") if found else None
+
+    sites = retier(sites, lambda s: python_device_site(s, Tier.T4), built)
     out = retier(sites, lambda s: python_device_site(s, Tier.T2), decide)
     made = {(s.path, s.span.line): s for s, was in zip(out, sites, strict=True) if s.tier is not was.tier}
-    return [_constructs(s, made) if s.via is not None and s.tier is Tier.T2 else s for s in out]
+    return _storage_owners([_constructs(s, made) if s.via is not None and s.tier is Tier.T2 else s for s in out])
+
+
+def _storage_owners(sites: list[Site]) -> list[Site]:
+    """A derived site whose allocation a later pass found to become the
+    storage of parameters or buffers (``weight.data = weight.data.cuda()``
+    in a set-up its constructor calls) builds module state: T1, like one
+    whose allocation is registered (``derive`` decides those; this one is
+    known only after ``decided_by_use``)."""
+    state = {(s.path, s.span.line): s for s in sites
+             if s.via is None and s.tier is Tier.T1 and s.tier_reason.startswith(_STORAGE)}
+    if not state:
+        return sites
+    out = []
+    for site in sites:
+        under = state.get((site.via.path, site.via.line)) if site.via is not None else None
+        if under is not None and site.tier is not Tier.T1 and site.kind is SiteKind.DEVICE:
+            site = dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+                f"constructs {site.api}: module state (its {under.api} at {under.path}:{under.span.line} becomes "
+                f"the storage of a parameter or buffer); was: {site.tier_reason}"))
+        out.append(site)
+    return out
 
 
 def _constructs(site: Site, made: dict[tuple[str, int], Site]) -> Site:
@@ -76,6 +112,38 @@ def _constructs(site: Site, made: dict[tuple[str, int], Site]) -> Site:
     return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
         f"constructs {site.api}: module state (its {under.api} at {under.path}:{under.span.line} is kept "
         f"as a parameter, buffer or weight); was: {site.tier_reason}"))
+
+
+def _member_of_built(site: Site, func: Func, index: ProjectIndex) -> str:
+    """``obj.x = value`` after the site, where the value is the site's local
+    and ``obj`` a local the function builds (``obj = cls(...)``,
+    ``obj = Layer(...)``) of a class that registers ``x`` as a buffer; or ""."""
+    line = site.stmt_line or site.span.line
+    local = (site.target or "").strip() or next(
+        (a.targets[0] for a in func.assigns if a.line == line and len(a.targets) == 1), "")
+    if not local.isidentifier():
+        return ""
+    for a in func.assigns:
+        if a.line <= line or a.value.strip() != local or len(a.targets) != 1:
+            continue
+        m = _ATTR.fullmatch(a.targets[0])
+        if m is None:
+            continue
+        obj, name = m.groups()
+        maker = next((c.callee for c in func.calls if (c.target or "").strip() == obj and c.span.line < a.line), "")
+        if maker == "cls" and func.owner is not None:
+            owners = [func.owner]
+        elif maker[:1].isupper() or "." in maker:
+            owners = index.classes_named(maker.rsplit(".", 1)[-1]) if maker.rsplit(".", 1)[-1][:1].isupper() else []
+        else:
+            continue
+        for owner in owners:
+            method = next((f for fs in owner.methods.values() for f in fs), None)
+            registered = registration_of_member(method, f"self.{name}") if method is not None else ""
+            if registered:
+                return (f"stored in {obj}.{name} of the {owner.name} {func.qualname} builds, which its class "
+                        f"registers as a buffer ({registered})")
+    return ""
 
 
 def _weight_moved(site: Site, func: Func) -> str:

@@ -84,8 +84,10 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .derive import derive_sites
     from .expand import expand_skipped
     from .fixture_scoped import fixture_scoped
+    from .helper_built import helper_built
     from .index import build_index
     from .kept_results import kept_results
+    from .keyed_caches import keyed_caches
     from .lazy_members import lazy_members
     from .lifetimes import decided_by_use
     from .module_classes import module_moves
@@ -95,6 +97,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .roles import with_roles
     from .run_once import run_once
     from .weight_fills import weight_fills
+    from .weight_state import weight_state
     from .workers import Outcomes, job_count
 
     outcomes = Outcomes(catalog, cache, files, discovery.errors, job_count(options.jobs, config.jobs),
@@ -126,8 +129,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites += tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
                               catalog.callers)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
-    sites = run_once(lazy_members(sites, index), index)
-    sites = kept_results(sites, index, catalog.callers)
+    sites = weight_state(keyed_caches(run_once(lazy_members(sites, index), index), index), index)
+    sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))

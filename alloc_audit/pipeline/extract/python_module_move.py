@@ -48,6 +48,8 @@ _MODULE_ONLY = re.compile(r"\.(?:eval|train)\(\s*(?:True|False)?\s*\)|\.build\(\
 _MODULE_METHODS = (rb"eval|train|load_state_dict|state_dict|named_parameters|parameters|named_buffers|buffers"
                    rb"|named_modules|modules|children|remove_weight_norm|register_buffer|register_module")
 _MODULE_METHOD_NAMES = re.compile(_MODULE_METHODS.decode())
+# a member of `self` that gets a module's method somewhere in its class
+_SELF_MODULE_USE = re.compile(rb"(?<![\w.])self\.(\w+)\.(?:" + _MODULE_METHODS + rb")\(")
 _NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "UninitializedParameter"})
 
 
@@ -84,8 +86,9 @@ def _used_as_module(ext: PythonExtractor, node: Any, text: str) -> bool:
     """What the code does with the receiver says it is a module: the moved
     value gets a module's method (``model.to(device).eval()``), the same
     function calls one on the receiver (``model.load_state_dict(sd)``,
-    ``model.eval()``), or an attribute of ``self`` is set from a model
-    loader in its class (``self._model = load_flow_model(...)``)."""
+    ``model.eval()``), or an attribute of ``self`` gets one in another
+    method of its class (``self.router.parameters()``) or is set from a
+    model loader there (``self._model = load_flow_model(...)``)."""
     parent = node.parent
     if parent is not None and parent.type == "attribute":
         attr = parent.child_by_field_name("attribute")
@@ -121,6 +124,9 @@ def _module_use(ext: PythonExtractor, body: Any, text: str) -> bool:
     code = ext.src.data[owner.start_byte:owner.end_byte]
     if text.encode() not in code:
         return False  # every pattern below spells the name
+    member = text[5:].encode()
+    if any(m.group(1) == member for m in _SELF_MODULE_USE.finditer(code)):
+        return True  # `self.router.parameters()` in another method of the class
     loader = rb"(?:[\w.]+\.)?\w*(?:load\w*model|model\w*load|build\w*model)\w*\("
     return re.search(rb"(?<![\w.])" + name + rb"[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*" + loader, code, re.I) is not None
 

@@ -1,0 +1,142 @@
+"""Stage 5, after the run-once pass: an entry made only when its key is
+missing from a container that outlives the call.
+
+Input: classified sites and the project index. Output: the same sites, a
+per-call Python buffer (device T4, pinned T5a) re-tiered when it is stored
+into ``C[key]`` (directly, or a local that a later statement of the
+function stores there, alone or in a tuple: ``hit = C[key] = (ids, g)``)
+under a test that the entry is missing (``if key not in C:``, or ``if hit
+is None:`` with ``hit = C.get(key)``), where ``C`` is
+
+- a dict the module binds at module level (``_CACHE: dict = {}``): the
+  entry lives for the process;
+- a container the object holds (``self._store``), or a local bound to one
+  or to an entry of one (``group = self._store[tag]``): the entry lives
+  with the object.
+
+A device buffer so cached is persistent (T2); a pinned one is kept and
+reused by the later calls (T5b). A container the caller hands in, or one
+the function builds, may be per call: left as it is. The run-once pass
+already takes a constant key on ``self`` (``if "v" not in self.state``).
+DESIGN.md ("Lifetime tiers"): set up once and kept -> persistent. One
+compiled pattern read by captures (no per-name compile); a function with
+no subscripted store is not read further.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+
+from ..model import Language, Site, SiteKind, Tier
+from .index import Func, ProjectIndex
+
+_EMPTY_DICT = re.compile(r"\{\s*\}|(?:collections\.)?(?:dict|OrderedDict|defaultdict\(\w*\))\(\s*\)")
+_SUBSCRIPT = re.compile(r"^([A-Za-z_][\w.]*)\[(.*)\]$")
+# `k not in C`, `C.get(k)`
+_MISSING = re.compile(r"^\(?\s*(.+?)\s+not\s+in\s+([A-Za-z_][\w.]*)\s*\)?\s*$")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+_ABSENT = re.compile(r"\(?\s*\w+\s+is\s+None\s*\)?|\(?\s*not\s+\w+\s*\)?")
+
+
+def keyed_caches(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
+    globals_: dict[str, frozenset[str]] = {}
+    return [_cached(site, index, globals_) if _candidate(site) else site for site in sites]
+
+
+def _candidate(site: Site) -> bool:
+    return (site.language is Language.PYTHON and site.via is None and site.scope != "<module>"
+            and ((site.kind is SiteKind.DEVICE and site.tier is Tier.T4)
+                 or (site.kind is SiteKind.PINNED_HOST and site.tier is Tier.T5A)))
+
+
+def _module_dicts(path: str, index: ProjectIndex, memo: dict[str, frozenset[str]]) -> frozenset[str]:
+    found = memo.get(path)
+    if found is None:
+        module = index.func(path, "<module>")
+        found = memo[path] = frozenset(
+            t for a in (module.assigns if module is not None else ()) if a.op == "="
+            and _EMPTY_DICT.fullmatch(a.value.strip()) for t in a.targets if t.isidentifier())
+    return found
+
+
+def _cached(site: Site, index: ProjectIndex, memo: dict[str, frozenset[str]]) -> Site:
+    func = index.func(site.path, site.scope)
+    if func is None or not (_SUBSCRIPT.match((site.target or "").strip())
+                            or any(_SUBSCRIPT.match(t) for a in func.assigns for t in a.targets)):
+        return site
+    container, key = _stored_in(site, func)
+    if not container:
+        return site
+    where = _owner(container, func, site.span.line, _module_dicts(site.path, index, memo))
+    if not where:
+        return site
+    test = _missing_test(container, key, func, site.span.line)
+    if not test:
+        return site
+    if site.kind is SiteKind.PINNED_HOST:
+        return dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
+            f"persistent pinned host buffer cached in {container}[...] ({where}): {site.scope} makes it only when "
+            f"`{test}` says the entry is missing and reuses it after (was: {site.tier_reason})"))
+    return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+        f"cached in {container}[...] ({where}): {site.scope} makes it only when `{test}` says the entry is "
+        f"missing, and later calls reuse it: persistent (was: {site.tier_reason})"))
+
+
+def _stored_in(site: Site, func: Func) -> tuple[str, str]:
+    """The container whose entry holds the buffer and the key's text: the
+    site's own target ``C[k]``, or one a later statement stores its local in."""
+    target = (site.target or "").strip()
+    m = _SUBSCRIPT.match(target)
+    if m is not None:
+        return m.group(1), m.group(2).strip()
+    if not target.isidentifier():
+        return "", ""
+    for a in func.assigns:
+        if a.line < site.span.line or a.op != "=":
+            continue
+        parts = {p.strip() for p in a.value.strip().strip("()").split(",")}
+        if target not in parts:
+            continue
+        for t in a.targets:
+            if (m := _SUBSCRIPT.match(t)) is not None:
+                return m.group(1), m.group(2).strip()
+    return "", ""
+
+
+def _owner(container: str, func: Func, line: int, module_dicts: frozenset[str]) -> str:
+    """Why the container outlives the call, or ""."""
+    if container in module_dicts and container not in _locals(func):
+        return "a dict bound at module level"
+    if container.startswith(("self.", "cls.")):
+        return "held by the object"
+    bound = [a for a in func.assigns if a.targets == (container,) and a.line < line]
+    if bound and bound[-1].value.strip().startswith(("self.", "cls.")):
+        return f"{bound[-1].value.strip()}, held by the object"
+    return ""
+
+
+def _locals(func: Func) -> set[str]:
+    params = func.scope.params if func.scope is not None else ()
+    return set(params) | {t for a in func.assigns for t in a.targets if t.isidentifier()}
+
+
+def _missing_test(container: str, key: str, func: Func, line: int) -> str:
+    """The test of an ``if`` around ``line`` that says the entry stored
+    under ``key`` is missing (a test on another key, ``f"{key}{suffix}"``
+    stored under ``key not in C``, says nothing)."""
+    probes = {c.target.strip() for c in func.calls if c.target and c.span.line < line
+              and c.callee == f"{container}.get" and c.target.strip().isidentifier()
+              and c.arglist.split(",")[0].strip() == key}
+    for block in func.blocks:
+        if block.kind not in ("if", "elif") or not block.span.contains_line(line):
+            continue
+        test = " ".join(block.test.split())
+        m = _MISSING.match(test)
+        if m is not None and m.group(2) == container and m.group(1).strip() == key:
+            return test
+        if probes and _ABSENT.fullmatch(test) is not None \
+                and probes & set(_NAME.findall(test)):
+            return test
+    return ""
