@@ -49,12 +49,13 @@ def test_examples() -> None:
 def _bound_else_whole(source: str, name: str) -> bool:
     """python_host._bound_else before issue 11's cut: the pattern searched over the whole function."""
     n = re.escape(name)
-    return re.search(rf"^[ \t]*[^\n=#]*,[ \t]*{n}\b[^\n=]*=(?!=)|\bfor\b[^\n:]*\b{n}\b[^\n:]*\bin\b|"
-                     rf"\bas[ \t]+{n}\b|\b{n}[ \t]*:=|^[ \t]*{n}[ \t]*,|\b(?:global|nonlocal)\b[^\n]*\b{n}\b",
+    return re.search(rf"^[ \t]*[^\n=#(]*,[ \t]*{n}\b[^\n=(]*=(?!=)|\bfor\b[^\n:]*\b{n}\b[^\n:]*\bin\b|"
+                     rf"\bas[ \t]+{n}\b|\b{n}[ \t]*:=|^[ \t]*{n}[ \t]*,[^\n=(]*=(?!=)|"
+                     rf"\b(?:global|nonlocal)\b[^\n]*\b{n}\b",
                      source, re.M) is not None
 
 
-_TOKENS = ["x", "xs", "y", " ", "\t", "\n", ",", "=", "==", ":", ":=", "#", "for ", " in ", "as ", "global ", "."]
+_TOKENS = ["x", "xs", "y", " ", "\t", "\n", ",", "=", "==", ":", ":=", "#", "(", "for ", " in ", "as ", "global ", "."]
 
 
 @settings(max_examples=1000, deadline=None)

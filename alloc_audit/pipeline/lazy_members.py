@@ -92,14 +92,20 @@ def registration_of_member(func: Func, member: str) -> str:
 def _keyed_cache(site: Site, func: Func) -> tuple[str, str] | None:
     """The dict on the object or its class (``self.x``, ``cls.x``) the site
     is stored in under a key (``cls.x[device] = t.to(device)``), and the
-    test around it that the key is missing (``if device not in cls.x:``)."""
-    m = _KEYED.fullmatch((site.target or "").strip())
+    test around it that the key is missing (``if device not in cls.x:``), or
+    a local looked up there first (``ws = self.x.get(k)``) that the test finds
+    missing (``if ws is None:`` ... ``self.x[k] = ws``)."""
+    local = (site.target or "").strip()
+    keyed = _KEYED.fullmatch(local)
+    m = keyed or (_KEYED.fullmatch(site.kept) if local.isidentifier() else None)
     if m is None:
         return None
     owner, key = m.groups()
     missing = re.compile(re.escape(key.strip()) + r"\s+not\s+in\s+" + re.escape(owner) + r"\b")
     for block in func.blocks:
-        if block.kind in ("if", "elif") and block.span.contains_line(site.span.line) and missing.search(block.test):
+        if block.kind in ("if", "elif") and block.span.contains_line(site.span.line) and (
+                missing.search(block.test) or (m is not keyed and block.test.strip() in (f"{local} is None",
+                                                                                          f"not {local}"))):
             return owner, block.test
     return None
 

@@ -63,6 +63,9 @@ from collections.abc import Sequence
 
 from ..model import PRODUCTION, Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
+from .kept_stores import ADD as _ADD
+from .kept_stores import MEMBER as _MEMBER
+from .kept_stores import stored_later as _stored_later
 from .roles import conventional_role
 
 # an attribute of an object, or an entry of one: `self.pin`, `self.saved[n]`, `ctx.cache[k]`
@@ -167,7 +170,10 @@ def _kept_by_caller(site: Site, index: ProjectIndex, memo: dict[str, list[tuple[
     if func is None:
         return site
     local = (site.target or "").strip()
-    if local.isidentifier():
+    # `Owner.pins = pin(...)` in a method of Owner: on the class (not a loop variable's member,
+    # `buffer.cpu_data = t.pin_memory()`, re-made per offload; `self.x` the patterns decided)
+    owner = func.owner.name if func.owner is not None else None
+    if local.isidentifier() or (_MEMBER.fullmatch(local) and local.split(".")[0] == owner):
         place = _kept_at(func, local, site.stmt_line or site.span.line)
     else:  # inside a larger expression: `self.parts.append(t.pin_memory())`
         own = next((c.callee for c in func.calls if c.span == site.span), "") if site.target is None else ""
@@ -226,8 +232,6 @@ def _named_calls_keep(name: str, index: ProjectIndex) -> str:
 
 
 # a member of an object, however reached: `self.buf`, `self.groups[i].grad`, `param.ds_tensor`
-_MEMBER = re.compile(r"[A-Za-z_]\w*(?:\[[^\]]*\])*\.[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[[^\]]*\])*")
-_ADD = re.compile(r"(.+)\.(?:append|extend|insert|add)")
 
 
 def _kept_at(caller: Func, target: str | None, line: int, callee: str = "") -> str:
@@ -245,7 +249,10 @@ def _kept_at(caller: Func, target: str | None, line: int, callee: str = "") -> s
         text = callee + "("
         for a in caller.assigns:
             if a.line <= line <= a.line + a.value.count("\n") and text in a.value:
-                return next((t for t in a.targets if _MEMBER.fullmatch(t)), "")
+                member = next((t for t in a.targets if _MEMBER.fullmatch(t)), "")
+                if member or len(a.targets) != 1 or not a.targets[0].isidentifier():
+                    return member
+                return _stored_later(caller, a.targets[0], a.line)
         for c in caller.calls:
             if c.span.line <= line <= c.span.end_line and text in c.arglist and \
                     (m := _ADD.fullmatch(c.callee)) is not None and _MEMBER.fullmatch(m.group(1)):
@@ -260,16 +267,7 @@ def _kept_at(caller: Func, target: str | None, line: int, callee: str = "") -> s
     root = re.fullmatch(r"([A-Za-z_]\w*)\[[^\]]*\]", name)
     if root is not None and root.group(1) in params and root.group(1) not in ("self", "cls"):
         return f"{name} (a container handed in by its caller)"
-    if not name.isidentifier():
-        return ""
-    for a in caller.assigns:
-        if a.line > line and a.value.strip() == name:
-            return next((t for t in a.targets if _MEMBER.fullmatch(t)), "")
-    for c in caller.calls:
-        if c.span.line > line and c.arglist.strip() == name and \
-                (m := _ADD.fullmatch(c.callee)) is not None and _MEMBER.fullmatch(m.group(1)):
-            return m.group(1)
-    return ""
+    return _stored_later(caller, name, line) if name.isidentifier() else ""
 
 
 _PUT = r"\.(?:append|appendleft|add|put|put_nowait|extend)"
@@ -430,7 +428,8 @@ def _holds_weights(site: Site, index: ProjectIndex, storing: dict[str, bool]) ->
     known = storing.get(func.id)
     if known is None:  # most functions store nothing to `.data` or `_parameters`: asked once each
         call_targets = [func.table.targets[i] for i in func.call_ix] if func.table is not None else []
-        known = storing[func.id] = any(t.endswith(".data") for a in func.assigns for t in a.targets) or any(
+        known = storing[func.id] = any(t.endswith(".data") or _REGISTERED.fullmatch(t)
+                                       for a in func.assigns for t in a.targets) or any(
             t and (t.endswith(".data") or "._parameters[" in t or "._buffers[" in t) for t in call_targets)
     if not known:
         return ""
@@ -439,6 +438,10 @@ def _holds_weights(site: Site, index: ProjectIndex, storing: dict[str, bool]) ->
     for c in func.calls:
         if c.span.line == line and c.target and _REGISTERED.fullmatch(c.target.strip()):
             return f"handed to {c.target.strip()}"
+    if target.isidentifier():  # held in a local first: `t = t.to(device)` ... `owner._buffers[leaf] = t`
+        held = next((t for a in func.assigns if a.line > line and a.value.strip() == target
+                     for t in a.targets if _REGISTERED.fullmatch(t)), "")
+        return f"held in {target}, stored to {held}" if held else ""
     if not re.fullmatch(r"self\.[A-Za-z_]\w*", target):
         return ""
     view = re.compile(re.escape(target) + r"\s*[\[.]")

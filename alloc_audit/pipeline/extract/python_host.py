@@ -192,8 +192,10 @@ def _bound_else(source: str, name: str) -> bool:
     if name not in source:
         return False  # every alternative below spells the name: skip compiling it
     n = re.escape(name)
-    return re.search(rf"^[ \t]*[^\n=#]*,[ \t]*{n}\b[^\n=]*=(?!=)|\bfor\b[^\n:]*\b{n}\b[^\n:]*\bin\b|"
-                     rf"\bas[ \t]+{n}\b|\b{n}[ \t]*:=|^[ \t]*{n}[ \t]*,|\b(?:global|nonlocal)\b[^\n]*\b{n}\b",
+    # an unpacking target (`a, x = ...`, `x, b = ...`), not an argument line of a call (`f(a, x, dim=1)`)
+    return re.search(rf"^[ \t]*[^\n=#(]*,[ \t]*{n}\b[^\n=(]*=(?!=)|\bfor\b[^\n:]*\b{n}\b[^\n:]*\bin\b|"
+                     rf"\bas[ \t]+{n}\b|\b{n}[ \t]*:=|^[ \t]*{n}[ \t]*,[^\n=(]*=(?!=)|"
+                     rf"\b(?:global|nonlocal)\b[^\n]*\b{n}\b",
                      _lines_with(source, name), re.M) is not None
 
 
