@@ -28,12 +28,14 @@ from collections.abc import Callable
 from typing import Any
 
 STAGES = [("index", "build_index"), ("expand", "expand_skipped"), ("default_device", "promote_default_sites"),
-          ("module_classes", "module_moves"), ("classify_callers", "tiers_from_callers"),
-          ("checkpoint_reads", "checkpoint_uploads"), ("built_per_pass", "built_per_pass"),
+          ("module_classes", "module_moves"), ("cpu_locals", "drop_cpu_locals"),
+          ("classify_callers", "tiers_from_callers"), ("checkpoint_reads", "checkpoint_uploads"),
+          ("bound_init", "bound_per_step"), ("module_state", "module_state"), ("built_per_pass", "built_per_pass"),
           ("derive", "derive_sites"), ("host_moves", "drop_host_moves"), ("untaken", "drop_untaken"),
           ("classify_callers", "tiers_of_derived"), ("lifetimes", "decided_by_use"), ("weight_fills", "weight_fills"),
-          ("returned_scratch", "returned_scratch"), ("lazy_members", "lazy_members"),
-          ("kept_results", "kept_results"), ("caller_lifetimes", "caller_lifetimes"), ("roles", "with_roles"),
+          ("returned_scratch", "returned_scratch"), ("lazy_members", "lazy_members"), ("run_once", "run_once"),
+          ("kept_results", "kept_results"), ("caller_lifetimes", "caller_lifetimes"),
+          ("registered_members", "registered_members"), ("fixture_scoped", "fixture_scoped"), ("roles", "with_roles"),
           ("run", "_findings")]
 
 

@@ -58,6 +58,7 @@ _LOAD_DEPTH = 3  # calls up from the site's function to a load path
 _STEP_DEPTH = 2  # calls up from a load path to a per-step function that makes it a weight sync
 Pred = Callable[[str], bool]
 _INITIALISER = "initialiser "  # the reason of the initialiser-name patterns (rules/tiers.toml)
+_COMPARES = re.compile(r"!=|==|<|>")
 
 
 @dataclass
@@ -75,8 +76,10 @@ class _Ctx:
 
 
 def _context(index: ProjectIndex, globs: CallerGlobs) -> _Ctx:
+    load = matcher(globs.load) if globs.load else None  # a test named after what it tests is no load path
     return _Ctx(index, matcher(globs.per_step) if globs.per_step else None,
-                matcher(globs.load) if globs.load else None, matcher(globs.once) if globs.once else None)
+                None if load is None else lambda n: not n.startswith(("test_", "_test_")) and load(n),
+                matcher(globs.once) if globs.once else None)
 
 
 def tiers_from_callers(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
@@ -338,9 +341,6 @@ def _guarded_once(site: Site, func: Func) -> bool:
                 or (holder is not None and "[" not in target and holder.search(test) and _COMPARES.search(test))):
             return True
     return False
-
-
-_COMPARES = re.compile(r"!=|==|<|>")
 
 
 def _load_only(site: Site, index: ProjectIndex, load: object, memo: dict[str, list[Func]]) -> Site:

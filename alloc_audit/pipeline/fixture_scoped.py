@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from ..model import Site, Tier
 from .index import Func, ProjectIndex
+from .names import has_name
 from .retier import Decision, python_device_site, retier
 
 _FIXTURE = re.compile(r"(?:^|\.)fixture$")
@@ -50,8 +51,7 @@ def _returned(site: Site, func: Func) -> bool:
     target = (site.target or "").strip()
     if not target.isidentifier():
         return False
-    named = re.compile(rf"(?<![\w.]){re.escape(target)}(?![\w(\[.])")
-    return any(named.search(r.value) for r in func.returns)
+    return any(has_name(r.value, target, ".", "([.") for r in func.returns)
 
 
 def _shared_fixture(func: Func, index: ProjectIndex) -> bool:

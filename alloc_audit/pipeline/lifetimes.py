@@ -403,9 +403,10 @@ def _kept_holder(holder: str, index: ProjectIndex) -> bool:
 
 _DATA = re.compile(r"(?!self\.|cls\.)[A-Za-z_]\w*(?:\.(?!grad\b)[A-Za-z_]\w*)*\.data"
                    # a sub-module's weight, replaced whole or in place: `linear.weight = ...`,
-                   # `self.patch_embed.proj.weight.data = ...` (not `self.weight`: the object's own)
-                   r"|(?:(?!self\.|cls\.)[A-Za-z_]\w*|(?:self|cls)\.[A-Za-z_]\w*)(?:\.[A-Za-z_]\w*)*"
-                   r"\.(?:weight|bias)(?:\.data)?"
+                   # `self.patch_embed.proj.weight.data = ...` (not `self.weight`: the object's own);
+                   # a module reached through a getter without arguments: `self.get_base_layer().weight = ...`
+                   r"|(?:(?!self\.|cls\.)[A-Za-z_]\w*|(?:self|cls)\.[A-Za-z_]\w*(?:\(\))?)"
+                   r"(?:\.[A-Za-z_]\w*(?:\(\))?)*\.(?:weight|bias)(?:\.data)?"
                    # the object's own weight's storage replaced: `self.weight.data = ...`
                    r"|(?:self|cls)\.(?:weight|bias)\.data")
 _REGISTERED = re.compile(r"[A-Za-z_][\w.]*\._(?:parameters|buffers)\[[^\]]+\]")

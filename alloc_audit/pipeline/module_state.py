@@ -13,7 +13,7 @@ it becomes a module's registered state:
   (``nn.Parameter(weight[lo:hi])``: one contiguous buffer split into
   parameters);
 - held in a local that then replaces a module's weight whole
-  (``linear.weight.data = x``);
+  (``linear.weight.data = x``, ``param.data = x.data``);
 - held in a local passed to a project class's constructor
   (``FlashSelfAttention(alibi_slopes=slopes)``, or through
   ``partial(FlashSelfAttention, alibi_slopes=slopes)``) whose ``__init__``
@@ -123,9 +123,9 @@ def _takes(arg: str, local: str, on_module: bool) -> bool:
 
 def _stored_as_weight(func: Func, local: str, after: int) -> str:
     """The module weight ``local`` replaces after line ``after``, whole
-    (``linear.weight.data = x``, ``layer.bias = b``), or ""."""
+    (``linear.weight.data = x``, ``layer.bias = b``, ``p.data = x.data``), or ""."""
     for a in func.assigns:
-        if a.line > after and a.op == "=" and len(a.targets) == 1 and a.value.strip() == local \
+        if a.line > after and a.op == "=" and len(a.targets) == 1 and a.value.strip() in (local, f"{local}.data") \
                 and weight_storage(a.targets[0].strip()):
             return a.targets[0].strip()
     return ""

@@ -88,6 +88,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .helper_built import helper_built
     from .index import build_index
     from .kept_results import kept_results
+    from .kept_submodules import kept_submodules
     from .keyed_caches import keyed_caches
     from .lazy_members import lazy_members
     from .lifetimes import decided_by_use
@@ -98,6 +99,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .roles import with_roles
     from .run_once import run_once
     from .weight_fills import weight_fills
+    from .weight_inits import weight_init_temporaries
     from .weight_state import weight_state
     from .workers import Outcomes, job_count
 
@@ -125,10 +127,12 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = module_moves([s for f in facts.values() for s in f.sites], index, facts, catalog.tiers,
                          outcomes.skipped_mentioning)
     sites = tiers_from_callers(drop_cpu_locals(sites, index), index, catalog.callers)
+    sites = weight_init_temporaries(sites, index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
     sites = built_per_pass(module_state(sites, index), index)
     sites += tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
                               catalog.callers)
+    sites = kept_submodules(sites, index, catalog.callers)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
     sites = weight_state(keyed_caches(run_once(lazy_members(sites, index), index), index), index)
     sites = helper_built(kept_results(sites, index, catalog.callers), index)

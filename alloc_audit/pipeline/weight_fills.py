@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from ..arglists import split_args
 from ..model import Call, Site, Tier
 from .index import Func, ProjectIndex
+from .names import has_word, starts_with_word
 from .retier import Decision, python_device_site, retier
 
 _WEIGHT = r"(?:\w+_)?(?:q?weights?|bias|q?zeros|scales?|g_idx|perm|codebooks?)"
@@ -63,14 +64,11 @@ def _fills(site: Site, index: ProjectIndex) -> str:
     func = index.func(site.path, site.scope)
     if func is None:
         return ""
-    if not any(target in c.arglist for c in func.calls if c.span.line > site.span.line):
-        return ""  # no later call mentions it (most sites): no pattern to compile
-    word = re.compile(r"\b" + re.escape(target) + r"\b")
-    uses = [c for c in func.calls if c.span.line > site.span.line and word.search(c.arglist)]
+    uses = [c for c in func.calls if c.span.line > site.span.line and has_word(c.arglist, target)]
     if not uses or any(not _fill_call(c, target, func, index) for c in uses):
         return ""
-    if any(word.search(r.value) for r in func.returns) or \
-            any(word.search(a.value) for a in func.assigns if a.line > site.span.line):
+    if any(has_word(r.value, target) for r in func.returns) or \
+            any(has_word(a.value, target) for a in func.assigns if a.line > site.span.line):
         return ""
     return uses[0].callee
 
@@ -94,8 +92,7 @@ def _copies_into_param(helper: Func, at: int) -> bool:
     params = [p for p in helper.scope.params if p not in ("self", "cls")]
     if at >= len(params):
         return False
-    word = re.compile(r"\b" + re.escape(params[at]) + r"\b")
-    uses = [c for c in helper.calls if word.search(c.arglist)]
+    uses = [c for c in helper.calls if has_word(c.arglist, params[at])]
     copies = [c for c in helper.calls if _PARAM_FILL.fullmatch(c.callee)]
     return bool(uses) and all(_PARAM_FILL.fullmatch(c.callee) or any(
         p.span != c.span and p.span.contains(c.span) for p in copies) for c in uses)
@@ -118,9 +115,8 @@ def _state_dict_entry(site: Site, index: ProjectIndex) -> str:
               if c.span.line > site.span.line and _LOAD.fullmatch(c.callee) and c.arglist.strip()}
     if m.group(1) in loaded:
         return m.group(1)
-    took = re.compile(re.escape(m.group(1)) + r"\b")  # `merged.reshape(-1)` stored in an entry
-    for c in func.calls:
+    for c in func.calls:  # `merged.reshape(-1)` stored in an entry
         entry = _ENTRY.fullmatch((c.target or "").strip()) if c.span.line > site.span.line else None
-        if entry is not None and entry.group(1) in loaded and took.match(c.callee):
+        if entry is not None and entry.group(1) in loaded and starts_with_word(c.callee, m.group(1)):
             return entry.group(1)
     return ""

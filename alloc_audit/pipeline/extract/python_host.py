@@ -28,6 +28,7 @@ import ast
 import re
 from typing import TYPE_CHECKING, Any
 
+from ..names import has_word
 from .common import enclosing
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def host_source(ext: PythonExtractor, node: Any, text: str) -> bool:
     if not any(n in ext.src.data[body.start_byte:node.start_byte] for n in _NEEDLES):
         return False  # no host producer in the function at all (most functions)
     params = body.child_by_field_name("parameters")
-    if params is not None and re.search(rf"\b{re.escape(name)}\b", ext.src.text(params, 2000)):
+    if params is not None and has_word(ext.src.text(params, 2000), name):
         return False
     source = ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace")
     if name not in source:
@@ -195,7 +196,26 @@ def _bound_else(source: str, name: str) -> bool:
     return re.search(rf"^[ \t]*[^\n=#(]*,[ \t]*{n}\b[^\n=(]*=(?!=)|\bfor\b[^\n:]*\b{n}\b[^\n:]*\bin\b|"
                      rf"\bas[ \t]+{n}\b|\b{n}[ \t]*:=|^[ \t]*{n}[ \t]*,[^\n=(]*=(?!=)|"
                      rf"\b(?:global|nonlocal)\b[^\n]*\b{n}\b",
-                     source, re.M) is not None
+                     _lines_with(source, name), re.M) is not None
+
+
+def _lines_with(source: str, name: str) -> str:
+    """The lines of ``source`` that spell ``name``, joined: a pattern whose
+    every alternative spells the name within one line (``[^\\n]``, ``^``
+    under ``re.M``, ``\\b``) matches them exactly when it matches
+    ``source``, and the search skips the function's other lines."""
+    if "\n" in name:
+        return source
+    lines: list[str] = []
+    at = source.find(name)
+    while at >= 0:
+        start = source.rfind("\n", 0, at) + 1
+        end = source.find("\n", at)
+        if end < 0:
+            end = len(source)
+        lines.append(source[start:end])
+        at = source.find(name, end)
+    return "\n".join(lines)
 
 
 # the current GPU, said literally: `.cuda()`, `.to("cuda")`, `device="cuda"`
@@ -224,7 +244,7 @@ def on_current_gpu(ext: PythonExtractor, node: Any, name: str, device: str = "cu
     if body is None:
         return False
     params = body.child_by_field_name("parameters")
-    if params is not None and re.search(rf"\b{re.escape(name)}\b", ext.src.text(params, 2000)):
+    if params is not None and has_word(ext.src.text(params, 2000), name):
         return False
     source = ext.src.data[body.start_byte:body.end_byte].decode("utf-8", "replace")
     if _SWITCHES.search(source):

@@ -1,0 +1,51 @@
+"""Whole names in source text, found by a scan of the name's occurrences
+instead of a pattern compiled per name (issue 11: the passes that look a
+site's local up in a function's calls and returns compiled one pattern per
+site, each used once). Every function answers exactly what the pattern in
+its docstring answers (``\\w`` as in a ``str`` pattern: ``str.isalnum()``
+or ``_``). Pure."""
+
+from __future__ import annotations
+
+
+def _word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def _boundary(text: str, at: int) -> bool:
+    """``\\b`` at offset ``at``."""
+    before = at > 0 and _word(text[at - 1])
+    after = at < len(text) and _word(text[at])
+    return before != after
+
+
+def has_word(text: str, name: str) -> bool:
+    """``re.search(r"\\b" + re.escape(name) + r"\\b", text)``."""
+    end = len(name)
+    at = text.find(name)
+    while at >= 0:
+        if _boundary(text, at) and _boundary(text, at + end):
+            return True
+        at = text.find(name, at + 1)
+    return False
+
+
+def has_name(text: str, name: str, not_before: str = "", not_after: str = "") -> bool:
+    """``(?<![\\w{not_before}])NAME(?![\\w{not_after}])``: ``name`` with no
+    word character nor one of ``not_before`` just before it, and none nor
+    one of ``not_after`` just after it."""
+    end = len(name)
+    at = text.find(name)
+    while at >= 0:
+        before = text[at - 1] if at > 0 else ""
+        after = text[at + end] if at + end < len(text) else ""
+        if not (before and (_word(before) or before in not_before)) and \
+                not (after and (_word(after) or after in not_after)):
+            return True
+        at = text.find(name, at + 1)
+    return False
+
+
+def starts_with_word(text: str, name: str) -> bool:
+    """``re.match(re.escape(name) + r"\\b", text)``."""
+    return text.startswith(name) and _boundary(text, len(name))
