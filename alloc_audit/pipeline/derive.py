@@ -11,10 +11,12 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from ..catalog import ApiCatalog, TierPattern
 from ..model import FileFacts, Language, Site, SiteKind, Tier
+from .buffer_classes import buffer_class_sites
 from .classify import classify_sites
 from .host_moves import drop_host_moves
 from .index import ProjectIndex
 from .lifetimes import weight_storage
+from .native_modules import native_module_state
 from .untaken import drop_untaken
 
 
@@ -24,8 +26,8 @@ def derive_sites(index: ProjectIndex, files: Mapping[str, FileFacts], tiers: tup
     derived = tuple(drop_untaken(drop_host_moves(index.derived_sites(uploads=frozenset(uploads)), index), index))
     if apis is not None:
         derived = kinds_from_use(derived, index, apis)
-    return _upload_tiers(_module_state(_owner_tiers(classify_sites(derived, files, tiers), direct, index),
-                                       direct), uploads)
+    return _upload_tiers(native_module_state(_module_state(
+        _owner_tiers(classify_sites(derived, files, tiers), direct, index), direct), index), uploads)
 
 
 _MOVES = frozenset({"Tensor.to", "Tensor.cuda", "Module.to", "Module.cuda"})
@@ -61,8 +63,11 @@ def _owner_tiers(derived: Iterable[Site], direct: Sequence[Site], index: Project
     constructed anywhere) keeps that tier: the owner decides the lifetime.
     So does one whose pinned host memory the object keeps (T5b: pinned once
     in its constructor and reused), where the call alone would say T5a (per
-    call; a load path's staging stays T5a)."""
+    call; a load path's staging stays T5a), unless the class is a buffer
+    class (buffer_classes.py): the object is the buffer, as short-lived as its
+    owner."""
     tiers = {(s.path, s.span.line): s for s in direct}
+    buffers = buffer_class_sites(direct)  # the buffer is the object: its owner's lifetime, not T5b
     out = []
     for site in derived:
         under = tiers.get((site.via.path, site.via.line)) if site.via else None
@@ -70,7 +75,8 @@ def _owner_tiers(derived: Iterable[Site], direct: Sequence[Site], index: Project
             site = dataclasses.replace(site, tier=Tier.T3, tier_reason=(
                 f"constructs {site.api}: pooled memory ({under.api} at {under.path}:{under.span.line} is T3)"))
         elif under is not None and under.tier is Tier.T5B and site.tier is Tier.T5A and _per_call(site) \
-                and not _caller_decides(under, index) and not _in_loop(site, index):
+                and not _caller_decides(under, index) and not _in_loop(site, index) \
+                and (under.path, under.span.line) not in buffers:
             site = dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
                 f"constructs {site.api}, which keeps its pinned host memory ({under.api} at "
                 f"{under.path}:{under.span.line} is T5b: pinned once, reused); was: {site.tier_reason}"))

@@ -164,6 +164,11 @@ _STATEMENT_ARGUMENT = re.compile(rb"(?<=\))[ \t]*;(?=\s*\))")  # `MACRO(..., f(x
 _DEFINE_COMMENT = re.compile(rb"/\*[^\n]*?\*/(?=[^\n]*\\\n)")  # a `/* */` ends a `#define` body early
 _STRING_MACRO = re.compile(rb'(?<=")[ \t]+[A-Z][A-Z0-9_]*(?:\([^()"\n]*\))?(?=[ \t]+")')  # `"a" HINT(128) "b"`
 _PRAGMA_LINE = re.compile(rb"(?m)^[ \t]*#[ \t]*pragma\b[^\n]*")  # `for (...)\n#pragma unroll\n for`
+# `using typename Base::half_t;` in a class body: the `typename` of a using-declaration
+_USING_TYPENAME = re.compile(rb"(?<=\busing)[ \t]+typename\b")
+# `[](half2_t v) ALWAYSINLINE {`: an ALL_CAPS name between a parameter list and a
+# body (or a trailing return type) can only be an attribute macro
+_BODY_MACRO = re.compile(rb"(?<=\))[ \t]+(?:mutable[ \t]+)?([A-Z][A-Z0-9_]*[A-Z0-9])(?=[ \t]*(?:->[^{};\n]*)?\{)")
 _TYPE_KEYWORD_ARGUMENT = re.compile(
     rb"[(,]\s*(?:unsigned\s+|signed\s+)?(?:float|double|int|char|bool|void|long|short)\s*[,)]")
 
@@ -182,7 +187,9 @@ def repair_idioms(data: bytes, conditionals_in_parens: bool = True) -> bytes:
     macro with a type keyword argument (`DISPATCH(kFloat, float);`), the
     functional `typename T::Config(...)`, `#pragma` lines (between a `for`
     header and its body), a `/* */` inside a `#define` body and a string
-    macro between literals (`"..." HINT(128) "..."`). Positions do not move,
+    macro between literals (`"..." HINT(128) "..."`), the `typename` of a
+    using-declaration (`using typename Base::half_t;`) and an attribute macro
+    between a parameter list and a body (`[](T v) ALWAYSINLINE {`). Positions do not move,
     so every span is still a span of the file."""
     out = bytearray(data)
     for m in _STATEMENT_MACRO.finditer(data):
@@ -207,9 +214,10 @@ def repair_idioms(data: bytes, conditionals_in_parens: bool = True) -> bytes:
         _blank_range(out, m.start(), m.end())
     for m in _LAMBDA_QUALIFIER.finditer(data):
         _blank_range(out, m.start(), m.end())
-    for m in _DECL_MACRO.finditer(data):
-        _blank_range(out, m.start(1), m.end(1))
-    for regex in (_ENUM_BASE, _STATEMENT_ARGUMENT, _PRAGMA_LINE, _DEFINE_COMMENT, _STRING_MACRO):
+    for regex in (_DECL_MACRO, _BODY_MACRO):
+        for m in regex.finditer(data):
+            _blank_range(out, m.start(1), m.end(1))
+    for regex in (_ENUM_BASE, _STATEMENT_ARGUMENT, _PRAGMA_LINE, _DEFINE_COMMENT, _STRING_MACRO, _USING_TYPENAME):
         for m in regex.finditer(data):
             _blank_range(out, m.start(), m.end())
     _blank_type_argument_macros(data, out)

@@ -74,6 +74,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
             return _narrow(stored, options.report_paths)
     # the stages load here: a run the stored result answers (the warm `check`) does not pay for importing them
     from .bound_init import bound_per_step
+    from .buffer_classes import buffer_classes
     from .built_per_pass import built_per_pass
     from .caller_lifetimes import caller_lifetimes
     from .checkpoint_reads import checkpoint_uploads
@@ -136,6 +137,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = weight_state(keyed_caches(run_once(lazy_members(sites, index), index), index), index)
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
+    sites = buffer_classes(sites)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")

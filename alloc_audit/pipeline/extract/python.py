@@ -99,7 +99,9 @@ class PythonExtractor:
         self.fake_file = python_fake.may_have_fake_scopes(source)
         self.host_kernel_file = python_host_kernel.may_have_host_kernels(source)
         self.empty_guard_file = python_empty.may_have_empty_guards(source)
-        self.host_test_file = python_host_tests.host_test_file(path, source)  # copies of host tensors only
+        # copies of host tensors only: a host test file, a converter loading on the host
+        self.host_test_file = python_host_tests.host_test_file(path, source) \
+            or python_host_tests.host_loaded_file(source)
         # type-checker-only code: a type-level test file, `if TYPE_CHECKING:` (python_typeonly)
         self.type_level = python_typeonly.type_level_file(path, tree.root_node)
         self.type_checking_file = python_typeonly.type_checking_file(source)

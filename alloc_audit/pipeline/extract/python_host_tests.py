@@ -11,7 +11,16 @@ is host memory, not a device site. A file that imports a test helper module
 and keeps its sites. Without the declaration a test file keeps its sites:
 a framework call (``deepspeed.initialize``) or a fixture may move its
 tensors without naming a device in the file. Read once per file, from the bytes, with
-one compiled pattern. Part of the Python extractor (``python_sites.py``)."""
+one compiled pattern. Part of the Python extractor (``python_sites.py``).
+
+A file of any name that loads its tensors on the host itself (a loader
+call given the host: ``load_state_dict(path, device="cpu")``,
+``torch.load(f, map_location="cpu")``), defines no ``forward`` (a model's
+inputs arrive on the device) and otherwise names no device in the same
+sense (casts such as
+``.to(torch.bfloat16)`` allowed; relative imports allowed, they are the
+package's own code) works on host tensors too: a checkpoint or adapter
+converter. Its copies are host memory."""
 
 from __future__ import annotations
 
@@ -31,3 +40,20 @@ def host_test_file(path: str, source: bytes) -> bool:
     if not path.rpartition("/")[2].startswith("test_") or _NO_GPUS.search(source) is None:
         return False
     return _DEVICE_WORDS.search(source) is None
+
+
+# the file loads tensors onto the host itself: a loader call given `device="cpu"` /
+# `map_location="cpu"` (`load_state_dict(path, device="cpu")`, `torch.load(f, map_location="cpu")`)
+_CPU_LOAD = re.compile(rb"""(?:\bload\w*|safe_open)\([^()]*\b(?:device|map_location)[ \t]*=[ \t]*["']cpu["']""")
+# ... and names no other device, and defines no `forward` (a model's inputs come on the device)
+_OTHER_DEVICE_WORDS = re.compile(
+    rb"cuda|gpu|\.to\((?!dtype=|torch\.\w+\))|\.cuda\(|torch\.device\(|set_default_device|accelerator"
+    rb"|\bdef[ \t]+forward\b"
+    rb"|\b(?:xpu|npu|mps|hpu)\b"
+    rb"""|(?:device|map_location)\s*=(?!=)(?!\s*[A-Za-z_]\w*\.device\b)(?!\s*["']cpu["'])""", re.I)
+
+
+def host_loaded_file(source: bytes) -> bool:
+    """Whether the file loads its tensors on the host and names no other
+    device (see the module text)."""
+    return _CPU_LOAD.search(source) is not None and _OTHER_DEVICE_WORDS.search(source) is None

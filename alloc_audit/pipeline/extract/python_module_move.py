@@ -7,9 +7,13 @@ a config's ``.build()``, ``torch.jit.load(...)``) is a module.
 The receiver, through dtype and mode casts (``model.half().cuda()``), is a
 module when it is, or is a local last assigned in the same function from, a
 call of ``torch.nn.<Class>`` (``torch.nn.parallel.*`` included), of
-``*.from_pretrained`` / ``*.from_config``, of a ``transformers`` class, or of
-a class this file defines on a base named ``*Module``; or a parameter
-annotated with such a class (``model: nn.Module``). A move whose result is
+``*.from_pretrained`` / ``*.from_config``, of a ``transformers``,
+``diffusers`` or ``torchmetrics`` class, of a maker named for a model
+(``build_model(cfg)``; the first of ``model, _ =
+create_model_and_transforms(...)``), or of a class this file defines on a
+base named ``*Module``, also through ``model = model.visual`` (a part of
+it); or a parameter annotated with such a class (``model: nn.Module``,
+``pipeline: FluxPipeline``). A move whose result is
 dropped (``model.to(device)`` as a statement) is a module's too: a tensor's
 ``.to()`` returns a copy and changes nothing, a module's moves it in place,
 unless the receiver is built by a class of this file that is no module. A
@@ -51,6 +55,16 @@ _MODULE_METHOD_NAMES = re.compile(_MODULE_METHODS.decode())
 # a member of `self` that gets a module's method somewhere in its class
 _SELF_MODULE_USE = re.compile(rb"(?<![\w.])self\.(\w+)\.(?:" + _MODULE_METHODS + rb")\(")
 _NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "UninitializedParameter"})
+# libraries whose classes with a `.to`/`.cuda` are modules: models, diffusion
+# pipelines (which move their modules), metrics (torchmetrics.Metric is one);
+# their configs, tokenizers, schedulers and processors have no `.to`
+_MODEL_LIBRARIES = ("transformers.", "diffusers.", "torchmetrics.")
+# a maker function named for what it returns (`build_model(cfg)`,
+# `create_model_and_transforms(...)`, whose first result is the model); not
+# `build_model_inputs(...)` nor `get_model_config(...)`
+_MODEL_MAKER = re.compile(r"(?:load|build|create|make|init|get)_(?:\w+_)?model(?:_and_\w+)?")
+# attributes of a module that are tensors, not sub-modules
+_TENSOR_ATTRS = frozenset({"weight", "bias", "data", "grad", "T", "mT", "H", "mH", "real", "imag"})
 
 
 def moves_module(ext: PythonExtractor, node: Any) -> bool:
@@ -74,8 +88,8 @@ def _told_by_file(ext: PythonExtractor, node: Any, text: str, before: int) -> bo
         found = _last_assignment(ext, node, text, before)
         if found is None:
             return _annotated_module(ext, node, text) or _dropped(node, receiver)
-        if _passes_itself(found[0], text):  # `model = unwrap(model)`: what the name held above
-            before = found[1]
+        if _passes_itself(found[0], text) or _sub_module(found[0], text):
+            before = found[1]  # `model = unwrap(model)`, `model = model.visual`: what the name held above
             continue
         text, before = found
     built = _builds_module(ext, text)
@@ -175,6 +189,14 @@ def _passes_itself(value: str, name: str) -> bool:
             and re.match(re.escape(m.group(0)) + r"\s*" + re.escape(name) + r"\s*[,)]", value) is not None)
 
 
+def _sub_module(value: str, name: str) -> bool:
+    """``name = name.attr`` (``model = model.visual``): the name now holds a
+    part of what it held, a module's part when it held a module, unless the
+    attribute is a tensor's (``.weight``, ``.data``)."""
+    return value.startswith(name + ".") and value[len(name) + 1:].isidentifier() \
+        and value[len(name) + 1:] not in _TENSOR_ATTRS
+
+
 def _annotated_module(ext: PythonExtractor, node: Any, name: str) -> bool:
     """``name`` is a parameter of the enclosing function annotated with a
     module type (``model: nn.Module``, ``model: "PreTrainedModel"``)."""
@@ -206,8 +228,10 @@ def _builds_module(ext: PythonExtractor, text: str) -> bool | None:
         return True
     if _NN_CLASS.match(callee):
         return leaf not in _NOT_MODULES
-    if callee.startswith("transformers.") and leaf[:1].isupper():
-        return True  # a transformers class with .to/.cuda: a model (configs and tokenizers have neither)
+    if callee.startswith(_MODEL_LIBRARIES) and leaf[:1].isupper():
+        return True  # a model library's class with .to/.cuda: a module (configs and tokenizers have neither)
+    if _MODEL_MAKER.fullmatch(leaf) is not None:
+        return True
     if "." in callee:
         return None
     found = re.search(rb"^[ \t]*class[ \t]+" + re.escape(callee.encode()) + rb"[ \t]*(?:\(([^)]*)\))?[ \t]*:",
@@ -250,18 +274,24 @@ def _last_assignment(ext: PythonExtractor, node: Any, name: str, before: int) ->
     text = text[:text.rfind("\n") + 1]  # whole lines only: not the statement `before` is in
     if name not in text:
         return None  # never assigned above: no per-name pattern to compile
-    pattern = rf"^[ \t]*{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*([^\n]+)$"
-    found: re.Match[str] | None = None
-    for hit in re.finditer(pattern, text, re.M):
-        value = hit.group(1).rstrip()
-        if not value.endswith(",") and value.count(")") <= value.count("("):
-            found = hit  # not a keyword argument of a call (`model=model,`)
-    if found is None:
-        return None
-    value = _balanced(found.group(1).strip(), text[found.end():])
-    while (m := _CASTS.search(value)) is not None:
-        value = value[:m.start()].strip()
-    return value, body.start_byte + len(text[:found.start()].encode("utf-8"))
+    # `name = ...`, or `name, *rest = ...` (the first of the results)
+    pattern = rf"^[ \t]*{re.escape(name)}[ \t]*(?::[^=\n]*|(,)[\w \t,*]*)?=(?!=)[ \t]*([^\n]+)$"
+    hits = [hit for hit in re.finditer(pattern, text, re.M)  # not a keyword argument (`model=model,`)
+            if not hit.group(2).rstrip().endswith(",") and hit.group(2).count(")") <= hit.group(2).count("(")]
+    for found in reversed(hits):
+        value = _balanced(found.group(2).strip(), text[found.end():])
+        while (m := _CASTS.search(value)) is not None:
+            value = value[:m.start()].strip()
+        if found.group(1) and not (_passes_itself(value, name) or _made_model(value)):
+            continue  # a tuple from a call that tells nothing (`model, _ = prune(model=model)`): look above
+        return value, body.start_byte + len(text[:found.start()].encode("utf-8"))
+    return None
+
+
+def _made_model(value: str) -> bool:
+    """``value`` calls a maker named for a model (``create_model_and_transforms(...)``)."""
+    m = _CALL.match(value)
+    return m is not None and _MODEL_MAKER.fullmatch(m.group(1).rsplit(".", 1)[-1]) is not None
 
 
 def _balanced(value: str, rest: str) -> str:
