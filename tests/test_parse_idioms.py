@@ -29,6 +29,15 @@ def test_idiom_fixture_parses_without_errors(name: str) -> None:
     assert [i for i, c in enumerate(parsed.source) if c == 10] == [i for i, c in enumerate(data) if c == 10]
 
 
+def test_directive_on_a_last_line_without_newline_parses_at_the_same_positions() -> None:
+    data = b"#pragma once\nvoid f(int n);\n#define ROUND_UP(x, y) (((x) + (y) - 1) / (y))"
+    parsed = parse_source(data, Language.CUDA)
+    assert error_summary(parsed) is None
+    assert parsed.source == data + b"\n"  # every byte where it was, one newline after them
+    ended = data + b"\n"
+    assert parse_source(ended, Language.CUDA).source == ended  # a file with its newline is read as it is
+
+
 def test_one_branch_kept_per_conditional_the_else_one_where_present() -> None:
     data = b"#if A && \\\n  B\nint a;\n#elif C\nint c;\n#else\nint e;\n#endif\n#ifdef D\nint d;\n#endif\n"
     kept = _keep_one_branch(data).split()

@@ -73,6 +73,11 @@ def parse_source(data: bytes, lang: Language, attribute_macros: tuple[str, ...] 
                     return Parsed(second, Language.PYTHON, repaired)
         return Parsed(tree, Language.PYTHON, data)
     masked = mask_macros(data, attribute_macros, specifier_macros, lone_macro_lines)
+    if masked and not masked.endswith(b"\n"):
+        # a directive on the last line needs its newline (a header ending in
+        # `#define X` with none is an error to the grammar); appended after
+        # every byte of the file, so no position moves
+        masked += b"\n"
     tree = _parser(Language.CUDA).parse(masked)
     if tree.root_node.has_error:
         # idioms the grammar cannot read (statement macros without `;`,
