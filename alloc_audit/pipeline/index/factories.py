@@ -56,7 +56,11 @@ class Factories:
         # weights are counted where they are allocated; temporaries (a
         # helper's per-call buffers, a buffer the constructor drops) die
         # before the construction returns: neither makes it a buffer factory
-        reached = [r for ctor in self._symbols.constructors(cls) for r in self._calls.reach(ctor, depth)
+        # a lambda defined in a native constructor (`auto pin = [&]() {...}`) is the constructor's work
+        ctors = self._symbols.constructors(cls)
+        ctors += [f for ctor in ctors if ctor.language is not Language.PYTHON
+                  for f in [self._symbols.func(ctor.path, ctor.qualname + "::<lambda>")] if f is not None]
+        reached = [r for ctor in ctors for r in self._calls.reach(ctor, depth)
                    if self._upload(r.site) or (not _weight(r.site)
                                                and not (r.site.tier is Tier.T4 and (r.hops or r.site.kept == "local")))]
         return min(reached, key=self._significance) if reached else None
