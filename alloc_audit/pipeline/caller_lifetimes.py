@@ -190,8 +190,8 @@ def _table_loop(func: Func, index: ProjectIndex) -> tuple[str, Func, int] | None
     a loop, a name that is neither a function nor one of its parameters or
     assigned locals (the loop variable: ``for name, setup in MODES: setup(n)``)."""
     module = index.func(func.path, "<module>")
-    if module is None or func.owner is not None:
-        return None
+    if module is None or func.owner is not None or not any(func.name in a.value for a in module.assigns):
+        return None  # the pattern below spells the name: skip compiling it
     word = re.compile(rf"\b{re.escape(func.name)}\b(?!\s*\()")
     name = next((a.targets[0] for a in module.assigns if a.targets and word.search(a.value)), None)
     if name is None:

@@ -23,6 +23,7 @@ store with no test, or a temporary under the test stay per call.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Sequence
 
@@ -196,10 +197,7 @@ def _miss(test: str, members: set[str]) -> bool:
     """A test that holds when the cached member is missing, stale or too
     small (``n > len(self.x)``, ``self.x.numel() < n``: grown on demand)."""
     for name in _names(members):
-        if re.search(rf"""\bself\.{name}\s+is\s+None\b|getattr\(\s*self\s*,\s*["']{name}["'][^)]*\)\s+is\s+None\b"""
-                     rf"""|\bnot\s+hasattr\(\s*self\s*,\s*["']{name}["']"""
-                     rf"|\bself\.{name}(?:\.\w+|\[[^\]]*\])*\s*!=|!=\s*self\.{name}\b"
-                     rf"|{_SIZE}self\.{name}(?:\.\w+|\(\)|\[[^\]]*\])*\)?\s*<(?!<)|>\s*{_SIZE}self\.{name}\b", test):
+        if _miss_pattern(name).search(test):
             return True
     return False
 
@@ -212,10 +210,25 @@ def _hit(test: str, members: set[str]) -> bool:
     if text.startswith("not ") or " or " in text:
         return False
     for name in _names(members):
-        if re.search(rf"""\bself\.{name}\s+is\s+not\s+None\b|\bself\.{name}(?:\.\w+|\[[^\]]*\])*\s*=="""
-                     rf"""|==\s*self\.{name}\b|\bhasattr\(\s*self\s*,\s*["']{name}["']|^\(?self\.{name}\)?$""", text):
+        if _hit_pattern(name).search(text):
             return True
     return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _miss_pattern(name: str) -> re.Pattern[str]:
+    """`_miss`'s test for one (escaped) member name, compiled once."""
+    return re.compile(rf"""\bself\.{name}\s+is\s+None\b|getattr\(\s*self\s*,\s*["']{name}["'][^)]*\)\s+is\s+None\b"""
+                      rf"""|\bnot\s+hasattr\(\s*self\s*,\s*["']{name}["']"""
+                      rf"|\bself\.{name}(?:\.\w+|\[[^\]]*\])*\s*!=|!=\s*self\.{name}\b"
+                      rf"|{_SIZE}self\.{name}(?:\.\w+|\(\)|\[[^\]]*\])*\)?\s*<(?!<)|>\s*{_SIZE}self\.{name}\b")
+
+
+@functools.lru_cache(maxsize=4096)
+def _hit_pattern(name: str) -> re.Pattern[str]:
+    """`_hit`'s test for one (escaped) member name, compiled once."""
+    return re.compile(rf"""\bself\.{name}\s+is\s+not\s+None\b|\bself\.{name}(?:\.\w+|\[[^\]]*\])*\s*=="""
+                      rf"""|==\s*self\.{name}\b|\bhasattr\(\s*self\s*,\s*["']{name}["']|^\(?self\.{name}\)?$""")
 
 
 def _names(members: set[str]) -> list[str]:

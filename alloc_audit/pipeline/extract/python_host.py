@@ -25,6 +25,7 @@ a device site only under a default-device context
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -184,19 +185,30 @@ def _bindings(source: str, name: str) -> list[str]:
     if name not in source or _bound_else(source, name):
         return []
     return [_value(source, hit.end()) for hit in
-            re.finditer(rf"^[ \t]*{re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*", source, re.M)]
+            _binding_pattern(name).finditer(source)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _binding_pattern(name: str) -> re.Pattern[str]:
+    """``name = ...`` (``name: T = ...``) at the start of a line, the indent
+    captured: compiled once per name (``re``'s own cache holds 512)."""
+    return re.compile(rf"^([ \t]*){re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*", re.M)
 
 
 def _bound_else(source: str, name: str) -> bool:
     """``name`` is bound in ``source`` other than by `name = ...`."""
     if name not in source:
         return False  # every alternative below spells the name: skip compiling it
+    return _other_binding_pattern(name).search(_lines_with(source, name)) is not None
+
+
+@functools.lru_cache(maxsize=4096)
+def _other_binding_pattern(name: str) -> re.Pattern[str]:
     n = re.escape(name)
     # an unpacking target (`a, x = ...`, `x, b = ...`), not an argument line of a call (`f(a, x, dim=1)`)
-    return re.search(rf"^[ \t]*[^\n=#(]*,[ \t]*{n}\b[^\n=(]*=(?!=)|\bfor\b[^\n:]*\b{n}\b[^\n:]*\bin\b|"
-                     rf"\bas[ \t]+{n}\b|\b{n}[ \t]*:=|^[ \t]*{n}[ \t]*,[^\n=(]*=(?!=)|"
-                     rf"\b(?:global|nonlocal)\b[^\n]*\b{n}\b",
-                     _lines_with(source, name), re.M) is not None
+    return re.compile(rf"^[ \t]*[^\n=#(]*,[ \t]*{n}\b[^\n=(]*=(?!=)|\bfor\b[^\n:]*\b{n}\b[^\n:]*\bin\b|"
+                      rf"\bas[ \t]+{n}\b|\b{n}[ \t]*:=|^[ \t]*{n}[ \t]*,[^\n=(]*=(?!=)|"
+                      rf"\b(?:global|nonlocal)\b[^\n]*\b{n}\b", re.M)
 
 
 def _lines_with(source: str, name: str) -> str:
@@ -263,7 +275,7 @@ def _placed(before: str, after: str, name: str, device: str, depth: int, upto: s
     """The last binding of ``name`` in ``before`` puts it on ``device`` and
     still holds at the end of ``before`` (``after``: the rest of the function;
     ``upto``: the function up to the move, of which ``before`` is a prefix)."""
-    hits = [h for h in re.finditer(rf"^([ \t]*){re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*", before, re.M)
+    hits = [h for h in _binding_pattern(name).finditer(before)
             if _statement_at(before, h.start())]  # not a keyword argument on a line of its own
     if depth <= 0 or not hits:
         return False
