@@ -103,11 +103,14 @@ class Factories:
                 return Reach(site, ())
         if depth <= 0:
             return None
+        scalars = _to_scalar(func)
         for ret in func.returns:
             inside = _wrapped_names(ret.value)
             for call in func.calls:
                 if call.span.line != ret.line and not (call.target and (call.target == ret.value
                                                                         or call.target in inside)):
+                    continue
+                if (call.span.line, call.span.col) in scalars:
                     continue
                 for target in self._resolve(func, call):
                     if target.scope is not None and target.scope.owner:  # its class may be added later
@@ -318,6 +321,19 @@ def _weight(site: Site) -> bool:
     """Model weights (T1) are counted where they are allocated; constructing a
     layer that owns weights is not a derived site."""
     return site.tier is Tier.T1
+
+
+_SCALAR_CALLEES = (").item", ").tolist")  # a method called on a call's value
+
+
+def _to_scalar(func: Func) -> frozenset[tuple[int, int]]:
+    """Where calls start whose value is turned into a host scalar in the same
+    expression (``seed = _broadcast(t).item()``): what is kept or returned is
+    a number, not the tensor the call makes; the tensor is a temporary of
+    ``func``, so the call does not hand an allocation back."""
+    if not any(c.endswith(_SCALAR_CALLEES) for c in func.callees):
+        return frozenset()
+    return frozenset((c.span.line, c.span.col) for c in func.calls if c.callee.endswith(_SCALAR_CALLEES))
 
 
 _WRAPPING_CALL = re.compile(r"^[A-Za-z_][\w.]*\s*\((.*)\)$", re.S)
