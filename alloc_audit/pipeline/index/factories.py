@@ -104,13 +104,12 @@ class Factories:
         if depth <= 0:
             return None
         scalars = _to_scalar(func)
+        scalar: Reach | None = None  # only a number is handed back: the caller's temporary
         for ret in func.returns:
             inside = _wrapped_names(ret.value)
             for call in func.calls:
                 if call.span.line != ret.line and not (call.target and (call.target == ret.value
                                                                         or call.target in inside)):
-                    continue
-                if (call.span.line, call.span.col) in scalars:
                     continue
                 for target in self._resolve(func, call):
                     if target.scope is not None and target.scope.owner:  # its class may be added later
@@ -121,8 +120,10 @@ class Factories:
                         inner = self.class_allocates(target.owner, depth - 1)
                     if inner is not None:
                         hop = Hop(call, func.path, func.qualname, target.qualname)
-                        return Reach(inner.site, (hop, *inner.hops))
-        return None
+                        if (call.span.line, call.span.col) not in scalars:
+                            return Reach(inner.site, (hop, *inner.hops))
+                        scalar = scalar or Reach(inner.site, (hop, *inner.hops))
+        return scalar
 
     def _upload(self, site: Site) -> bool:
         return self._with_uploads and (_moves_module(site) or (site.path, site.span.line) in self._uploads)
@@ -296,7 +297,18 @@ class Factories:
             target=call.target,
             stmt_line=call.span.line,
             via=Via(under.api, under.path, under.span.line),
+            kept="local" if self._scalar(reach) else "",
         )
+
+    def _scalar(self, reach: Reach) -> bool:
+        """The factory hands back only a host scalar made from its
+        allocation (``.item()``): the caller keeps a number, and the
+        allocation is a temporary of the call (T4 wherever it is called)."""
+        for hop in reach.hops:
+            func = self._symbols.func(hop.path, hop.caller)
+            if func is not None and (hop.call.span.line, hop.call.span.col) in _to_scalar(func):
+                return True
+        return False
 
 
 _KIND_RANK = {SiteKind.DEVICE: 0, SiteKind.IPC: 1, SiteKind.MANAGED: 2, SiteKind.VIRTUAL: 3,
