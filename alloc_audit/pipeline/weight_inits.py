@@ -37,6 +37,11 @@ _INITIALISER = "initialiser "  # the reason of the initialiser-name patterns (ru
 _DROPPED = "; a temporary (not kept, returned or handed on): the pattern for T2 does not apply"  # classify.py
 _READS_WEIGHT = re.compile(r"\.weight\b(?!\s*=[^=])")
 _WEIGHT_PARAM = re.compile(r"(?:\w+_)?weights?")
+# a name read as a tensor or module: an attribute or an index of it (`weight.shape`,
+# `weight.copy_(...)`, `weights[i]`)
+_ATTR_OR_INDEX = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*[.\[]")
+# a bare name in an argument list (not a keyword's name)
+_ARG_NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\b(?![ \t]*(?:=[^=]|[.\[(]))")
 _STEP_DEPTH = 2
 
 
@@ -73,9 +78,12 @@ def weight_init_temporaries(sites: Sequence[Site], index: ProjectIndex, globs: C
 def _weights_read(func: Func) -> str:
     """How ``func`` works on weights (it takes one, it reads one), or ""."""
     assert func.scope is not None
-    taken = next((p for p in func.scope.params if _WEIGHT_PARAM.fullmatch(p)), None)
-    if taken is not None:
-        return f"it takes {taken}"
+    taken = [p for p in func.scope.params if _WEIGHT_PARAM.fullmatch(p)]
+    if taken:
+        used = _tensor_names(func)
+        for p in taken:
+            if p in used:
+                return f"it takes {p}"
     for a in func.assigns:
         if _READS_WEIGHT.search(a.value):
             return f"it reads {a.value.strip()[:60]} at line {a.line}"
@@ -83,3 +91,22 @@ def _weights_read(func: Func) -> str:
         if _READS_WEIGHT.search(c.arglist) or _READS_WEIGHT.search(c.callee):
             return f"it reads a .weight in {c.callee}(...) at line {c.span.line}"
     return ""
+
+
+def _tensor_names(func: Func) -> set[str]:
+    """The names ``func`` uses as a tensor or a module: it reads an attribute
+    of one or indexes it (``weight.shape``, ``weight.copy_(...)``,
+    ``weights[i] = ...``) or hands it to a torch op (``torch.matmul(weight, x)``).
+    A float setting named like a weight (``similarity_weight``) that is only
+    passed on or multiplied is none of these."""
+    names: set[str] = set()
+    for a in func.assigns:
+        names.update(_ATTR_OR_INDEX.findall(a.value))
+        for target in a.targets:
+            names.update(_ATTR_OR_INDEX.findall(target))
+    for c in func.calls:
+        names.update(_ATTR_OR_INDEX.findall(c.callee))
+        names.update(_ATTR_OR_INDEX.findall(c.arglist))
+        if c.callee.startswith("torch."):
+            names.update(_ARG_NAME.findall(c.arglist))
+    return names

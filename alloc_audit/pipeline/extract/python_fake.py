@@ -5,7 +5,9 @@ implementation (``@torch.library.register_fake("ns::op")``,
 ``@torch.library.impl(lib, "op", "Meta")``), also through a name bound to
 one of those decorators in the file (``_fake = torch.library.register_fake``,
 or a function whose ``return`` hands one out, then ``@_fake("ns::op")``, or a
-decorator factory returning such a function),
+decorator factory returning such a function), or registered by a call at the
+start of a line (``torch.library.register_fake("ns::op")(fn)``: ``fn`` is
+the fake implementation),
 and code lexically inside
 ``with FakeTensorMode(...):`` or ``with fake_mode:`` where ``fake_mode`` is
 bound to ``FakeTensorMode(...)`` in the same function. Part of the Python
@@ -32,6 +34,9 @@ _ALIAS = re.compile(rb"^[ \t]*([A-Za-z_]\w*)[ \t]*=[ \t]*" + _FAKE_NAME, re.M)
 _WRAPPER = re.compile(rb"^([ \t]*)def[ \t]+([A-Za-z_]\w*)\(", re.M)
 _RETURNS_FAKE = re.compile(rb"^([ \t]+)return[ \t]+" + _FAKE_NAME, re.M)
 _ALIAS_DECORATOR = re.compile(r"^@\s*([A-Za-z_]\w*)\b")
+# `torch.library.register_fake("ns::op")(fn)`: the call form of the decorator
+_REGISTERED = re.compile(
+    rb"^[ \t]*" + _FAKE_NAME + rb"\((?:[^()\n]|\([^()\n]*\))*\)\(\s*([A-Za-z_]\w*)\s*\)", re.M)
 
 
 def may_have_fake_scopes(source: bytes) -> bool:
@@ -47,6 +52,9 @@ def in_fake_scope(ext: PythonExtractor, node: Any) -> bool:
         if kind == "with_statement" and _fake_with(ext, parent):
             return True
         if kind == "function_definition":
+            name = parent.child_by_field_name("name")
+            if name is not None and src.text(name, 100) in fake_aliases(ext):
+                return True
             holder = parent.parent
             if holder is not None and holder.type == "decorated_definition":
                 for child in holder.children:
@@ -64,11 +72,13 @@ def _fake_decorator(ext: PythonExtractor, text: str) -> bool:
 
 
 def fake_aliases(ext: PythonExtractor) -> frozenset[str]:
-    """Names the file binds to a fake-impl decorator: an assignment of one,
-    or a function that returns one. Read once per file, from the bytes."""
+    """Names the file binds to a fake-impl decorator (an assignment of one,
+    or a function that returns one) and the functions it registers as fake
+    implementations by a call. Read once per file, from the bytes."""
     if ext.fake_aliases is None:
         data = ext.src.data
         names = {m.group(1).decode() for m in _ALIAS.finditer(data)}
+        names.update(m.group(1).decode() for m in _REGISTERED.finditer(data))
         for ret in _RETURNS_FAKE.finditer(data):
             # the innermost `def` above the `return`, indented less
             indent = len(ret.group(1))

@@ -32,6 +32,8 @@ _STRING_LITERAL = re.compile(r"""^[rbuRBU]{0,2}(['"])(.*)\1$""", re.S)
 _FSTRING = re.compile(r"""^[fF][rR]?(['"])(.*)\1$""", re.S)
 STRING_LITERAL = _STRING_LITERAL
 DEFAULT_DEVICE = "default"  # no device given: the default device where the call runs
+# `pin_memory=kwargs.get("pin_memory", False)`: the caller's setting forwarded, off by default: not pinned
+_FORWARDED_OFF = re.compile(r"""[\w.]+\.get\(\s*['"]\w+['"]\s*(?:,\s*(?:False|None)\s*)?\)""")
 _DICT_DEVICE = re.compile(r"""(?:\bdevice\s*=|["']device["']\s*:)\s*([^,)}\n]+)""")
 # `.to(x)` copies to a device when x names one: `device`, `self.device`,
 # `target_dev`, `x.device`, `torch.device(...)` (never a dtype or a tensor)
@@ -237,7 +239,7 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
     if mode in ("keyword", "inherit"):
         pin = kwargs.get("pin_memory")
         dev_text = kwargs.get("device")
-        if pin is not None and pin.strip() != "False":
+        if pin is not None and pin.strip() != "False" and not _FORWARDED_OFF.fullmatch(pin.strip()):
             kind = SiteKind.PINNED_HOST
             device = "cpu" if pin.strip() == "True" else "cpu (pinned if " + pin.strip() + ")"
         elif dev_text is None:
