@@ -103,6 +103,8 @@ class Factories:
                 return Reach(site, ())
         if depth <= 0:
             return None
+        scalars = _to_scalar(func)
+        scalar: Reach | None = None  # only a number is handed back: the caller's temporary
         for ret in func.returns:
             inside = _wrapped_names(ret.value)
             for call in func.calls:
@@ -118,8 +120,10 @@ class Factories:
                         inner = self.class_allocates(target.owner, depth - 1)
                     if inner is not None:
                         hop = Hop(call, func.path, func.qualname, target.qualname)
-                        return Reach(inner.site, (hop, *inner.hops))
-        return None
+                        if (call.span.line, call.span.col) not in scalars:
+                            return Reach(inner.site, (hop, *inner.hops))
+                        scalar = scalar or Reach(inner.site, (hop, *inner.hops))
+        return scalar
 
     def _upload(self, site: Site) -> bool:
         return self._with_uploads and (_moves_module(site) or (site.path, site.span.line) in self._uploads)
@@ -293,7 +297,18 @@ class Factories:
             target=call.target,
             stmt_line=call.span.line,
             via=Via(under.api, under.path, under.span.line),
+            kept="local" if self._scalar(reach) else "",
         )
+
+    def _scalar(self, reach: Reach) -> bool:
+        """The factory hands back only a host scalar made from its
+        allocation (``.item()``): the caller keeps a number, and the
+        allocation is a temporary of the call (T4 wherever it is called)."""
+        for hop in reach.hops:
+            func = self._symbols.func(hop.path, hop.caller)
+            if func is not None and (hop.call.span.line, hop.call.span.col) in _to_scalar(func):
+                return True
+        return False
 
 
 _KIND_RANK = {SiteKind.DEVICE: 0, SiteKind.IPC: 1, SiteKind.MANAGED: 2, SiteKind.VIRTUAL: 3,
@@ -318,6 +333,19 @@ def _weight(site: Site) -> bool:
     """Model weights (T1) are counted where they are allocated; constructing a
     layer that owns weights is not a derived site."""
     return site.tier is Tier.T1
+
+
+_SCALAR_CALLEES = (").item", ").tolist")  # a method called on a call's value
+
+
+def _to_scalar(func: Func) -> frozenset[tuple[int, int]]:
+    """Where calls start whose value is turned into a host scalar in the same
+    expression (``seed = _broadcast(t).item()``): what is kept or returned is
+    a number, not the tensor the call makes; the tensor is a temporary of
+    ``func``, so the call does not hand an allocation back."""
+    if not any(c.endswith(_SCALAR_CALLEES) for c in func.callees):
+        return frozenset()
+    return frozenset((c.span.line, c.span.col) for c in func.calls if c.callee.endswith(_SCALAR_CALLEES))
 
 
 _WRAPPING_CALL = re.compile(r"^[A-Za-z_][\w.]*\s*\((.*)\)$", re.S)
