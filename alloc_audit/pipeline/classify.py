@@ -17,9 +17,10 @@ from functools import lru_cache
 
 from ..catalog import TierPattern
 from ..globs import matcher, test_path
-from ..model import Annotation, FileFacts, Scope, Site, SiteKind, Tier
+from ..model import BENCHMARK, Annotation, FileFacts, Scope, Site, SiteKind, Tier
 from .default_device import MODEL_BUILD as _MODEL_BUILD
 from .extract.annotations import annotation_applies
+from .roles import conventional_role
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,13 @@ def _kept_on_object(target: str | None) -> bool:
     return bool(target) and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+(\[[^\]]*\])?", target or "") is not None
 
 
+def _benchmark_input(site: Site) -> bool:
+    """A buffer of benchmark code that is not kept on an object (a local or
+    a returned value): the inputs of one case."""
+    return conventional_role(site.path) == BENCHMARK and not _kept_on_object(site.target) \
+        and not _kept_place(site.kept)
+
+
 def _held_by_caller(site: Site, ctx: SiteContext) -> str:
     """The parameter whose container (`d[k]`, `d[i][k]`) receives a pinned
     host buffer, else ""."""
@@ -217,8 +225,13 @@ def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation
             return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
                 f"temporary in {site.scope}: not kept, returned or handed on, it dies when the call returns"
                 + (f"; no device given, {site.device_context}" if site.device_context else "")))
-    elif pattern is not None and compiled.named(pattern) and test_path(site.path):
-        note = f"; test code: the name pattern for {pattern.tier} does not apply"
+    elif pattern is not None and compiled.named(pattern) and (
+            test_path(site.path) or _benchmark_input(site)):
+        # test and benchmark code is never T1-T3 by a name: a benchmark's
+        # `setup_*` builds the inputs of one case (the harness calls it per
+        # case and drops what it returns); one it keeps on an object keeps
+        # its pattern
+        note = f"; test or benchmark code: the name pattern for {pattern.tier} does not apply"
         pattern = compiled.first(site, ctx, names=False)
     if pattern is not None:
         reason = pattern.reason.format(
