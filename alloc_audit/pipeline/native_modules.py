@@ -15,12 +15,12 @@ registers (``weight_ = std::make_shared<Buffer>(n); registerParams(weight_,
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterable
 
 from ..model import Language, Site, SiteKind, Tier
 from .index import ProjectIndex
+from .retier import Decision, retier
 
 # a call that registers a member on the model being built (leaf name)
 _REGISTERS = re.compile(r"register_?(?:params?|parameters?|buffers?|children|child|modules?|submodules?)", re.I)
@@ -28,17 +28,19 @@ _REGISTERS = re.compile(r"register_?(?:params?|parameters?|buffers?|children|chi
 
 def native_module_state(derived: Iterable[Site], index: ProjectIndex) -> list[Site]:
     """Derived C++ sites that construct a class registering its members: T1."""
-    out = []
     memo: dict[str, str | None] = {}
-    for site in derived:
-        if site.tier is not Tier.T1 and site.kind is SiteKind.DEVICE and site.language is not Language.PYTHON:
-            call = _registers_target(index, site) or _registering_call(index, site.api, memo)
-            if call is not None:
-                site = dataclasses.replace(site, tier=Tier.T1, tier_reason=(
-                    f"constructs {site.api}: its constructor registers its buffers on the model ({call}): "
-                    f"model weights, whoever builds it (was: {site.tier_reason})"))
-        out.append(site)
-    return out
+
+    def eligible(site: Site) -> bool:
+        return site.tier is not Tier.T1 and site.kind is SiteKind.DEVICE and site.language is not Language.PYTHON
+
+    def decide(site: Site) -> Decision | None:
+        call = _registers_target(index, site) or _registering_call(index, site.api, memo)
+        if call is None:
+            return None
+        return Tier.T1, (f"constructs {site.api}: its constructor registers its buffers on the model ({call}): "
+                         f"model weights, whoever builds it (was: {site.tier_reason})")
+
+    return retier(list(derived), eligible, decide)
 
 
 def _registers_target(index: ProjectIndex, site: Site) -> str | None:
