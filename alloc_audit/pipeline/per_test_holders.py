@@ -6,9 +6,9 @@ Output: the same sites, a few re-tiered T4 with a reason naming the class.
 
 An object with device buffers built in a test function is "built once"
 (once per test: T2) when it is set-up state the test shares with what it
-drives: a model, a module. A plain class (no base but ``object``) whose
-constructor only fills attributes with tensors is a holder of the test's
-inputs: bound to a local of one test, never returned, it dies when the
+drives: a model, a module. A plain class of test code (no base but ``object``, no methods but
+dunders) whose constructor fills attributes with tensors is a holder of the
+test's inputs: bound to a local of one test, never returned, it dies when the
 test ends, like the test's other inputs: per call (T4; DESIGN.md,
 "Lifetime tiers": dropped -> scratch). A torch module or any class with a
 base keeps the tier ``tiers_of_derived`` gave it. Pure.
@@ -50,7 +50,9 @@ def per_test_holders(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
 
 def _plain_class(site: Site, index: ProjectIndex) -> ClassInfo | None:
     """The class the site constructs, when its constructor holds the
-    underlying allocation and it has no base but ``object``."""
+    underlying allocation, it has no base but ``object``, it is defined in
+    test code and has no methods but dunders (a holder of inputs, not a
+    wrapper with a workspace it plans and runs with)."""
     via = site.via
     if via is None:
         return None
@@ -59,5 +61,7 @@ def _plain_class(site: Site, index: ProjectIndex) -> ClassInfo | None:
         owner = func.owner
         if (func.scope is not None and func.scope.role == "constructor" and owner is not None
                 and owner.name == name and func.scope.span.contains_line(via.line)):
-            return owner if all(b in ("object", "") for b in owner.bases) else None
+            holder = all(b in ("object", "") for b in owner.bases) and test_path(via.path) and all(
+                m.startswith("__") for m in owner.methods)
+            return owner if holder else None
     return None
