@@ -209,7 +209,8 @@ def _initialiser_not_kept(site: Site, ctx: _Ctx) -> Site:
             return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
                 f"a load-time temporary: every caller chain starts in a load path ({', '.join(roots[:3])}); "
                 f"per call in {site.scope}"))
-    stepper = _stepped(func, ctx, _LOAD_DEPTH)
+    read = not handed or site.kept.startswith("handed:torch.")  # read by a torch op (`torch.cat([q, pad])`)
+    stepper = _stepped(func, ctx, _LOAD_DEPTH) if read else None
     if stepper is not None:
         what = "its result is returned" if site.kept == "return" else "a temporary"
         return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
@@ -285,8 +286,7 @@ def _load_called_per_step(site: Site, ctx: _Ctx) -> Site:
 
 
 def _stepped(func: Func, ctx: _Ctx, depth: int = _STEP_DEPTH) -> Func | None:
-    """A per-step function among ``func``'s callers, up to ``depth`` calls up,
-    or reaching the reader of a dispatch table one of them is registered in."""
+    """A per-step caller of ``func`` up to ``depth`` calls up (or of a dispatch table's reader)."""
     key = f"{func.id}#{depth}"
     if key in ctx.stepped:
         return ctx.stepped[key]

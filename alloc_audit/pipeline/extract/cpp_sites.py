@@ -315,7 +315,7 @@ def mark_static(sites: list[Site], assigns: list[Assign]) -> list[Site]:
                for t in a.targets}
     if not statics:
         return sites
-    local = {(a.scope, t) for a in assigns if a.scope != _FILE for t in a.targets}
+    local = {(a.scope, t) for a in assigns if a.type and a.scope != _FILE for t in a.targets}  # declared there
     freed = {(s.scope, s.target) for s in sites if s.kind is SiteKind.RELEASE and s.target}
     return [dataclasses.replace(s, kept="static") if s.target and _static(s.scope, s.target, statics, local, freed)
             else s for s in sites]
