@@ -97,6 +97,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .registered_members import registered_members
     from .returned_scratch import returned_scratch
     from .roles import with_roles
+    from .run_accumulators import run_accumulators
     from .run_once import run_once
     from .weight_fills import weight_fills
     from .weight_inits import weight_init_temporaries
@@ -135,6 +136,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = kept_submodules(sites, index, catalog.callers)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
     sites = weight_state(keyed_caches(run_once(lazy_members(sites, index), index), index), index)
+    sites = run_accumulators(sites, index, catalog.callers)
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = buffer_classes(sites)
