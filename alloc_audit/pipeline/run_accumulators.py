@@ -12,8 +12,9 @@ before its step loop (``counts = {"tokens": torch.tensor(0, device=d)}``,
 (``counts["tokens"] += n``, ``total.add_(x)``) is made once and lives for
 the whole run: T2 (DESIGN.md, "Lifetime tiers": made once per process).
 A local allocated inside the loop, rebound by a plain assignment inside
-it, only read there, or made in a function that runs per step or is
-called in a loop stays per call.
+it, only read there, or made in a function that runs per step, is called
+in a loop or is reached through a test (its runner calls it once per
+case, even where a `__main__` block calls it once too) stays per call.
 """
 
 from __future__ import annotations
@@ -103,8 +104,8 @@ def _runs_once(func: Func, index: ProjectIndex, once: Callable[[str], bool], per
                depth: int, seen: frozenset[str], memo: dict[str, bool]) -> bool:
     """``func`` is a run-once function, or every caller within ``depth``
     calls is one (or module-level code), none calling it in a loop."""
-    if per_step(func.name):
-        return False
+    if per_step(func.name) or func.name.startswith("test"):
+        return False  # a test runs once per case its runner collects, callers unseen
     if once(func.name):
         return True
     found = memo.get(func.id)
