@@ -6,7 +6,7 @@ the same sites, the per-call (T4) Python device sites that are such state
 re-tiered T2 with a reason naming the function and the update.
 
 ``fit()`` runs once (it is a ``[callers] once`` function, or every caller
-chain starts in one, none calling it in a loop); a counter it allocates
+chain starts in one, each calling it at one place outside its loops); a counter it allocates
 before its step loop (``counts = {"tokens": torch.tensor(0, device=d)}``,
 ``total = torch.zeros(n, device=d)``) and updates in place inside that loop
 (``counts["tokens"] += n``, ``total.add_(x)``) is made once and lives for
@@ -103,7 +103,7 @@ def _rebound(func: Func, name: str, site: Site) -> bool:
 def _runs_once(func: Func, index: ProjectIndex, once: Callable[[str], bool], per_step: Callable[[str], bool],
                depth: int, seen: frozenset[str], memo: dict[str, bool]) -> bool:
     """``func`` is a run-once function, or every caller within ``depth``
-    calls is one (or module-level code), none calling it in a loop."""
+    calls is one (or module-level code), each calling it at one place outside its loops."""
     if per_step(func.name) or func.name.startswith("test"):
         return False  # a test runs once per case its runner collects, callers unseen
     if once(func.name):
@@ -116,7 +116,7 @@ def _runs_once(func: Func, index: ProjectIndex, once: Callable[[str], bool], per
         callers = [index.funcs[fid] for fid, d in index.callers_within([func], 1).items()
                    if d == 1 and fid in index.funcs and fid != func.id]
         result = bool(callers) and all(
-            not _calls_in_a_loop(caller, func)
+            _calls_once(caller, func)
             and (caller.qualname == "<module>"
                  or _runs_once(caller, index, once, per_step, depth - 1, seen | {func.id}, memo))
             for caller in callers)
@@ -124,8 +124,9 @@ def _runs_once(func: Func, index: ProjectIndex, once: Callable[[str], bool], per
     return result
 
 
-def _calls_in_a_loop(caller: Func, callee: Func) -> bool:
-    """Some call of ``callee`` by name in ``caller`` sits in a loop body."""
+def _calls_once(caller: Func, callee: Func) -> bool:
+    """``caller`` calls ``callee`` (by name) at one place, outside its loops:
+    `run(a); run(b)` makes the state twice, each dropped when its call ends."""
+    lines = [c.span.line for c in caller.calls if c.callee.rsplit(".", 1)[-1] == callee.name]
     loops = [b.span for b in caller.blocks if b.kind == "loop"]
-    return any(span.contains_line(c.span.line) for c in caller.calls
-               if c.callee.rsplit(".", 1)[-1] == callee.name for span in loops)
+    return len(lines) == 1 and not any(span.contains_line(lines[0]) for span in loops)
