@@ -104,7 +104,7 @@ def main() -> None:
     from alloc_audit.pipeline import cache as cache_module
     from alloc_audit.pipeline import run
 
-    gc.set_threshold(100_000, 20, 10)  # as the console script (`__main__.entry`) runs a scan
+    gc.set_threshold(300_000, 20, 10)  # as the console script (`__main__.entry`) runs a scan
 
     run._source_digest = lambda: "bench/passes.py"  # type: ignore[attr-defined]
     cache = args.cache or tempfile.mkdtemp(prefix="alloc-audit-passes-")
