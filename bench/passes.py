@@ -40,7 +40,8 @@ STAGES = [("index", "build_index"), ("expand", "expand_skipped"), ("default_devi
           ("native_modules", "native_module_state"), ("kept_stores", "stored_later"),
           ("weight_inits", "weight_init_temporaries"), ("kept_submodules", "kept_submodules"),
           ("keyed_caches", "keyed_caches"), ("weight_state", "weight_state"), ("helper_built", "helper_built"),
-          ("buffer_classes", "buffer_classes"), ("run", "_findings")]
+          ("buffer_classes", "buffer_classes"), ("per_test_holders", "per_test_holders"),
+          ("returned_once", "returned_once"), ("module_build_temps", "module_build_temps"), ("run", "_findings")]
 
 
 def _wrap(times: dict[str, float], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
