@@ -100,6 +100,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .returned_once import returned_once
     from .returned_scratch import returned_scratch
     from .roles import with_roles
+    from .run_accumulators import run_accumulators
     from .run_once import run_once
     from .weight_fills import weight_fills
     from .weight_inits import weight_init_temporaries
@@ -138,6 +139,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = kept_submodules(sites, index, catalog.callers)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
     sites = weight_state(keyed_caches(run_once(lazy_members(sites, index), index), index), index)
+    sites = run_accumulators(sites, index, catalog.callers)
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = module_build_temps(returned_once(sites, index, catalog.callers), index)
