@@ -185,6 +185,12 @@ def _wraps_module(index: ProjectIndex, leaf: str, call: Call) -> bool:
     return bool(args) and args[0].keyword is None and _MODULE_ARG.fullmatch(args[0].text.strip()) is not None
 
 
+def external_module_base(index: ProjectIndex, bases: Sequence[str]) -> bool:
+    """A base, followed through project classes, is a library torch module
+    (``nn.Linear``, ``*Module``, a class named like a model or a layer)."""
+    return _external_base(index, bases, {})
+
+
 def _external_base(index: ProjectIndex, bases: Sequence[str], memo: dict[str, bool], depth: int = 0,
                    parameters: bool = False) -> bool:
     """A base, followed through project classes, is a library class no
