@@ -50,6 +50,7 @@ from ..model import Language, Site, SiteKind, Tier
 from .built_per_pass import class_factories, default_fill
 from .caller_lifetimes import NameMemo, attribute_caller
 from .default_device import MODEL_BUILD
+from .dispatched import per_step_reader
 from .index import Func, ProjectIndex
 from .loop_calls import calls_in_loop
 
@@ -208,7 +209,8 @@ def _initialiser_not_kept(site: Site, ctx: _Ctx) -> Site:
             return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
                 f"a load-time temporary: every caller chain starts in a load path ({', '.join(roots[:3])}); "
                 f"per call in {site.scope}"))
-    stepper = _stepped(func, ctx, _LOAD_DEPTH) if not handed else None
+    read = not handed or site.kept.startswith("handed:torch.")  # read by a torch op (`torch.cat([q, pad])`)
+    stepper = _stepped(func, ctx, _LOAD_DEPTH) if read else None
     if stepper is not None:
         what = "its result is returned" if site.kept == "return" else "a temporary"
         return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
@@ -284,18 +286,16 @@ def _load_called_per_step(site: Site, ctx: _Ctx) -> Site:
 
 
 def _stepped(func: Func, ctx: _Ctx, depth: int = _STEP_DEPTH) -> Func | None:
-    """A per-step function among ``func``'s callers, up to ``depth`` calls up."""
+    """A per-step caller of ``func`` up to ``depth`` calls up (or of a dispatch table's reader)."""
     key = f"{func.id}#{depth}"
     if key in ctx.stepped:
         return ctx.stepped[key]
     found = None
     if ctx.per_step is not None:
         dist = ctx.index.callers_within([func], depth)
-        for fid in sorted(dist, key=lambda f: (dist[f], f)):
-            caller = ctx.index.funcs.get(fid)
-            if dist[fid] > 0 and caller is not None and ctx.per_step(caller.name):
-                found = caller
-                break
+        funcs = [f for fid in sorted(dist, key=lambda f: (dist[f], f)) if (f := ctx.index.funcs.get(fid)) is not None]
+        found = next((f for f in funcs if dist[f.id] > 0 and ctx.per_step(f.name)), None) or per_step_reader(
+            funcs, ctx.index, ctx.per_step, ctx.callers)  # or through a dispatch table (dispatched.py)
     ctx.stepped[key] = found
     return found
 

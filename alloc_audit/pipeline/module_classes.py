@@ -16,7 +16,9 @@ bytes of the skipped files that mention the name, and a ``class Name(...)``
 there whose bases (every definition of that name, followed through base
 names up to 4 levels) reach ``Module`` counts the same; so does a class of
 that name the index knows but the import did not resolve to (a re-export
-through a skipped package ``__init__``). Pure, but for
+through a skipped package ``__init__``). A library class built around a
+module it is handed first (``Adapter(vae.encoder, ...).to(dev)``) is a
+module too. Pure, but for
 ``skipped``'s reads.
 """
 
@@ -26,6 +28,7 @@ import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 
+from ..arglists import split_args
 from ..catalog import TierPattern
 from ..model import Call, FileFacts, Language, Site, Tier
 from .classify import classify_sites
@@ -70,7 +73,7 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
                 continue
         else:
             leaf = last_name(call.callee)
-            module = _named_builder(index, leaf) or (
+            module = _named_builder(index, leaf) or _wraps_module(index, leaf, call) or (
                 skipped is not None and leaf[:1].isupper() and _skipped_module(leaf, index, skipped, memo, text_memo))
         if module:
             moved[i] = dataclasses.replace(site, api=_MOVES[site.api])
@@ -147,6 +150,21 @@ def _named_builder(index: ProjectIndex, leaf: str) -> bool:
     if _MODEL_MAKER.fullmatch(leaf) is not None:
         return True
     return _MODULE_SUFFIX.fullmatch(leaf) is not None and not index.classes_named(leaf)
+
+
+# what a wrapped module is called: `model`, `vae.encoder`, `self.unet`, `text_model`
+_MODULE_ARG = re.compile(r"(?:[A-Za-z_][\w.]*\.)?(?:\w+_)?(?:model|module|encoder|decoder|unet|transformer|vae"
+                         r"|backbone|layer|block)")
+
+
+def _wraps_module(index: ProjectIndex, leaf: str, call: Call) -> bool:
+    """The builder is a library class (no project file defines it) built
+    around a module it is handed first (``Adapter(vae.encoder, ...)``,
+    ``Wrapper(model)``): a wrapper of a module is a module."""
+    if not leaf[:1].isupper() or index.classes_named(leaf):
+        return False
+    args = split_args(call.arglist)
+    return bool(args) and args[0].keyword is None and _MODULE_ARG.fullmatch(args[0].text.strip()) is not None
 
 
 def _external_base(index: ProjectIndex, bases: Sequence[str], memo: dict[str, bool], depth: int = 0,

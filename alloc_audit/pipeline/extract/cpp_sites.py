@@ -306,8 +306,30 @@ def _is_reference(declarator: Any) -> bool:
 
 def mark_static(sites: list[Site], assigns: list[Assign]) -> list[Site]:
     """A site whose memory goes to a function-local `static` is made once per
-    process, however often the function runs (``Site.kept`` = ``static``)."""
-    statics = {(a.scope, t) for a in assigns if a.type and a.type.startswith("static ") for t in a.targets}
+    process, however often the function runs (``Site.kept`` = ``static``);
+    so is one in a lambda of that function (`std::call_once(flag, [&] {
+    cudaMallocHost(&buf, n); })`: the lambda captures the static), and one
+    into a file-scope variable the function does not declare itself nor
+    release (`if (!pool) cudaMallocHost(&pool, n);`)."""
+    statics = {(a.scope, t) for a in assigns if a.type and (a.type.startswith("static ") or a.scope == _FILE)
+               for t in a.targets}
     if not statics:
         return sites
-    return [dataclasses.replace(s, kept="static") if s.target and (s.scope, s.target) in statics else s for s in sites]
+    local = {(a.scope, t) for a in assigns if a.type and a.scope != _FILE for t in a.targets}  # declared there
+    freed = {(s.scope, s.target) for s in sites if s.kind is SiteKind.RELEASE and s.target}
+    return [dataclasses.replace(s, kept="static") if s.target and _static(s.scope, s.target, statics, local, freed)
+            else s for s in sites]
+
+
+_FILE = "<module>"
+
+
+def _static(scope: str, target: str, statics: set[tuple[str, str]], local: set[tuple[str, str]],
+            freed: set[tuple[str, str]]) -> bool:
+    outer = scope
+    while outer.endswith("::<lambda>"):
+        outer = outer.removesuffix("::<lambda>")
+    if (outer, target) in statics:
+        return True
+    return (_FILE, target) in statics and (outer, target) not in local and (scope, target) not in local \
+        and (scope, target) not in freed and (outer, target) not in freed
