@@ -368,11 +368,11 @@ def _reached_from_load(site: Site, ctx: _Ctx) -> Site:
     load = ctx.load
     if func is None or func.scope is None or func.scope.role not in _FUNCTION_ROLES or load is None:
         return site
-    if load(func.name):
-        # its own temporaries (the name patterns skip them), unless it runs per step
-        if site.kept in (None, "", "local") and _stepped(func, ctx) is None:
-            return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
-                f"a load-time temporary in load path {func.qualname}; {site.tier_reason}"))
+    if load(func.name):  # its temporaries and values handed on (name patterns skip them), unless run per step
+        if (site.kept in (None, "", "local") or site.kept.startswith("handed:")) and _stepped(func, ctx) is None:
+            what = "value handed on (to a loaded weight)" if site.kept else "temporary"
+            return dataclasses.replace(site, tier=Tier.T1, tier_reason=f"a load-time {what} in {func.qualname}; "
+                                       f"{site.tier_reason}")
         return site
     proven, roots = _chain(func, ctx, "load")
     if not proven:

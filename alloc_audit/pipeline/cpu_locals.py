@@ -1,20 +1,25 @@
-"""Stage 5, before the callers: moves to a local the function binds to the
-CPU are not sites (issue 11, round 10).
+"""Stage 5, before the callers: allocations on a device the function binds
+to the CPU are not sites (issue 11, rounds 10 and 16).
 
-``device = "cpu"`` and then ``m.to(device)`` (or ``.to(device=device)``)
-moves to host memory: no device allocation. Only a local of the function
-itself (not a parameter), every assignment of which in the function is the
-literal ``"cpu"`` (or ``torch.device("cpu")``); anything else keeps the
-site. Pure.
+``device = "cpu"`` (or ``torch.device("cpu")``) and then ``m.to(device)``,
+``.to(device=device)`` or a factory's ``device=device`` allocates host
+memory: no device allocation. The name is either a local of the function
+itself, every binding of which in the function is that literal, or a
+parameter of a test the function's own ``pytest.mark.parametrize`` decorator
+gives only CPU values (``@parametrize("device", [torch.device("cpu")])``)
+and the body never rebinds. Anything else keeps the site: a binding to
+anything else, a parametrize list with any other value (or ``indirect``),
+a parameter with only a CPU default (callers may pass a GPU). Pure.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Sequence
 
 from ..arglists import split_args
-from ..model import Language, Site
+from ..model import Call, Language, Site
 from .index import Func, ProjectIndex
 
 _MOVES = frozenset({"Tensor.to", "Module.to"})
@@ -22,27 +27,106 @@ _CPU = re.compile(r"""(?:torch\.device\(\s*)?["']cpu["']\s*\)?""")
 
 
 def drop_cpu_locals(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
-    return [s for s in sites if not (s.via is None and s.language is Language.PYTHON and s.api in _MOVES
-                                     and _to_cpu_local(s, index))]
+    host = _HostDevices(index)
+    return [s for s in sites if not (s.via is None and s.language is Language.PYTHON and host.on_cpu(s))]
 
 
-def _to_cpu_local(site: Site, index: ProjectIndex) -> bool:
-    func = index.func(site.path, site.scope)
-    if func is None or func.scope is None:
+class _HostDevices:
+    """Which sites allocate on a device name the function binds to the CPU."""
+
+    def __init__(self, index: ProjectIndex) -> None:
+        self.index = index
+        self._pending: dict[str, list[Call]] | None = None  # path -> its parametrize calls
+        self._params: dict[str, dict[str, list[str]]] = {}  # path -> func id -> its parametrize arglists
+
+    def on_cpu(self, site: Site) -> bool:
+        if site.device not in (None, "unknown"):
+            return False  # a device said literally
+        func = self.index.func(site.path, site.scope)
+        if func is None or func.scope is None:
+            return False
+        call = next((c for c in func.calls if c.span == site.span), None)
+        if call is None or "device" not in call.arglist and site.api not in _MOVES:
+            return False
+        args = list(split_args(call.arglist))
+        named = next((a for a in args if a.keyword == "device"), None)
+        if named is None and site.api in _MOVES:
+            named = args[0] if args and args[0].keyword is None else None
+        name = named.text.strip() if named is not None else ""
+        if not name.isidentifier():
+            return False
+        if name not in func.scope.params:
+            return _only_cpu(func, name)
+        return not _bound(func, name) and self._parametrized_cpu(func, name)
+
+    def _parametrized_cpu(self, func: Func, name: str) -> bool:
+        """``func``'s own ``parametrize`` decorators give ``name`` only CPU values."""
+        if func.scope is None or not any(d.rsplit(".", 1)[-1] == "parametrize" for d in func.scope.decorators):
+            return False
+        lists = self._parametrize_of(func)
+        verdicts = [v for v in (_cpu_only(a, name) for a in lists) if v is not None]
+        return bool(verdicts) and all(verdicts)
+
+    def _parametrize_of(self, func: Func) -> list[str]:
+        """The arglists of the ``parametrize`` calls decorating ``func``: each
+        decorator call belongs to the function defined next below it (a
+        decorator's arguments hold no ``def``)."""
+        if self._pending is None:
+            self._pending = {}
+            for caller, i in self.index.calls_named("parametrize"):
+                if caller.table is not None and caller.language is Language.PYTHON:
+                    self._pending.setdefault(caller.path, []).append(caller.table[i])
+        if func.path not in self._params:
+            byfunc = self._params[func.path] = {}
+            defs = sorted((f.scope.span.line, f.id) for f in self.index.functions_in(func.path)
+                          if f.scope is not None and f.scope.kind == "function")
+            for call in self._pending.get(func.path, ()):
+                below = next((fid for line, fid in defs if line > call.span.end_line), None)
+                if below is not None:
+                    byfunc.setdefault(below, []).append(call.arglist)
+        return self._params[func.path].get(func.id, [])
+
+
+def _cpu_only(arglist: str, name: str) -> bool | None:
+    """``parametrize(arglist)`` gives ``name`` only CPU values (True), some
+    other value (False), or does not name it (None)."""
+    try:
+        call = ast.parse(f"f({arglist})", mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False if re.search(rf"\b{re.escape(name)}\b", arglist) else None
+    assert isinstance(call, ast.Call)
+    if len(call.args) < 2 or not isinstance(call.args[0], ast.Constant) or not isinstance(call.args[0].value, str):
+        return False if re.search(rf"\b{re.escape(name)}\b", arglist) else None
+    names = [n.strip() for n in call.args[0].value.split(",")]
+    if name not in names:
+        return None
+    values = call.args[1]
+    if len(names) != 1 or not isinstance(values, (ast.List, ast.Tuple)) or not values.elts \
+            or any(k.arg == "indirect" for k in call.keywords):
         return False
-    call = next((c for c in func.calls if c.span == site.span), None)
-    if call is None:
-        return False
-    args = list(split_args(call.arglist))
-    named = next((a for a in args if a.keyword == "device"), None)
-    arg = named or (args[0] if args and args[0].keyword is None else None)
-    name = arg.text.strip() if arg is not None else ""
-    return name.isidentifier() and name not in func.scope.params and _only_cpu(func, name)
+    return all(_CPU.fullmatch(ast.unparse(v)) is not None for v in values.elts)
+
+
+def _bound(func: Func, name: str) -> bool:
+    return any(name in a.targets for a in func.assigns) or _with_bound(func, name) \
+        or any((c.target or "").strip() == name for c in func.calls)
+
+
+def _with_bound(func: Func, name: str) -> bool:
+    return any((item.target or "").strip() == name for w in func.withs for item in w.items)
 
 
 def _only_cpu(func: Func, name: str) -> bool:
-    if any((c.target or "").strip() == name for c in func.calls):  # `device = pick_device()`
+    """Every binding of local ``name`` is the CPU: an assignment of the literal,
+    or a call bound to it that is ``torch.device("cpu")`` (not `pick_device()`)."""
+    calls = [c for c in func.calls if (c.target or "").strip() == name]
+    if _with_bound(func, name) or not all(_cpu_device_call(c.callee, c.arglist) for c in calls):
         return False
-    values = [a.value for a in func.assigns if name in a.targets]
-    return bool(values) and all(a.op == "=" and len(a.targets) == 1 for a in func.assigns if name in a.targets) \
-        and all(_CPU.fullmatch(v.strip()) for v in values)
+    assigns = [a for a in func.assigns if name in a.targets]
+    return bool(assigns or calls) and all(a.op == "=" and len(a.targets) == 1 for a in assigns) \
+        and all(_CPU.fullmatch(a.value.strip()) for a in assigns)
+
+
+def _cpu_device_call(callee: str, arglist: str) -> bool:
+    """``torch.device("cpu")``: the binding itself, not a call that picks a device."""
+    return callee == "torch.device" and _CPU.fullmatch(arglist.strip()) is not None

@@ -28,7 +28,7 @@ _SHARED = re.compile(r"""\bscope\s*=\s*["'](?:module|session|package|class)["']"
 def fixture_scoped(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     def decide(site: Site) -> Decision | None:
         func = index.func(site.path, site.scope)
-        if func is None or func.scope is None or func.scope.role != "function" or not _returned(site, func):
+        if func is None or func.scope is None or func.scope.role != "function" or not returned_value(site, func):
             return None
         if _shared_fixture(func, index):
             return Tier.T2, (f"set up once: {func.qualname} is a pytest fixture shared by the tests of its "
@@ -44,7 +44,7 @@ def fixture_scoped(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     return retier(sites, lambda s: python_device_site(s, Tier.T4), decide)
 
 
-def _returned(site: Site, func: Func) -> bool:
+def returned_value(site: Site, func: Func) -> bool:
     """The allocation is a return value, or its target is named by one."""
     if site.span.line in {r.line for r in func.returns}:
         return True

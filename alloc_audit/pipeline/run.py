@@ -94,11 +94,15 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .keyed_caches import keyed_caches
     from .lazy_members import lazy_members
     from .lifetimes import decided_by_use
+    from .module_build_temps import module_build_temps
     from .module_classes import module_moves
     from .module_state import module_state
+    from .per_test_holders import per_test_holders
     from .registered_members import registered_members
+    from .returned_once import returned_once
     from .returned_scratch import returned_scratch
     from .roles import with_roles
+    from .run_accumulators import run_accumulators
     from .run_once import run_once
     from .weight_fills import weight_fills
     from .weight_inits import weight_init_temporaries
@@ -136,13 +140,15 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = weight_init_temporaries(sites, index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
     sites = built_per_pass(module_state(sites, index), index)
-    sites += tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
-                              catalog.callers)
+    sites += per_test_holders(tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis),
+                                               sites, index, catalog.callers), index)
     sites = kept_submodules(sites, index, catalog.callers)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
     sites = weight_state(keyed_caches(run_once(lazy_members(sites, index), index), index), index)
+    sites = run_accumulators(sites, index, catalog.callers)
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
+    sites = module_build_temps(returned_once(sites, index, catalog.callers), index)
     sites = buffer_classes(sites)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))

@@ -1,0 +1,106 @@
+"""Stage 5, after the shared fixtures: temporaries of a torch module's own
+build step (issue 11, round 16).
+
+Input: classified sites and the project index. Output: the same sites, a
+few per-call (T4) temporaries re-tiered T1 with a reason naming the
+constructor.
+
+A torch module often builds its state in a method of its own that only its
+constructor runs (``__init__`` -> ``self.rope_init()`` ->
+``self.build_rope_cache(n)``, which registers the cache): the method's
+temporaries that feed the state it keeps (the position index a cache is
+computed from) are made while
+the module, and so the model, is built, once: load-time temporaries, T1
+(the judges' convention; DESIGN.md, "Lifetime tiers": T1 from model load to
+unload; a load path's temporaries are T1). Every resolved caller of the
+method, up to two calls, must be a constructor of the same class or a
+method of it that only those reach; one per-step caller (``forward``
+rebuilding the cache when the sequence grows) keeps it per call. A
+temporary of the constructor itself stays T4 (it dies when the constructor
+returns). Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..model import Site, Tier
+from .index import Func, ProjectIndex
+from .names import has_name
+from .retier import Decision, python_device_site, retier
+
+_DEPTH = 2  # calls up from the method to its class's constructor
+_FLOW_STEPS = 4  # assignments a temporary may flow through before it is kept
+
+
+def module_build_temps(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
+    memo: dict[str, bool] = {}
+
+    def eligible(site: Site) -> bool:
+        return python_device_site(site, Tier.T4) and site.kept in ("", "local")
+
+    def decide(site: Site) -> Decision | None:
+        func = index.func(site.path, site.scope)
+        owner = func.owner if func is not None else None
+        if func is None or func.scope is None or func.scope.role != "method" or owner is None or not any(
+                b.rsplit(".", 1)[-1].endswith("Module") for b in owner.bases):
+            return None
+        if not _feeds_state(site, func) or not _built_by_constructor(func, index, _DEPTH, memo):
+            return None
+        return Tier.T1, (f"a load-time temporary: {func.qualname} runs only while module {owner.name} is "
+                         f"constructed (its constructor calls it); was: {site.tier_reason}")
+
+    return retier(sites, eligible, decide)
+
+
+def _feeds_state(site: Site, func: Func) -> bool:
+    """The temporary is an intermediate of state the method keeps on the
+    module: its local flows, through the method's assignments, into
+    ``self.x = ...`` or ``self.register_buffer(...)`` (not through a host
+    scalar, ``.item()``/``.tolist()``: a probe)."""
+    local = (site.target or "").strip()
+    if not local.isidentifier():
+        return False
+    names = {local}
+    # a local bound to a call's value is the call's target (`x = torch.einsum(..., seq_idx).float()`: the
+    # outer call of the line holds it)
+    bound = {c.span.line: c.target.strip() for c in func.calls if c.target}
+    flows = [(a.line, a.value, a.targets) for a in func.assigns]
+    flows += [(c.span.line, c.arglist, (bound[c.span.line],)) for c in func.calls if c.span.line in bound]
+    for _ in range(_FLOW_STEPS):
+        grown = False
+        for line, value, targets in flows:
+            if line <= site.span.line or not _mentions(value, names):
+                continue
+            for target in targets:
+                target = target.strip()
+                if target.startswith("self."):
+                    return True
+                if target.isidentifier() and target not in names:
+                    names.add(target)
+                    grown = True
+        if not grown:
+            break
+    return any(c.callee.endswith("register_buffer") and _mentions(c.arglist, names) for c in func.calls)
+
+
+def _mentions(text: str, names: set[str]) -> bool:
+    return any(has_name(text, n, ".", "(") and f"{n}.item(" not in text and f"{n}.tolist(" not in text
+               for n in names)
+
+
+def _built_by_constructor(func: Func, index: ProjectIndex, depth: int, memo: dict[str, bool]) -> bool:
+    """Every resolved caller of ``func`` is a constructor of its class, or
+    (``depth`` allowing) a method of the class only those reach."""
+    key = f"{func.id}@{depth}"
+    found = memo.get(key)
+    if found is None:
+        dist = index.callers_within([func], 1)
+        callers = [index.funcs[fid] for fid, d in sorted(dist.items()) if d == 1 and fid in index.funcs]
+        found = bool(callers) and all(
+            c.owner is func.owner and c.scope is not None and (
+                c.scope.role == "constructor"
+                or (c.scope.role == "method" and depth > 1 and _built_by_constructor(c, index, depth - 1, memo)))
+            for c in callers)
+        memo[key] = found
+    return found

@@ -1,0 +1,132 @@
+"""Stage 5, classify (after the run-once guards): state a run-once function
+makes before its loop and updates in place in it (issue 11, round 16).
+
+Input: classified sites and the project index, the caller globs. Output:
+the same sites, the per-call (T4) Python device sites that are such state
+re-tiered T2 with a reason naming the function and the update.
+
+``fit()`` runs once (it is a ``[callers] once`` function, or every caller
+chain starts in one, each calling it at one place outside its loops); a counter it allocates
+before its step loop (``counts = {"tokens": torch.tensor(0, device=d)}``,
+``total = torch.zeros(n, device=d)``) and updates in place inside that loop
+(``counts["tokens"] += n``, ``total.add_(x)``) is made once and lives for
+the whole run: T2 (DESIGN.md, "Lifetime tiers": made once per process).
+A local allocated inside the loop, rebound by a plain assignment inside
+it, only read there, or made in a function that runs per step, is called
+in a loop or is reached through a test (its runner calls it once per
+case, even where a `__main__` block calls it once too) stays per call.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from ..catalog import CallerGlobs
+from ..globs import matcher
+from ..model import Site, Tier
+from .index import Func, ProjectIndex
+from .retier import Decision, python_device_site, retier
+
+_DEPTH = 3  # caller levels followed up to a run-once root
+_INPLACE = re.compile(r"([A-Za-z_]\w*)(?:\[[^\]]*\])*\.(?!_)\w*[a-z0-9]_$")  # `total.add_`, `c["k"].copy_`
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def run_accumulators(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
+    if not globs.once:
+        return list(sites)
+    once = matcher(globs.once)
+    per_step = matcher(globs.per_step) if globs.per_step else (lambda _n: False)
+    memo: dict[str, bool] = {}
+
+    def decide(site: Site) -> Decision | None:
+        return _decide(site, index, once, per_step, memo)
+
+    return retier(sites, lambda s: python_device_site(s, Tier.T4) and s.kept != "return", decide)
+
+
+def _decide(site: Site, index: ProjectIndex, once: Callable[[str], bool], per_step: Callable[[str], bool],
+            memo: dict[str, bool]) -> Decision | None:
+    func = index.func(site.path, site.scope)
+    if func is None or func.scope is None or not any(b.kind == "loop" for b in func.blocks):
+        return None
+    line = site.span.line
+    if any(b.kind == "loop" and b.span.contains_line(line) for b in func.blocks):
+        return None  # made per pass of a loop
+    name = _bound_name(site, func)
+    if name is None:
+        return None
+    loops = [b.span for b in func.blocks if b.kind == "loop" and b.span.line > line]
+    update = next((u for u in _updates(func, name) if any(span.contains_line(u) for span in loops)), None)
+    if update is None or _rebound(func, name, site):
+        return None
+    if not _runs_once(func, index, once, per_step, _DEPTH, frozenset(), memo):
+        return None
+    why = "runs once" if once(func.name) else "reached only from run-once callers, not in a loop"
+    return Tier.T2, (f"made once in {func.qualname} ({why}) before its loop and updated in place in it "
+                     f"({name}, line {update}): kept for the run; was: {site.tier_reason}")
+
+
+def _bound_name(site: Site, func: Func) -> str | None:
+    """The local the allocation is bound to: the call's target, or the
+    container literal whose entry it is (`counts = {"k": torch.tensor(0)}`)."""
+    if site.target is not None:
+        return site.target if _NAME.fullmatch(site.target) else None
+    stmt = site.stmt_line or site.span.line
+    assign = next((a for a in func.assigns if a.line == stmt and a.op == "=" and len(a.targets) == 1), None)
+    if assign is None or not _NAME.fullmatch(assign.targets[0]) or not assign.value.lstrip().startswith(("{", "[")):
+        return None
+    return assign.targets[0]
+
+
+def _updates(func: Func, name: str) -> list[int]:
+    """The lines that update ``name`` (or an entry of it) in place."""
+    lines = [a.line for a in func.assigns if a.op not in ("=", "del") and any(
+        t == name or t.startswith((f"{name}[", f"{name}.")) for t in a.targets)]
+    for call in func.calls:
+        m = _INPLACE.fullmatch(call.callee)
+        if m is not None and m.group(1) == name:
+            lines.append(call.span.line)
+    return sorted(lines)
+
+
+def _rebound(func: Func, name: str, site: Site) -> bool:
+    """``name`` is bound again by a plain assignment (or a call's result)
+    anywhere else in the function (in the loop: a fresh one per pass)."""
+    stmt = site.stmt_line or site.span.line
+    if any(a.line != stmt and name in a.targets and a.op == "=" for a in func.assigns):
+        return True
+    return any((c.target or "").strip() == name and c.span.line != site.span.line for c in func.calls)
+
+
+def _runs_once(func: Func, index: ProjectIndex, once: Callable[[str], bool], per_step: Callable[[str], bool],
+               depth: int, seen: frozenset[str], memo: dict[str, bool]) -> bool:
+    """``func`` is a run-once function, or every caller within ``depth``
+    calls is one (or module-level code), each calling it at one place outside its loops."""
+    if per_step(func.name) or func.name.startswith("test"):
+        return False  # a test runs once per case its runner collects, callers unseen
+    if once(func.name):
+        return True
+    found = memo.get(func.id)
+    if found is not None:
+        return found
+    result = False
+    if depth > 0 and func.id not in seen:
+        callers = [index.funcs[fid] for fid, d in index.callers_within([func], 1).items()
+                   if d == 1 and fid in index.funcs and fid != func.id]
+        result = bool(callers) and all(
+            _calls_once(caller, func)
+            and (caller.qualname == "<module>"
+                 or _runs_once(caller, index, once, per_step, depth - 1, seen | {func.id}, memo))
+            for caller in callers)
+    memo[func.id] = result
+    return result
+
+
+def _calls_once(caller: Func, callee: Func) -> bool:
+    """``caller`` calls ``callee`` (by name) at one place, outside its loops:
+    `run(a); run(b)` makes the state twice, each dropped when its call ends."""
+    lines = [c.span.line for c in caller.calls if c.callee.rsplit(".", 1)[-1] == callee.name]
+    loops = [b.span for b in caller.blocks if b.kind == "loop"]
+    return len(lines) == 1 and not any(span.contains_line(lines[0]) for span in loops)
