@@ -63,6 +63,9 @@ _MODEL_LIBRARIES = ("transformers.", "diffusers.", "torchmetrics.")
 # `create_model_and_transforms(...)`, whose first result is the model); not
 # `build_model_inputs(...)` nor `get_model_config(...)`
 _MODEL_MAKER = re.compile(r"(?:load|build|create|make|init|get)_(?:\w+_)?model(?:_and_\w+)?")
+# a name used as a mapping of tensors: unpacked as keywords (`model(**batch)`)
+# or read by a string key (`batch["labels"]`); no module is either
+_MAPPING_USE = re.compile(rb"\*\*[ \t]*([A-Za-z_]\w*)\b(?![.\[(])|(?<![\w.])([A-Za-z_]\w*)\[[ \t]*[\"']")
 # attributes of a module that are tensors, not sub-modules
 _TENSOR_ATTRS = frozenset({"weight", "bias", "data", "grad", "T", "mT", "H", "mH", "real", "imag"})
 
@@ -87,7 +90,7 @@ def _told_by_file(ext: PythonExtractor, node: Any, text: str, before: int) -> bo
             break
         found = _last_assignment(ext, node, text, before)
         if found is None:
-            return _annotated_module(ext, node, text) or _dropped(node, receiver)
+            return _annotated_module(ext, node, text) or (_dropped(node, receiver) and not _loop_item(ext, node, text))
         if _passes_itself(found[0], text) or _sub_module(found[0], text):
             before = found[1]  # `model = unwrap(model)`, `model = model.visual`: what the name held above
             continue
@@ -176,6 +179,30 @@ def _dropped(node: Any, text: str) -> bool:
     return (parent is not None and parent.type == "expression_statement" and parent.named_child_count == 1
             and re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", text) is not None
             and not text.endswith((".data", ".grad")))
+
+
+def _loop_item(ext: PythonExtractor, node: Any, name: str) -> bool:
+    """``name`` is the item of a ``for`` loop around ``node`` that the loop
+    uses as a mapping of tensors (``model(**batch)``, ``batch["labels"]``):
+    a data batch handed out per pass, which no module is, so its dropped move
+    proves nothing (a ``BatchEncoding``'s ``.to`` moves it in place too).
+    A loop over modules (``for layer in layers: layer.cuda()``) keeps them."""
+    loop = node.parent
+    while loop is not None and loop.type not in ("function_definition", "module"):
+        if loop.type == "for_statement":
+            left = loop.child_by_field_name("left")
+            if left is not None and name in _target_names(ext, left):
+                code = ext.src.data[loop.start_byte:loop.end_byte]
+                return any(name.encode() in m.groups() for m in _MAPPING_USE.finditer(code))
+        loop = loop.parent
+    return False
+
+
+def _target_names(ext: PythonExtractor, target: Any) -> tuple[str, ...]:
+    """The plain names a ``for`` target binds (``batch``; ``step, batch``)."""
+    if target.type == "identifier":
+        return (ext.src.text(target, 80),)
+    return tuple(n for c in target.named_children for n in _target_names(ext, c))
 
 
 def _passes_itself(value: str, name: str) -> bool:
