@@ -194,8 +194,9 @@ _SIZE = r"(?:\blen\(\s*)?"  # `len(self.x) < n`: too small, grown on demand
 
 
 def _miss(test: str, members: set[str]) -> bool:
-    """A test that holds when the cached member is missing, stale or too
-    small (``n > len(self.x)``, ``self.x.numel() < n``: grown on demand)."""
+    """A test that holds when the cached member is missing, stale, empty
+    (``self.x.numel() == 0``, ``not self.x``) or too small (``n >
+    len(self.x)``, ``self.x.numel() < n``: grown on demand)."""
     for name in _names(members):
         if _miss_pattern(name).search(test):
             return True
@@ -221,7 +222,9 @@ def _miss_pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"""\bself\.{name}\s+is\s+None\b|getattr\(\s*self\s*,\s*["']{name}["'][^)]*\)\s+is\s+None\b"""
                       rf"""|\bnot\s+hasattr\(\s*self\s*,\s*["']{name}["']"""
                       rf"|\bself\.{name}(?:\.\w+|\[[^\]]*\])*\s*!=|!=\s*self\.{name}\b"
-                      rf"|{_SIZE}self\.{name}(?:\.\w+|\(\)|\[[^\]]*\])*\)?\s*<(?!<)|>\s*{_SIZE}self\.{name}\b")
+                      rf"|{_SIZE}self\.{name}(?:\.\w+|\(\)|\[[^\]]*\])*\)?\s*<(?!<)|>\s*{_SIZE}self\.{name}\b"
+                      # empty: `self.x.numel() == 0`, `len(self.x) == 0`, `not self.x`
+                      rf"|{_SIZE}self\.{name}(?:\.\w+|\(\))*\)?\s*==\s*0\b|\bnot\s+self\.{name}\b(?![.\[(])")
 
 
 @functools.lru_cache(maxsize=4096)

@@ -62,6 +62,7 @@ import re
 from collections.abc import Sequence
 
 from ..model import PRODUCTION, Language, Site, SiteKind, Tier
+from .bound_values import bound_value
 from .index import Func, ProjectIndex
 from .kept_stores import ADD as _ADD
 from .kept_stores import MEMBER as _MEMBER
@@ -378,10 +379,9 @@ def _state_created_once(site: Site, index: ProjectIndex) -> Site:
     if _kept_holder(holder, index):
         holder_of = holder
     else:
-        bound = [a for a in func.assigns if a.targets == (holder,) and a.line < site.span.line]
-        if not bound or not _kept_holder(bound[-1].value.strip(), index):
+        holder_of = bound_value(func, holder, site.span.line)
+        if not holder_of or not _kept_holder(holder_of, index):
             return site
-        holder_of = bound[-1].value.strip()
     for block in func.blocks:
         if not block.kind.startswith("if") or not block.span.contains_line(site.span.line):
             continue

@@ -34,6 +34,7 @@ from ..model import Call, FileFacts, Language, Site, Tier
 from .classify import classify_sites
 from .default_device import is_module
 from .index import Func, ProjectIndex, last_name
+from .module_returns import returns_module
 
 _MOVES = {"Tensor.to": "Module.to", "Tensor.cuda": "Module.cuda"}
 _CASTS = re.compile(r"\.(?:(?:half|float|bfloat16|double|eval|train|requires_grad_|cpu|cuda)\(\s*(?:True|False)?\s*\)"
@@ -73,7 +74,8 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
                 continue
         else:
             leaf = last_name(call.callee)
-            module = _named_builder(index, leaf) or _wraps_module(index, leaf, call) or (
+            module = _named_builder(index, leaf) or _wraps_module(index, leaf, call) or returns_module(
+                index, func, call, lambda f, c: _builds_module(index, f, c, memo, base_memo)) or (
                 skipped is not None and leaf[:1].isupper() and _skipped_module(leaf, index, skipped, memo, text_memo))
         if module:
             moved[i] = dataclasses.replace(site, api=_MOVES[site.api])
@@ -82,6 +84,18 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
     again = dict(zip(moved, classify_sites(moved.values(), files, patterns)))
     again.update(params)
     return [again.get(i, site) for i, site in enumerate(sites)]
+
+
+def _builds_module(index: ProjectIndex, func: Func, call: Call, memo: dict[str, bool],
+                   base_memo: dict[str, bool]) -> bool:
+    """``call`` in ``func`` constructs a module: a project class whose
+    bases reach ``nn.Module`` or a library layer, or a library class named
+    like a layer or a model."""
+    cls = index.constructed_class(func, call)
+    if cls is not None:
+        return is_module(index, cls.qualname, cls.bases, memo) or _external_base(index, cls.bases, base_memo)
+    leaf = last_name(call.callee)
+    return _MODULE_SUFFIX.fullmatch(leaf) is not None and not index.classes_named(leaf)
 
 
 def _builder(func: Func, site: Site) -> Call | None:
@@ -111,6 +125,8 @@ def _builder(func: Func, site: Site) -> Call | None:
 
 
 _NN_LAYER = re.compile(r"(?:torch\.)?nn\.([A-Z]\w*)")
+# library bases named like a model that are no torch module (pydantic)
+_NOT_MODEL_BASES = frozenset({"BaseModel", "RootModel"})
 _NOT_LAYERS = frozenset({"Parameter", "ParameterList", "ParameterDict", "UninitializedParameter",
                          "UninitializedBuffer", "Buffer"})
 
@@ -137,9 +153,11 @@ _MODULE_BASE = re.compile(r"(?:[\w.]+\.)?Module")
 # (`GATConv(...)`, `MegatronModule`); plural and data names are not
 _MODULE_SUFFIX = re.compile(r"[A-Z]\w*(?:Model|Module|Net|Conv\dd?|Conv|Linear|Layer|Block|Encoder|Decoder"
                             r"|Transformer|Attention|Embedding|MLP)")
-# a function that says it makes a model (`get_mcore_gpt_model(...)`,
-# `timm.create_model(...)`) or a model class handed in (`model_cls()`)
-_MODEL_MAKER = re.compile(r"(?:get|create|build|load|make|init|instantiate)_\w*model|\w*model_(?:cls|class)",
+# a function that says it makes a model or a layer (`get_mcore_gpt_model(...)`,
+# `timm.create_model(...)`, `build_norm_layer(...)`) or a model class handed in
+# (`model_cls()`)
+_MODEL_MAKER = re.compile(r"(?:get|create|build|load|make|init|instantiate)_\w*(?:model|layer|module|block)"
+                          r"|\w*model_(?:cls|class)",
                           re.IGNORECASE)
 
 
@@ -167,6 +185,12 @@ def _wraps_module(index: ProjectIndex, leaf: str, call: Call) -> bool:
     return bool(args) and args[0].keyword is None and _MODULE_ARG.fullmatch(args[0].text.strip()) is not None
 
 
+def external_module_base(index: ProjectIndex, bases: Sequence[str]) -> bool:
+    """A base, followed through project classes, is a library torch module
+    (``nn.Linear``, ``*Module``, a class named like a model or a layer)."""
+    return _external_base(index, bases, {})
+
+
 def _external_base(index: ProjectIndex, bases: Sequence[str], memo: dict[str, bool], depth: int = 0,
                    parameters: bool = False) -> bool:
     """A base, followed through project classes, is a library class no
@@ -191,7 +215,9 @@ def _library_base(base: str, parameters: bool) -> bool:
     m = _NN_LAYER.fullmatch(base.strip())
     if parameters:
         return m is not None and m.group(1) == "Parameter"
-    return re.fullmatch(r"[A-Z]\w*Module", last_name(base)) is not None or (
+    leaf = last_name(base)
+    return re.fullmatch(r"[A-Z]\w*Module", leaf) is not None or (
+        _MODULE_SUFFIX.fullmatch(leaf) is not None and leaf not in _NOT_MODEL_BASES) or (
         m is not None and m.group(1) not in _NOT_LAYERS)
 
 

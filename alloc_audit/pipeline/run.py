@@ -104,6 +104,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .roles import with_roles
     from .run_accumulators import run_accumulators
     from .run_once import run_once
+    from .self_moves import self_moves
     from .weight_fills import weight_fills
     from .weight_inits import weight_init_temporaries
     from .weight_state import weight_state
@@ -144,7 +145,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
                                                sites, index, catalog.callers), index)
     sites = kept_submodules(sites, index, catalog.callers)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
-    sites = weight_state(keyed_caches(run_once(lazy_members(sites, index), index), index), index)
+    sites = weight_state(keyed_caches(run_once(self_moves(lazy_members(sites, index), index), index), index), index)
     sites = run_accumulators(sites, index, catalog.callers)
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)

@@ -48,6 +48,8 @@ def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: l
     after = site.span.end_line
     aliased = False  # another name may hold it: where it goes is not told here
     for a in assigns:
+        if a.op != "=" and a.value.strip() == name:
+            continue  # `self.total += buf`: its values are added in place, the memory is not kept
         if a.line > after and _same_memory(a.value, name) and not _makes_new(a.value):
             # `table[:n] = buf`: its values are copied in, the memory is not kept
             held = [t.strip() for t in a.targets if not _SLICE_STORE.fullmatch(t.strip())]

@@ -1,0 +1,68 @@
+"""Stage 5 helper of ``module_classes``: a move's receiver built by a call
+to a project function (no class) is a module when that function hands one
+back: every value it returns is a single call that builds a module (a
+project class deriving from ``nn.Module``, a library layer class), or a
+call of another project function that does, followed ``depth`` levels
+(``build_layer(cfg).to(dev)`` with ``def build_layer(cfg): return
+Attention(cfg)``). A function with no returned value, one returning a
+tensor expression or a name, or a call the index cannot resolve, is no
+module builder. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from ..model import Call
+from .index import Func, ProjectIndex
+
+# a return value that opens with a call: `Name(` / `pkg.Name(`
+_CALL_HEAD = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
+
+Builds = Callable[[Func, Call], bool]
+
+
+def returns_module(index: ProjectIndex, func: Func, call: Call, builds: Builds, depth: int = 2) -> bool:
+    """``call`` in ``func`` runs project functions each of whose returned
+    values is a call that ``builds`` a module (through ``depth`` levels of
+    returned project-function calls)."""
+    if depth <= 0:
+        return False
+    targets = index.resolve(func, call)
+    if not targets:
+        return False
+    return all(_hands_back_module(index, target, builds, depth) for target in targets)
+
+
+def _hands_back_module(index: ProjectIndex, target: Func, builds: Builds, depth: int) -> bool:
+    values = [r for r in target.returns if r.value and r.value != "None"]
+    if not values or target.table is None:
+        return False
+    for ret in values:
+        made = _returned_call(target, ret.line, ret.value.strip())
+        if made is None:
+            return False
+        if not (builds(target, made) or returns_module(index, target, made, builds, depth - 1)):
+            return False
+    return True
+
+
+def _returned_call(target: Func, line: int, value: str) -> Call | None:
+    """The call that is the whole returned ``value`` on ``line`` (the
+    value's text is whitespace-collapsed and capped: compared without
+    whitespace, a capped value as a prefix)."""
+    m = _CALL_HEAD.match(value)
+    table = target.table
+    if m is None or table is None:
+        return None
+    head = m.group(1)
+    flat = "".join(value.split())
+    pos = table.positions
+    for i in target.call_ix:
+        if pos[4 * i] != line or "(" in table.callees[i]:
+            continue
+        whole = "".join(f"{head}({table.arglists[i]})".split())
+        if whole.startswith(flat):  # equal, or the value was capped
+            return table[i]
+    return None

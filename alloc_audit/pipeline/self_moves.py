@@ -1,0 +1,82 @@
+"""Stage 5, classify (after ``lazy_members``): a move whose copy replaces
+a member that is module state (``self.inv_freq = self.inv_freq.to(x.device)``
+in a module whose library base registers ``inv_freq``).
+
+Input: classified sites and the project index. Output: the same sites, such
+a move tiered T4 (per call) re-tiered T1 when the member is module state:
+the class registers it as a buffer or makes it a parameter, or the class is
+a torch module whose project code never sets the member but by this move
+(state of a library base class: a registered buffer). The move is a no-op
+while the member is already there; when it copies, the copy replaces the
+module's state (DESIGN.md "Lifetime tiers": registered buffers are T1).
+A plain member moved in place stays per call (the fixtures' convention:
+``if self.bias is not None: self.bias = self.bias.to(d)``), and so does a
+move inside the object's own ``to``/``cuda`` method, a move stored in
+another member or in a local. Pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+
+from ..model import Language, Site, SiteKind, Tier
+from .default_device import is_module
+from .index import Func, ProjectIndex
+from .lazy_members import registration_of_member
+from .module_classes import external_module_base
+
+_MOVES = frozenset({"Tensor.to", "Tensor.cuda"})
+_MEMBER = re.compile(r"self\.[A-Za-z_]\w*")
+
+
+def self_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
+    return [_replaced(site, index) if _candidate(site) else site for site in sites]
+
+
+def _candidate(site: Site) -> bool:
+    target = (site.target or "").strip()
+    return (site.api in _MOVES and site.tier is Tier.T4 and site.kind is SiteKind.DEVICE and site.via is None
+            and site.language is Language.PYTHON and _MEMBER.fullmatch(target) is not None)
+
+
+def _replaced(site: Site, index: ProjectIndex) -> Site:
+    member = (site.target or "").strip()
+    func = index.func(site.path, site.scope)
+    if func is None or func.owner is None or func.table is None or func.name in ("to", "cuda"):
+        return site
+    table, pos = func.table, func.table.positions
+    moves = [table.callees[i] for i in func.call_ix
+             if pos[4 * i] == site.span.line and pos[4 * i + 1] == site.span.col]
+    if not any(c.rsplit(".", 1)[0] == member and c.endswith((".to", ".cuda")) for c in moves):
+        return site
+    state = _module_state(func, member, index)
+    if not state:
+        return site
+    return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+        f"module state moved in place: {func.qualname} replaces {member} with its moved copy ({state}); "
+        f"was: {site.tier_reason}"))
+
+
+def _module_state(func: Func, member: str, index: ProjectIndex) -> str:
+    """Why ``member`` is module state: registered as a buffer, made a
+    parameter, or set by no project code of a module class (inherited)."""
+    registration = registration_of_member(func, member)
+    if registration:
+        return f"registered by {registration}"
+    owner = func.owner
+    assert owner is not None
+    sets = []
+    for methods in owner.methods.values():
+        for method in methods:
+            sets += [a.value for a in method.assigns if member in a.targets]
+            table = method.table
+            if table is not None:
+                sets += [table.callees[i] for i in method.call_ix if table.targets[i] == member]
+    if any("Parameter(" in v or v.endswith("Parameter") for v in sets):
+        return "an nn.Parameter"
+    if all(v.startswith(member + ".") for v in sets) and (
+            is_module(index, owner.qualname, owner.bases, {}) or external_module_base(index, owner.bases)):
+        return "set by no method of its module class: state of a library base"
+    return ""
