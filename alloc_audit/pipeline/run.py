@@ -75,6 +75,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         if stored is not None:
             return _narrow(stored, options.report_paths)
     # the stages load here: a run the stored result answers (the warm `check`) does not pay for importing them
+    from .adopted_weights import adopted_weights
     from .bound_init import bound_per_step
     from .buffer_classes import buffer_classes
     from .built_per_pass import built_per_pass
@@ -90,6 +91,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .helper_built import helper_built
     from .index import build_index
     from .kept_results import kept_results
+    from .kept_slots import kept_slots
     from .kept_submodules import kept_submodules
     from .keyed_caches import keyed_caches
     from .lazy_members import lazy_members
@@ -149,8 +151,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = run_accumulators(sites, index, catalog.callers)
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
-    sites = module_build_temps(returned_once(sites, index, catalog.callers), index)
-    sites = buffer_classes(sites)
+    sites = adopted_weights(module_build_temps(returned_once(sites, index, catalog.callers), index), index)
+    sites = buffer_classes(kept_slots(sites, index, catalog.callers))
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
