@@ -92,6 +92,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .keyed_caches import keyed_caches
     from .lazy_members import lazy_members
     from .lifetimes import decided_by_use
+    from .lookup_temps import lookup_temps
     from .module_build_temps import module_build_temps
     from .module_classes import module_moves
     from .module_state import module_state
@@ -131,7 +132,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = module_moves([s for f in facts.values() for s in f.sites], index, facts, catalog.tiers,
                          outcomes.skipped_mentioning)
     sites = tiers_from_callers(drop_cpu_locals(sites, index), index, catalog.callers)
-    sites = weight_init_temporaries(sites, index, catalog.callers)
+    sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
     sites = built_per_pass(module_state(sites, index), index)
     sites += per_test_holders(tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis),
