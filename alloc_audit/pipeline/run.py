@@ -87,6 +87,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .fixture_scoped import fixture_scoped
     from .helper_built import helper_built
     from .index import build_index
+    from .kept_pinned import kept_pinned
     from .kept_results import kept_results
     from .kept_submodules import kept_submodules
     from .keyed_caches import keyed_caches
@@ -144,7 +145,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = module_build_temps(returned_once(sites, index, catalog.callers), index)
-    sites = buffer_classes(sites)
+    sites = buffer_classes(kept_pinned(sites, index))
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
