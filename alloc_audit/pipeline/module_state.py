@@ -34,6 +34,7 @@ from ..arglists import split_args
 from ..model import Call, Site, Tier
 from .index import Func, ProjectIndex
 from .lifetimes import weight_storage
+from .names import has_word
 from .retier import Decision, python_device_site, retier
 
 _PARTIAL = frozenset({"partial", "functools.partial"})
@@ -46,6 +47,8 @@ _SAME = r"to|cuda|contiguous|detach|float|half|bfloat16|view|reshape|t"
 
 
 def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
+    registering: dict[str, list[Call]] = {}  # per function: its registering calls, in order (issue 11)
+
     def decide(site: Site) -> Decision | None:
         if site.wrapper and REGISTERS.search(site.wrapper):
             return Tier.T1, f"module state: handed to {site.wrapper} in {site.scope}; was: {site.tier_reason}"
@@ -54,7 +57,8 @@ def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
             return None
         made = _expression_local(site, func)
         local = made or (site.target or "")
-        call = _registration_of(func, local, site.span.end_line) if _LOCAL.fullmatch(local) else None
+        call = _registration_of(func, _registering(func, registering), local, site.span.end_line) \
+            if _LOCAL.fullmatch(local) else None
         if call is not None:
             how = f"{made} (made from it)" if made else local
             return Tier.T1, (f"module state: {how} is registered by {call.callee} in {site.scope}; "
@@ -91,13 +95,23 @@ def _expression_local(site: Site, func: Func) -> str:
     return ""
 
 
-def _registration_of(func: Func, local: str, after: int) -> Call | None:
-    """The first registration after line ``after`` that takes ``local``, whole
-    or moved or cast (``nn.Parameter(data.to(device))``), or converted by one
-    call (``nn.Parameter(to_nf4(weight))``; not a ``*_like`` of it, which
-    takes its shape only)."""
-    for call in func.calls:
-        if call.span.line > after and local in call.arglist and REGISTERS.search(call.callee) \
+def _registering(func: Func, memo: dict[str, list[Call]]) -> list[Call]:
+    """The function's calls that may register (``REGISTERS``), in order: looked up once per function, not per site."""
+    found = memo.get(func.id)
+    if found is None:  # by the callees' column: most functions register nothing, and their calls stay unbuilt
+        registers = any(REGISTERS.search(callee) for callee in func.callees)
+        found = memo[func.id] = [c for c in func.calls if REGISTERS.search(c.callee)] if registers else []
+    return found
+
+
+def _registration_of(func: Func, registering: list[Call], local: str, after: int) -> Call | None:
+    """The first registration (of ``registering``, the function's calls that
+    register) after line ``after`` that takes ``local``, whole or moved or
+    cast (``nn.Parameter(data.to(device))``), or converted by one call
+    (``nn.Parameter(to_nf4(weight))``; not a ``*_like`` of it, which takes
+    its shape only)."""
+    for call in registering:
+        if call.span.line > after and local in call.arglist \
                 and any(_takes(a.text.strip(), local, _on_module(func, call)) for a in split_args(call.arglist)):
             return call
     return None
@@ -133,8 +147,10 @@ def _stored_as_weight(func: Func, local: str, after: int) -> str:
 
 def _first_taking(func: Func, local: str, after: int) -> Call | None:
     """The first call after line ``after`` that takes ``local`` whole as an argument."""
+    # an argument that is the name is a whole word of the argument text: the others are not split
+    word = all(ch.isalnum() or ch == "_" for ch in (local[:1], local[-1:]))  # `\b` at both ends
     for call in func.calls:
-        if call.span.line > after and local in call.arglist \
+        if call.span.line > after and local in call.arglist and (not word or has_word(call.arglist, local)) \
                 and any(a.text.strip() == local for a in split_args(call.arglist)):
             return call
     return None

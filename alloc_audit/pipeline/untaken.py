@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from ..model import Call, Language, Site, Tier
 from .index import Func, ProjectIndex
-from .index.values import Env, Value, bind_edge
+from .index.values import Env, bind_edge
 
 if TYPE_CHECKING:
     from ..rules._lib.paths import PathReach
@@ -37,11 +37,12 @@ def drop_untaken(derived: Sequence[Site], index: ProjectIndex) -> list[Site]:
     from ..rules._lib.paths import PathReach  # the rules' analysis; imported here, used by one stage
 
     reach = PathReach(index)
+    stored: dict[str, list[tuple[str, str]]] = {}  # per constructor: its stores of a parameter (issue 11)
     return [site for site in derived if site.via is None or site.language is not Language.PYTHON
-            or not _untaken(site, index, reach)]
+            or not _untaken(site, index, reach, stored)]
 
 
-def _untaken(site: Site, index: ProjectIndex, paths: PathReach) -> bool:
+def _untaken(site: Site, index: ProjectIndex, paths: PathReach, stored: dict[str, list[tuple[str, str]]]) -> bool:
     caller = index.func(site.path, site.scope)
     if caller is None:
         return False
@@ -58,18 +59,22 @@ def _untaken(site: Site, index: ProjectIndex, paths: PathReach) -> bool:
             if not candidate.acquires or (candidate.tier is Tier.T1 and candidate.api not in _MOVES):
                 continue  # a layer's own weights are counted where they are made (a weight upload is not)
             if live is None:
-                live = _live(index, caller, call, start, paths)
+                live = _live(index, caller, call, start, paths, stored)
             if (candidate.path, candidate.span.line, candidate.span.col) in live:
                 return False
             skipped = True
     return skipped
 
 
-def _live(index: ProjectIndex, caller: Func, call: Call, start: Func, paths: PathReach) -> set[tuple[str, int, int]]:
+def _live(index: ProjectIndex, caller: Func, call: Call, start: Func, paths: PathReach,
+          stored: dict[str, list[tuple[str, str]]]) -> set[tuple[str, int, int]]:
     """Where the allocations ``start`` reaches under the call's values are."""
     env = _bind(index, caller, call, start)
     if start.scope is not None and start.scope.role == "constructor":
-        env = {**env, **_stored_params(index, start, env)}
+        stores = stored.get(start.id)
+        if stores is None:
+            stores = stored[start.id] = _stored_params(index, start)
+        env = {**env, **{attr: env[value] for attr, value in stores if value in env}}
     return {(w.site.path, w.site.span.line, w.site.span.col) for w in paths.reach(start, env, _DEPTH)}
 
 
@@ -78,15 +83,17 @@ def _bind(index: ProjectIndex, caller: Func, call: Call, target: Func) -> Env:
     return bind_edge(caller, call, target, {}, index.visible_constants(caller.path))
 
 
-def _stored_params(index: ProjectIndex, ctor: Func, env: Env) -> dict[str, Value]:
-    """``self.x`` -> the value of parameter ``p`` where the constructor stores
-    `self.x = p` and nothing else in the class assigns ``self.x`` -- or
+def _stored_params(index: ProjectIndex, ctor: Func) -> list[tuple[str, str]]:
+    """(``self.x``, ``p``) where the constructor stores `self.x = p` (when the call
+    binds ``p``, ``self.x`` holds its value: the call's own part, ``_live``;
+    this part needs no call, memoised per constructor) and nothing else in
+    the class assigns ``self.x`` -- or
     only other methods do, and the constructor calls none after the store
     (no `self.m(...)`, `super()...`, nor `self` handed to a call) -- (a later
     `if self.x:` in the constructor reads the call's value)."""
     owner = ctor.owner
     if owner is None:
-        return {}
+        return []
     stores: dict[str, list[tuple[int, str]]] = {}
     prefix = owner.qualname + "."
     for func in index.functions_in(ctor.path):
@@ -98,18 +105,16 @@ def _stored_params(index: ProjectIndex, ctor: Func, env: Env) -> dict[str, Value
                 if m is not None:
                     value = "<elsewhere>" if func is not ctor else assign.value.strip() if assign.op == "=" else "<op>"
                     stores.setdefault(m.group(0), []).append((assign.line, value))
-    out: dict[str, Value] = {}
+    out: list[tuple[str, str]] = []
     for attr, found in stores.items():
         if len(found) != 1:
             found = [f for f in found if f[1] != "<elsewhere>"]
             if len(found) != 1 or _may_run_methods(ctor, found[0][0]):
                 continue  # stored again by a method that may run before the read
-        if found[0][1] not in env:
-            continue
         line = found[0][0]
         # read after the store only: a test above it reads something else
         if all(b.span.line > line for b in ctor.blocks if attr in b.test):
-            out[attr] = env[found[0][1]]
+            out.append((attr, found[0][1]))
     return out
 
 

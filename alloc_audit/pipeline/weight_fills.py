@@ -40,8 +40,10 @@ _LOAD = re.compile(r"(?:[\w.]+\.)?load_state_dict")
 
 
 def weight_fills(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
+    copies: dict[tuple[str, int], bool] = {}  # (helper, argument position) -> copies it into a parameter
+
     def decide(site: Site) -> Decision | None:
-        fill = _fills(site, index)
+        fill = _fills(site, index, copies)
         if fill:
             what = (f"the module weight {fill.removesuffix('.copy_')}" if _FILL.fullmatch(fill)
                     else f"a parameter through {fill}")
@@ -53,7 +55,7 @@ def weight_fills(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     return retier(sites, lambda s: python_device_site(s, Tier.T2, Tier.T4), decide)
 
 
-def _fills(site: Site, index: ProjectIndex) -> str:
+def _fills(site: Site, index: ProjectIndex, copies: dict[tuple[str, int], bool]) -> str:
     """The weight copy the buffer only feeds (``module.bias.copy_``), or ""."""
     kept = site.kept
     if kept.startswith("handed:") and _FILL.fullmatch(kept[len("handed:"):]):
@@ -64,8 +66,9 @@ def _fills(site: Site, index: ProjectIndex) -> str:
     func = index.func(site.path, site.scope)
     if func is None:
         return ""
-    uses = [c for c in func.calls if c.span.line > site.span.line and has_word(c.arglist, target)]
-    if not uses or any(not _fill_call(c, target, func, index) for c in uses):
+    line = site.span.line
+    uses = [c for c in func.calls if c.span.line > line and target in c.arglist and has_word(c.arglist, target)]
+    if not uses or any(not _fill_call(c, target, func, index, copies) for c in uses):
         return ""
     if any(has_word(r.value, target) for r in func.returns) or \
             any(has_word(a.value, target) for a in func.assigns if a.line > site.span.line):
@@ -73,7 +76,7 @@ def _fills(site: Site, index: ProjectIndex) -> str:
     return uses[0].callee
 
 
-def _fill_call(call: Call, local: str, func: Func, index: ProjectIndex) -> bool:
+def _fill_call(call: Call, local: str, func: Func, index: ProjectIndex, copies: dict[tuple[str, int], bool]) -> bool:
     """``call`` fills a weight with ``local``: ``module.weight.copy_(local)``,
     or a project helper that only copies that argument into a parameter
     (``copy_param(param, local)``, its body ``param.copy_(full)``)."""
@@ -84,10 +87,17 @@ def _fill_call(call: Call, local: str, func: Func, index: ProjectIndex) -> bool:
     if at is None or _FILL.fullmatch(call.callee) or call.callee.endswith(".copy_"):
         return False
     helpers = [f for f in index.resolve(func, call) if f.scope is not None]
-    return bool(helpers) and all(_copies_into_param(f, at) for f in helpers)
+    return bool(helpers) and all(_copies_into_param(f, at, copies) for f in helpers)
 
 
-def _copies_into_param(helper: Func, at: int) -> bool:
+def _copies_into_param(helper: Func, at: int, memo: dict[tuple[str, int], bool]) -> bool:
+    found = memo.get((helper.id, at))
+    if found is None:
+        found = memo[helper.id, at] = _copies_param(helper, at)
+    return found
+
+
+def _copies_param(helper: Func, at: int) -> bool:
     assert helper.scope is not None
     params = [p for p in helper.scope.params if p not in ("self", "cls")]
     if at >= len(params):
