@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from ..catalog import ApiCatalog, TierPattern
 from ..model import FileFacts, Language, Site, SiteKind, Tier
@@ -74,14 +74,21 @@ def _owner_tiers(derived: Iterable[Site], direct: Sequence[Site], index: Project
         if under is not None and under.tier is Tier.T3 and site.tier is not Tier.T3:
             site = dataclasses.replace(site, tier=Tier.T3, tier_reason=(
                 f"constructs {site.api}: pooled memory ({under.api} at {under.path}:{under.span.line} is T3)"))
-        elif under is not None and under.tier is Tier.T5B and site.tier is Tier.T5A and _per_call(site) \
-                and not _caller_decides(under, index) and not _in_loop(site, index) \
-                and (under.path, under.span.line) not in buffers:
+        elif under is not None and keeps_pinned(site, under, index, buffers):
             site = dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
                 f"constructs {site.api}, which keeps its pinned host memory ({under.api} at "
                 f"{under.path}:{under.span.line} is T5b: pinned once, reused); was: {site.tier_reason}"))
         out.append(site)
     return out
+
+
+def keeps_pinned(site: Site, under: Site, index: ProjectIndex, buffers: Collection[tuple[str, int]]) -> bool:
+    """``site`` (T5a, per call) builds an object that keeps ``under`` (T5b)
+    for its life: not under a test on a parameter, not one per loop pass,
+    not a buffer class (``buffers``: their (path, line))."""
+    return under.tier is Tier.T5B and site.tier is Tier.T5A and _per_call(site) \
+        and not _caller_decides(under, index) and not _in_loop(site, index) \
+        and (under.path, under.span.line) not in buffers
 
 
 def _per_call(site: Site) -> bool:

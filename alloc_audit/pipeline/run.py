@@ -90,12 +90,14 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .fixture_scoped import fixture_scoped
     from .helper_built import helper_built
     from .index import build_index
+    from .kept_pinned import kept_pinned
     from .kept_results import kept_results
     from .kept_slots import kept_slots
     from .kept_submodules import kept_submodules
     from .keyed_caches import keyed_caches
     from .lazy_members import lazy_members
     from .lifetimes import decided_by_use
+    from .lookup_temps import lookup_temps
     from .module_build_temps import module_build_temps
     from .module_classes import module_moves
     from .module_state import module_state
@@ -140,7 +142,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = module_moves([s for f in facts.values() for s in f.sites], index, facts, catalog.tiers,
                          outcomes.skipped_mentioning)
     sites = tiers_from_callers(drop_cpu_locals(sites, index), index, catalog.callers)
-    sites = weight_init_temporaries(sites, index, catalog.callers)
+    sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
     sites = built_per_pass(module_state(sites, index), index)
     sites += per_test_holders(tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis),
@@ -152,7 +154,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = adopted_weights(module_build_temps(returned_once(sites, index, catalog.callers), index), index)
-    sites = buffer_classes(kept_slots(sites, index, catalog.callers))
+    sites = buffer_classes(kept_pinned(kept_slots(sites, index, catalog.callers), index))
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")

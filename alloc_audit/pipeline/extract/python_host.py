@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..names import has_word
 from .common import enclosing
+from .python_host_defaults import Env, env_of, local_function_default, not_a_tensor
 
 if TYPE_CHECKING:
     from .python import PythonExtractor
@@ -109,14 +110,12 @@ def default_source(ext: PythonExtractor, node: Any, text: str) -> bool:
     body = enclosing(node.parent, "function_definition")
     if body is None or b"torch." not in ext.src.data[body.start_byte:node.start_byte]:
         return False
-    params = body.child_by_field_name("parameters")
-    names = frozenset(re.findall(r"[A-Za-z_]\w*", ext.src.text(params, 2000))) if params is not None else frozenset()
     # every binding in the function, also those below the call (a loop may run them first)
     source = ext.src.data[body.start_byte:body.end_byte].decode("utf-8", "replace")
-    return _bound_default(ext, source, name, names, _DEPTH, False, frozenset())
+    return _bound_default(ext, source, name, env_of(ext, body), _DEPTH, False, frozenset())
 
 
-def _bound_default(ext: PythonExtractor, source: str, name: str, params: frozenset[str], depth: int,
+def _bound_default(ext: PythonExtractor, source: str, name: str, env: Env, depth: int,
                    shaped: bool, proving: frozenset[str]) -> bool:
     """Every binding of local ``name`` in ``source`` is a default-device
     expression (a binding that reads the name itself, `x = x.float()`,
@@ -124,33 +123,40 @@ def _bound_default(ext: PythonExtractor, source: str, name: str, params: frozens
     key = f"{name}:{shaped}"  # proven with or without a dimension: a 0-dim binding proves only the latter
     if key in proving:
         return True
-    if depth <= 0 or name in params:
+    if depth <= 0 or name in env.params:
         return False
     proving = proving | {key}
     values = _bindings(source, name)
     if not values:
-        return False
+        return name in env.given  # a parameter its caller gave a default-device tensor for
     for value in values:
         try:
             tree = ast.parse(value.strip(), mode="eval").body
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return False
-        if not _default_expr(ext, tree, source, params, depth, shaped, proving):
+        if not _default_expr(ext, tree, source, env, depth, shaped, proving):
             return False
     return True
 
 
-def _default_expr(ext: PythonExtractor, node: ast.AST, source: str, params: frozenset[str], depth: int,
+def _default_expr(ext: PythonExtractor, node: ast.AST, source: str, env: Env, depth: int,
                   shaped: bool, proving: frozenset[str]) -> bool:
     """An expression made on the default device (``shaped``: and never 0-dim)."""
     if isinstance(node, ast.Name):
-        return _bound_default(ext, source, node.id, params, depth - 1, shaped, proving)
-    if isinstance(node, ast.Subscript):
-        return not shaped and _default_expr(ext, node.value, source, params, depth, shaped, proving)
+        return _bound_default(ext, source, node.id, env, depth - 1, shaped, proving)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self" and env.ctor:
+        return _bound_default(ext, source, f"self.{node.attr}", env, depth - 1, shaped, proving)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+        return local_function_default(
+            ext, node, env, lambda a: _default_expr(ext, a, source, env, depth - 1, True, proving),
+            lambda text, n, sub, d: _bound_default(ext, text, n, sub, d, shaped, frozenset()))
+    if isinstance(node, ast.Subscript):  # a slice keeps the dimension, an index may drop it
+        return (not shaped or isinstance(node.slice, ast.Slice)) and _default_expr(
+            ext, node.value, source, env, depth, shaped, proving)
     if isinstance(node, ast.UnaryOp):
-        return _default_expr(ext, node.operand, source, params, depth, shaped, proving)
+        return _default_expr(ext, node.operand, source, env, depth, shaped, proving)
     if isinstance(node, ast.BinOp):
-        return any(_default_expr(ext, side, source, params, depth, True, proving) for side in (node.left, node.right))
+        return any(_default_expr(ext, side, source, env, depth, True, proving) for side in (node.left, node.right))
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
         return False
     if any(k.arg in (None, "device", "out") for k in node.keywords):
@@ -161,10 +167,13 @@ def _default_expr(ext: PythonExtractor, node: ast.AST, source: str, params: froz
         if func.attr in _DEFAULT_FACTORIES:
             return not shaped or func.attr in _SHAPED or (
                 func.attr in _SHAPED_BY_FIRST and bool(node.args) and not _empty_shape(node.args[0]))
-        return any(_default_expr(ext, a, source, params, depth, True, proving) for a in node.args)
+        if func.attr == "tensor" and node.args:
+            return not_a_tensor(node.args[0], source, env, _bindings)
+        args = [e for a in node.args for e in (a.elts if isinstance(a, (ast.List, ast.Tuple)) else (a,))]
+        return any(_default_expr(ext, a, source, env, depth, True, proving) for a in args)
     if func.attr in _MOVING and not (func.attr == "to" and _dtype_only(node)):
         return False
-    return _default_expr(ext, func.value, source, params, depth, shaped, proving)
+    return _default_expr(ext, func.value, source, env, depth, shaped, proving)
 
 
 def _empty_shape(arg: ast.expr) -> bool:
