@@ -18,6 +18,7 @@ without narrowing what is analysed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import logging
 import sys
@@ -31,6 +32,7 @@ from .. import __version__
 from ..errors import UsageError
 from ..model import FileError, FileFacts, Finding, ScanResult, Site, Stats
 from . import serial
+from .background import Background
 from .cache import Cache, RunCache, grammar_versions, result_key
 from .discover import discover_files
 
@@ -127,6 +129,10 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         facts = {path: index.files.get(path, f) for path, f in facts.items()}
     index.settle()  # nothing is added from here on: the memos drop what kept them across rounds
     phases.mark("default-device")
+    # the rules read the settled index only: a child runs them while this process runs the tier passes
+    jobs = job_count(options.jobs, config.jobs)
+    rules = Background(functools.partial(_rules, index, config, catalog), concurrent=jobs > 1) \
+        if options.with_rules else None
     errors = outcomes.errors + [FileError(path, e) for path, f in facts.items() for e in f.errors]
     sites = module_moves([s for f in facts.values() for s in f.sites], index, facts, catalog.tiers,
                          outcomes.skipped_mentioning)
@@ -147,7 +153,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
-    findings = _findings(index, facts, sites, config, catalog, options) if options.with_rules else ()
+    findings = _findings(rules.result(), facts, sites, config, options) if rules is not None else ()
     phases.mark("rules")
     result = ScanResult(
         root=config.root,
@@ -166,13 +172,19 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     return _narrow(result, options.report_paths)
 
 
-def _findings(index: ProjectIndex, facts: dict[str, FileFacts], sites: list[Site], config: Config, catalog: Catalog,
+def _rules(index: ProjectIndex, config: Config, catalog: Catalog) -> tuple[Finding, ...]:
+    """Stage 6: the enabled rules (on the settled index; see ``background``)."""
+    from ..rules import run_rules
+
+    return run_rules(index, catalog.pack, config)
+
+
+def _findings(findings: tuple[Finding, ...], facts: dict[str, FileFacts], sites: list[Site], config: Config,
               options: ScanOptions) -> tuple[Finding, ...]:
-    """Stage 6 and 7: the enabled rules, then the inline suppressions and the meta findings."""
-    from ..rules import enabled_names, known_rule_names, run_rules
+    """Stage 7: the inline suppressions and the meta findings, on the rules' findings."""
+    from ..rules import enabled_names, known_rule_names
     from .suppress import apply_suppressions
 
-    findings = run_rules(index, catalog.pack, config, tuple(sites))
     complete = options.complete if options.complete is not None else all(Path(p).is_dir() for p in options.paths)
     return apply_suppressions(findings, facts, sites, known_rule_names(), enabled_names(config), complete)
 

@@ -4,11 +4,11 @@ lists them (the registry is this tuple, greppable, nothing registers itself).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from ..config import Config
 from ..globs import matcher
-from ..model import Finding, Severity, Site
+from ..model import Finding, Severity
 from ..pack import RulePack
 from ..pipeline.index import Func, ProjectIndex
 from . import (
@@ -100,8 +100,10 @@ def enabled_names(config: Config) -> frozenset[str]:
     return frozenset(r.name for r in enabled_rules(config))
 
 
-def run_rules(index: ProjectIndex, pack: RulePack, config: Config, sites: Sequence[Site]) -> tuple[Finding, ...]:
-    """Every enabled rule's findings, each with its file's code role. A rule
+def run_rules(index: ProjectIndex, pack: RulePack, config: Config) -> tuple[Finding, ...]:
+    """Every enabled rule's findings, each with its file's code role, from
+    the settled index alone (the run computes them while the tier passes
+    run: ``pipeline/background``). A rule
     may set a finding's severity from its consequence (alloc-in-capture: a
     driver allocation is an error, an allocator tensor a warning); a
     severity the configuration names for the rule wins. Findings outside
@@ -113,7 +115,7 @@ def run_rules(index: ProjectIndex, pack: RulePack, config: Config, sites: Sequen
 
     severities = dict(config.severity)
     role_of = role_finder(config.roles)
-    ctx = RuleContext(index=index, pack=pack, sites=tuple(sites), role_of=role_of)
+    ctx = RuleContext(index=index, pack=pack, role_of=role_of)
     out: list[Finding] = []
     for rule in enabled_rules(config):
         configured = severities.get(rule.name)

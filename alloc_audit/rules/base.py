@@ -24,7 +24,6 @@ def site_bytes(site: Site) -> tuple[int, str] | None:
 class RuleContext:
     index: ProjectIndex
     pack: RulePack
-    sites: tuple[Site, ...]  # classified, direct and derived
     role_of: Callable[[str], str] = conventional_role  # a path's code role (pipeline/roles.py)
     bytes_of: Callable[[Site], tuple[int, str] | None] = site_bytes  # a site's size when its arguments say it
 

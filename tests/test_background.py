@@ -1,0 +1,109 @@
+"""The rules run in a forked child while the parent runs the tier passes
+(``pipeline/background``): the value comes back, one job waits for it, a
+failing or dying child leaves the work to the parent, and the findings are
+the same whether a child or the parent computes them, for any ``--jobs``.
+Nothing here is timed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from clihelp import run_cli
+
+from alloc_audit.pipeline import background
+from alloc_audit.pipeline.background import Background
+
+FIXTURES = Path(__file__).parent / "fixtures" / "python"
+
+forks = pytest.mark.skipif(not background.can_fork(), reason="processes cannot be forked here")
+
+
+@forks
+def test_the_value_is_computed_in_a_child() -> None:
+    assert Background(os.getpid, concurrent=True).result() != os.getpid()
+    assert Background(lambda: ("a", 1), concurrent=True).result() == ("a", 1)
+
+
+def _wait_for(flag: Path) -> str:
+    for _ in range(400):
+        if flag.exists():
+            return "saw the flag"
+        time.sleep(0.025)
+    return "no flag"
+
+
+@forks
+def test_the_parent_goes_on_while_the_child_computes(tmp_path: Path) -> None:
+    flag = tmp_path / "flag"
+    work = Background(lambda: _wait_for(flag), concurrent=True)
+    flag.touch()  # only after the constructor returned: it did not wait for the child
+    assert work.result() == "saw the flag"
+
+
+@forks
+def test_one_job_waits_for_the_child_before_going_on(tmp_path: Path) -> None:
+    flag = tmp_path / "flag"
+    work = Background(lambda: _wait_for(flag), concurrent=False)
+    flag.touch()
+    assert work.result() == "no flag"
+
+
+def _fail() -> None:
+    raise ValueError("a bug in a rule")
+
+
+@forks
+def test_an_error_in_the_child_is_raised_by_the_parent() -> None:
+    work = Background(_fail, concurrent=True)
+    with pytest.raises(ValueError, match="a bug in a rule"):
+        work.result()
+
+
+@forks
+def test_a_child_that_dies_or_cannot_send_leaves_the_work_to_the_parent() -> None:
+    parent = os.getpid()
+
+    def dies() -> str:
+        if os.getpid() != parent:
+            os._exit(9)
+        return "computed by the parent"
+
+    assert Background(dies, concurrent=True).result() == "computed by the parent"
+    made = Background(lambda: lambda: "not picklable", concurrent=True).result()
+    assert made() == "not picklable"
+
+
+def test_without_fork_the_parent_computes_it_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(background, "can_fork", lambda: False)
+    calls: list[int] = []
+    work = Background(lambda: calls.append(os.getpid()) or len(calls), concurrent=True)
+    assert calls == []
+    assert work.result() == 1 and work.result() == 1
+    assert calls == [os.getpid()]
+
+
+def _scan(root: Path, *args: str) -> dict:
+    result = run_cli("scan", ".", "--format", "json", "--no-cache", *args, cwd=root)
+    assert result.code == 0, result.err
+    doc = json.loads(result.out)
+    doc["stats"].pop("seconds")
+    return doc
+
+
+@forks
+def test_findings_are_the_same_from_a_child_and_from_the_parent(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # the rule fixtures as one project (the repository's configuration leaves them out)
+    root = tmp_path / "project"
+    shutil.copytree(FIXTURES, root)
+    (root / "alloc-audit.toml").write_text("# alloc-audit configuration\n")
+    in_child = _scan(root, "--jobs", "1")
+    assert _scan(root, "--jobs", "2") == in_child
+    assert len(in_child["findings"]) > 50 and len({f["rule"] for f in in_child["findings"]}) >= 5
+    monkeypatch.setattr(background, "can_fork", lambda: False)
+    assert _scan(root, "--jobs", "2") == in_child
