@@ -15,7 +15,7 @@ from alloc_audit.pipeline.parse import _keep_one_branch, error_summary, parse_so
 
 FIXTURES = Path(__file__).parent / "fixtures"
 IDIOM_FIXTURES = ["cuda/parse-idioms-conditionals.cu", "cuda/parse-idioms-macros.cu",
-                  "cpp/parse-idioms-declarations.cpp"]
+                  "cpp/parse-idioms-declarations.cpp", "cuda/parse-idioms-instantiations.cu"]
 
 
 @pytest.mark.parametrize("name", IDIOM_FIXTURES)
@@ -52,6 +52,17 @@ def test_continued_condition_inside_parentheses_is_blanked_with_its_head() -> No
 def test_inline_macro_blanked_only_before_a_return_type_and_a_name() -> None:
     data = b"DS_D_INLINE void f(int x);\nMY_TYPE g(3);\n"
     assert repair_idioms(data).split() == [b"void", b"f(int", b"x);", b"MY_TYPE", b"g(3);"]
+
+
+def test_explicit_class_instantiation_loses_only_its_keyword() -> None:
+    data = b"template class X<float>;\nextern template struct ns::Y<T,\n  2>;\ntemplate <> class Z<int>;\n"
+    assert repair_idioms(data).split() == [b"template", b"X<float>;", b"extern", b"template", b"ns::Y<T,", b"2>;",
+                                           b"template", b"<>", b"class", b"Z<int>;"]
+
+
+def test_type_keyword_argument_of_a_macro_in_an_expression_becomes_a_value() -> None:
+    data = b"if (ALL_OF(p, n, unsigned long long, (float)x)) {}\n"
+    assert repair_idioms(data) == b"if (ALL_OF(p, n, 0                 , (float)x)) {}\n"
 
 
 def test_python_return_with_a_starred_element_parses_at_the_same_positions() -> None:

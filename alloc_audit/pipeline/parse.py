@@ -175,7 +175,12 @@ _USING_TYPENAME = re.compile(rb"(?<=\busing)[ \t]+typename\b")
 # body (or a trailing return type) can only be an attribute macro
 _BODY_MACRO = re.compile(rb"(?<=\))[ \t]+(?:mutable[ \t]+)?([A-Z][A-Z0-9_]*[A-Z0-9])(?=[ \t]*(?:->[^{};\n]*)?\{)")
 _TYPE_KEYWORD_ARGUMENT = re.compile(
-    rb"[(,]\s*(?:unsigned\s+|signed\s+)?(?:float|double|int|char|bool|void|long|short)\s*[,)]")
+    rb"[(,]\s*(?:(?:unsigned|signed|long|short)\s+)*(?:float|double|int|char|bool|void|long|short)\s*[,)]")
+# `template class X<float>;`, `extern template struct ns::Y<T, 2>;`: an explicit
+# instantiation of a class is valid C++, but both grammars read it with a
+# MISSING declarator; without its `class`/`struct` keyword it reads cleanly
+_CLASS_INSTANTIATION = re.compile(
+    rb"(?m)^[ \t]*(?:extern[ \t]+)?template[ \t]+(class|struct|union)[ \t]+[\w:]+[ \t]*<[^;{}]*>[\w:]*[ \t]*;")
 
 
 def repair_idioms(data: bytes, conditionals_in_parens: bool = True) -> bytes:
@@ -194,7 +199,8 @@ def repair_idioms(data: bytes, conditionals_in_parens: bool = True) -> bytes:
     header and its body), a `/* */` inside a `#define` body and a string
     macro between literals (`"..." HINT(128) "..."`), the `typename` of a
     using-declaration (`using typename Base::half_t;`) and an attribute macro
-    between a parameter list and a body (`[](T v) ALWAYSINLINE {`). Positions do not move,
+    between a parameter list and a body (`[](T v) ALWAYSINLINE {`), the
+    `class` of an explicit instantiation (`template class X<float>;`). Positions do not move,
     so every span is still a span of the file."""
     out = bytearray(data)
     for m in _STATEMENT_MACRO.finditer(data):
@@ -222,10 +228,13 @@ def repair_idioms(data: bytes, conditionals_in_parens: bool = True) -> bytes:
     for regex in (_DECL_MACRO, _BODY_MACRO):
         for m in regex.finditer(data):
             _blank_range(out, m.start(1), m.end(1))
+    for m in _CLASS_INSTANTIATION.finditer(data):
+        _blank_range(out, m.start(1), m.end(1))
     for regex in (_ENUM_BASE, _STATEMENT_ARGUMENT, _PRAGMA_LINE, _DEFINE_COMMENT, _STRING_MACRO, _USING_TYPENAME):
         for m in regex.finditer(data):
             _blank_range(out, m.start(), m.end())
     _blank_type_argument_macros(data, out)
+    _type_arguments_as_values(data, out)
     if conditionals_in_parens:
         _blank_conditionals_in_parens(data, out)
     return bytes(out)
@@ -240,6 +249,37 @@ def _blank_type_argument_macros(data: bytes, out: bytearray) -> None:
             continue
         if _TYPE_KEYWORD_ARGUMENT.search(data, m.end() - 1, end):
             _blank_range(out, m.start(), end)
+
+
+# an ALL_CAPS macro call anywhere (`if (ALL_OF(p, n, bool, true))`), and an
+# argument that is nothing but a type keyword sequence (`unsigned long long`)
+_MACRO_CALL = re.compile(rb"\b_*[A-Z][A-Z0-9_]*[ \t]*\(")
+_TYPE_WORDS = re.compile(rb"\s*(?:(?:unsigned|signed|long|short|const)\s+)*"
+                         rb"(?:float|double|int|char|bool|void|long|short)\s*")
+
+
+def _type_arguments_as_values(data: bytes, out: bytearray) -> None:
+    """`ALL_OF(p, n, bool, true)` inside an expression: a type keyword as a
+    macro argument is no expression, and blanking the call would leave the
+    expression empty. The keywords become a `0` and spaces (same length)."""
+    for m in _MACRO_CALL.finditer(data):
+        end = _close_paren(data, m.end() - 1)
+        if end < 0 or b"{" in data[m.start():end] or out[m.start()] == 32:  # blanked as a statement
+            continue
+        depth, start = 0, m.end()
+        for i in range(m.end(), end):
+            c = data[i]
+            if c in b"([":
+                depth += 1
+            elif c in b")]" and depth:
+                depth -= 1
+            elif (c == 44 and depth == 0) or i == end - 1:  # `,` or the call's `)`
+                word = _TYPE_WORDS.fullmatch(data, start, i)
+                if word is not None:
+                    lead = len(data[start:i]) - len(data[start:i].lstrip())
+                    _blank_range(out, start + lead, i)
+                    out[start + lead] = 48  # `0`
+                start = i + 1
 
 
 def _close_paren(data: bytes, start: int, limit: int = 4000) -> int:
