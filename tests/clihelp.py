@@ -8,6 +8,7 @@ script, ``python -m``, pre-commit, git hooks, terminals)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -52,6 +53,16 @@ def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Run:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception  # a bug: show its traceback, as the subprocess would
     return Run(result.exit_code, result.stdout, result.stderr)
+
+
+def scan_json(root: Path, *args: str) -> dict:
+    """``scan --format json ARGS`` in ``root``, which must succeed; the
+    document without its timings, to compare runs."""
+    result = run_cli("scan", "--format", "json", *args, cwd=root)
+    assert result.code == 0, result.err
+    doc = json.loads(result.out)
+    doc["stats"].pop("seconds")
+    return doc  # type: ignore[no-any-return]
 
 
 def run_cli_subprocess(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Run:

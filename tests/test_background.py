@@ -6,14 +6,13 @@ Nothing here is timed."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
 from pathlib import Path
 
 import pytest
-from clihelp import run_cli
+from clihelp import scan_json
 
 from alloc_audit.pipeline import background
 from alloc_audit.pipeline.background import Background
@@ -88,11 +87,7 @@ def test_without_fork_the_parent_computes_it_when_asked(monkeypatch: pytest.Monk
 
 
 def _scan(root: Path, *args: str) -> dict:
-    result = run_cli("scan", ".", "--format", "json", "--no-cache", *args, cwd=root)
-    assert result.code == 0, result.err
-    doc = json.loads(result.out)
-    doc["stats"].pop("seconds")
-    return doc
+    return scan_json(root, ".", "--no-cache", *args)
 
 
 @forks

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from clihelp import git, make_repo, run_cli, write
+from clihelp import git, make_repo, run_cli, scan_json, write
 
 from alloc_audit.__main__ import entry
 from alloc_audit.ratchet.allowlist import load_allowlist
@@ -124,11 +124,7 @@ def test_init_update_and_gate_show_file_problems(tmp_path: Path) -> None:
 
 
 def scan_doc(root: Path, *args: str) -> dict:
-    result = run_cli("scan", "--format", "json", "--jobs", "1", *args, cwd=root)
-    assert result.code == 0, result.err
-    doc = json.loads(result.out)
-    doc["stats"].pop("seconds")
-    return doc
+    return scan_json(root, "--jobs", "1", *args)
 
 
 def test_cache_deleted_during_the_run_loses_no_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
