@@ -100,7 +100,7 @@ def _in_loop(site: Site, index: ProjectIndex) -> bool:
     """Built in a loop (`chunks.append(Chunk(x))` per chunk): one object per
     pass, not one kept for the run."""
     func = index.func(site.path, site.scope)
-    return func is None or any(b.kind == "loop" and b.span.contains_line(site.span.line) for b in func.blocks)
+    return func is None or func.in_loop(site.span.line)
 
 
 def _caller_decides(site: Site, index: ProjectIndex) -> bool:

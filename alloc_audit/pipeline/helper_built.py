@@ -77,8 +77,7 @@ def _test_callers(func: Func, index: ProjectIndex) -> list[str]:
         call = caller.table[i]
         if func not in index.resolve(caller, call):
             continue
-        if not (caller.name.startswith("test") and test_path(caller.path)) or any(
-                b.kind == "loop" and b.span.contains_line(call.span.line) for b in caller.blocks):
+        if not (caller.name.startswith("test") and test_path(caller.path)) or caller.in_loop(call.span.line):
             return []
         names.append(caller.qualname)
     for caller, i in index.calls_named("parametrize"):  # `@pytest.mark.parametrize("build", [make_a, make_b])`

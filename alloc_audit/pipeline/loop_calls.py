@@ -10,8 +10,5 @@ from .index import Func
 
 def calls_in_loop(caller: Func, callee: Func) -> bool:
     """Every call of ``callee`` by name in ``caller`` sits in a loop body."""
-    loops = [b.span for b in caller.blocks if b.kind == "loop"]
-    if not loops:
-        return False
-    lines = [c.span.line for c in caller.calls if c.callee.rsplit(".", 1)[-1] == callee.name]
-    return bool(lines) and all(any(span.contains_line(line) for span in loops) for line in lines)
+    calls = caller.calls_of(callee.name)
+    return bool(calls) and all(caller.in_loop(c.span.line) for c in calls)

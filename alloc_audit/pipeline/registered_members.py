@@ -162,7 +162,7 @@ def _registering_callers(func: Func, index: ProjectIndex) -> list[str]:
     callers = [index.funcs[fid] for fid, d in sorted(dist.items()) if d == 1 and fid in index.funcs]
     out: list[str] = []
     for caller in callers:
-        calls = [c for c in caller.calls if c.callee.rsplit(".", 1)[-1] == func.name]
+        calls = caller.calls_of(func.name)
         if not calls:
             return []
         for call in calls:

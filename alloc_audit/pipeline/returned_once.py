@@ -59,8 +59,7 @@ def returned_once(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs
 def _keeps_once(caller: Func, callee: Func) -> bool:
     """``caller`` calls ``callee`` by name outside any loop and binds each
     result to a name (``buf = allocate(n)``): kept, not dropped."""
-    loops = [b.span for b in caller.blocks if b.kind == "loop"]
-    calls = [c for c in caller.calls if c.callee.rsplit(".", 1)[-1] == callee.name]
+    calls = caller.calls_of(callee.name)
     return bool(calls) and all(
-        c.target is not None and c.target.strip().isidentifier()
-        and not any(span.contains_line(c.span.line) for span in loops) for c in calls)
+        c.target is not None and c.target.strip().isidentifier() and not caller.in_loop(c.span.line)
+        for c in calls)

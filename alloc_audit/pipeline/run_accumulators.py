@@ -52,7 +52,7 @@ def _decide(site: Site, index: ProjectIndex, once: Callable[[str], bool], per_st
     if func is None or func.scope is None or not any(b.kind == "loop" for b in func.blocks):
         return None
     line = site.span.line
-    if any(b.kind == "loop" and b.span.contains_line(line) for b in func.blocks):
+    if func.in_loop(line):
         return None  # made per pass of a loop
     name = _bound_name(site, func)
     if name is None:
@@ -127,6 +127,5 @@ def _runs_once(func: Func, index: ProjectIndex, once: Callable[[str], bool], per
 def _calls_once(caller: Func, callee: Func) -> bool:
     """``caller`` calls ``callee`` (by name) at one place, outside its loops:
     `run(a); run(b)` makes the state twice, each dropped when its call ends."""
-    lines = [c.span.line for c in caller.calls if c.callee.rsplit(".", 1)[-1] == callee.name]
-    loops = [b.span for b in caller.blocks if b.kind == "loop"]
-    return len(lines) == 1 and not any(span.contains_line(lines[0]) for span in loops)
+    calls = caller.calls_of(callee.name)
+    return len(calls) == 1 and not caller.in_loop(calls[0].span.line)

@@ -55,8 +55,7 @@ def _native_static(site: Site, index: ProjectIndex) -> Site:
     func = index.func(site.path, site.scope)
     if func is None:
         return site
-    if func.qualname == "main" and site.via is None and not any(
-            b.kind == "loop" and b.span.contains_line(site.span.line) for b in func.blocks):
+    if func.qualname == "main" and site.via is None and not func.in_loop(site.span.line):
         return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
             f"process entry point main: allocated once for the run, outside any loop ({site.tier_reason})"))
     statics = _statics(func)

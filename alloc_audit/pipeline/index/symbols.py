@@ -65,6 +65,14 @@ class Func:
     def span(self) -> Span | None:
         return self.scope.span if self.scope is not None else None
 
+    def in_loop(self, line: int) -> bool:
+        """``line`` lies in the body of one of this function's loops."""
+        return any(b.kind == "loop" and b.span.contains_line(line) for b in self.blocks)
+
+    def calls_of(self, name: str) -> list[Call]:
+        """This function's calls of ``name`` (the last part of a dotted callee)."""
+        return [c for c in self.calls if c.callee.rsplit(".", 1)[-1] == name]
+
     def __repr__(self) -> str:
         return f"Func({self.id})"
 
