@@ -17,13 +17,15 @@ from .host_moves import drop_host_moves
 from .index import ProjectIndex
 from .lifetimes import weight_storage
 from .native_modules import native_module_state
+from .off_device import drop_off_device
 from .untaken import drop_untaken
 
 
 def derive_sites(index: ProjectIndex, files: Mapping[str, FileFacts], tiers: tuple[TierPattern, ...],
                  direct: Sequence[Site], apis: ApiCatalog | None = None) -> list[Site]:
     uploads = {(s.path, s.span.line): s for s in direct if _upload(s)}
-    derived = tuple(drop_untaken(drop_host_moves(index.derived_sites(uploads=frozenset(uploads)), index), index))
+    derived = index.derived_sites(uploads=frozenset(uploads))
+    derived = tuple(drop_off_device(drop_untaken(drop_host_moves(derived, index), index), index))
     if apis is not None:
         derived = kinds_from_use(derived, index, apis)
     return _upload_tiers(native_module_state(_module_state(

@@ -60,9 +60,31 @@ def classify_options(options: str | None, inherit: bool) -> str | None:
         return None
     if re.fullmatch(r"(?:at|torch|c10)::(?:k[A-Z]\w*|ScalarType::\w+)", o) or (
         re.fullmatch(r"(?:at|torch)::dtype\(.*\)", o) and ".device(" not in o
-    ):
+    ) or _fresh_without_device(o):
         return None  # only a dtype: a CPU tensor
     return "unknown"
+
+
+# options built from scratch (not `x.options()`, which follows x): a constructor
+# given nothing or a dtype constant, then setters that never name a device
+_FRESH = re.compile(r"(?:at|torch|c10)::(?:TensorOptions\((?:(?:at|torch|c10)::(?:k[A-Z]\w*|ScalarType::\w+))?\)|"
+                    r"(?:dtype|requires_grad|layout)(?:<[\w:]+>)?\([^()]*\))")
+_SETTER = re.compile(r"\.(?:dtype|requires_grad|layout|memory_format)(?:<[\w:]+>)?\([^()]*(?:\([^()]*\)[^()]*)*\)")
+
+
+def _fresh_without_device(options: str) -> bool:
+    """`c10::TensorOptions().dtype(t)`, `torch::dtype(t).requires_grad(false)`:
+    no device anywhere in the chain, so the factory makes a CPU tensor."""
+    head = _FRESH.match(options)
+    if head is None:
+        return False
+    at = head.end()
+    while at < len(options):
+        setter = _SETTER.match(options, at)
+        if setter is None:
+            return False
+        at = setter.end()
+    return True
 
 
 def _declarator_parts(src: Source, node: Any) -> tuple[str, str, tuple[Arg, ...] | None]:
@@ -252,6 +274,8 @@ def add_site(ext: CppExtractor, sites: list[Site], node: Any, spec: ApiSpec, sco
     device: str | None = None
     if spec.device in ("options", "inherit"):
         options = args[1].text if len(args) > 1 else None
+        if options is not None and b"TensorOptions" in ext.src.data:
+            options = local_options(ext, node, options)
         found = classify_options(options, spec.device == "inherit")
         if found is None:
             return
@@ -272,6 +296,29 @@ def add_site(ext: CppExtractor, sites: list[Site], node: Any, spec: ApiSpec, sco
                 target = target.lstrip("*")
     sites.append(ext.at.site(node, spec.api, kind, scope, span, ", ".join(size_parts) if size_parts else None,
                               size_parts, device, target, wrapper(ext, node)))
+
+
+_OPTIONS_LOCAL = re.compile(r"([A-Za-z_]\w*)((?:\.\w+\([^()]*\))*)")
+# `const auto options = at::TensorOptions(...)...;` (also `TensorOptions options = ...;`)
+_OPTIONS_BINDING = re.compile(r"(?:[\w:<>]+\s+)+&?\s*([A-Za-z_]\w*)\s*=\s*((?:at|torch|c10)::[^;]*);")
+_ASSIGNED = re.compile(r"(?<![\w.>])([A-Za-z_]\w*)\s*=(?!=)")
+
+
+def local_options(ext: CppExtractor, node: Any, text: str) -> str:
+    """``text`` with a local options variable (`options`, `options.dtype(at::kInt)`)
+    replaced by what the function bound it to, when its only binding above
+    the call builds options from scratch; else ``text`` unchanged."""
+    m = _OPTIONS_LOCAL.fullmatch(text.strip())
+    if m is None:
+        return text
+    body = common.enclosing(node.parent, "function_definition")
+    if body is None:
+        return text
+    before = ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace")
+    values = [b.group(2) for b in _OPTIONS_BINDING.finditer(before) if b.group(1) == m.group(1)]
+    if len(values) != 1 or sum(a.group(1) == m.group(1) for a in _ASSIGNED.finditer(before)) != 1:
+        return text  # bound twice, or assigned again: not one known value
+    return " ".join(values[0].split()) + m.group(2)
 
 
 def wrapper(ext: CppExtractor, node: Any) -> str | None:
