@@ -263,7 +263,10 @@ def on_current_gpu(ext: PythonExtractor, node: Any, name: str, device: str = "cu
     name not bound again in between -- or is a view of such a local (a
     subscript, `.view(...)`, `.reshape(...)`, ...), and the function never
     switches the current GPU. Moving it (or a view of it, `name[:, :-1]`)
-    there again copies nothing."""
+    there again copies nothing. A torch factory on the same line given that
+    device (`torch.randn(n, device=dev).to(dev)`) is there too."""
+    if name.startswith("torch.") and name.endswith(")"):
+        return _made_on(name, device)
     if not name.isidentifier():
         name = _view_of(name) or ""
         if not name:
@@ -321,6 +324,24 @@ def _placed(before: str, after: str, name: str, device: str, depth: int, upto: s
     if base is None or base == name:
         return False
     return _placed(before[:last.start()], before[last.start():] + after, base, device, depth - 1, upto)
+
+
+def _made_on(value: str, device: str) -> bool:
+    """``value`` is a `torch.<factory>(..., device=<device>)` call."""
+    try:
+        tree = ast.parse(value, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    if not isinstance(tree, ast.Call) or not isinstance(tree.func, ast.Attribute) \
+            or not isinstance(tree.func.value, ast.Name) or tree.func.value.id != "torch" \
+            or tree.func.attr not in _DEFAULT_FACTORIES | {"tensor", "as_tensor"}:
+        return False
+    given = next((k.value for k in tree.keywords if k.arg == "device"), None)
+    if given is None:
+        return False
+    if device == "cuda":
+        return isinstance(given, ast.Constant) and given.value == "cuda"
+    return isinstance(given, ast.Name) and given.id == device
 
 
 def _view_of(value: str) -> str | None:
