@@ -89,6 +89,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .expand import expand_skipped
     from .fixture_scoped import fixture_scoped
     from .helper_built import helper_built
+    from .host_returns import drop_host_returns
     from .index import build_index
     from .kept_pinned import kept_pinned
     from .kept_results import kept_results
@@ -141,7 +142,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     errors = outcomes.errors + [FileError(path, e) for path, f in facts.items() for e in f.errors]
     sites = module_moves([s for f in facts.values() for s in f.sites], index, facts, catalog.tiers,
                          outcomes.skipped_mentioning)
-    sites = tiers_from_callers(drop_cpu_locals(sites, index), index, catalog.callers)
+    sites = tiers_from_callers(drop_host_returns(drop_cpu_locals(sites, index), index), index, catalog.callers)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
     sites = built_per_pass(module_state(sites, index), index)
