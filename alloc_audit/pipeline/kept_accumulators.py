@@ -1,0 +1,143 @@
+"""Stage 5, after the keyed caches and run accumulators: state kept on the
+object through a factory's return, or accumulated into in place (issue 11,
+round 18).
+
+Input: classified sites (direct and derived), the project index and the
+caller globs. Output: the same sites, per-call (T4) Python device sites
+re-tiered T2 with a reason naming what keeps them.
+
+- A factory's result kept by every caller: the allocation a project
+  function returns (``make_empty_stats``: ``return torch.zeros(...)``),
+  where every call of the function is a derived site its caller keeps on
+  the object once per key (``self._stats[m] = make_empty_stats(m)`` under
+  ``if m not in self._counts``: the keyed-cache, lazy-member and
+  created-once passes' T2), is the entry those callers keep: T2. A caller
+  that binds it to a local and drops it, or stores it per call under a
+  fresh key, keeps the factory's site per call. Calls from tests of a
+  factory outside the tests are not counted (they exercise it).
+- An accumulator kept on the object: a tensor a method stores in
+  ``self.x`` (``attach``: ``self._sum = torch.zeros(n)``), where a function
+  of the class (a method, or a hook nested in one) adds into that slot in
+  place (``self._sum.add_(t)``, ``self._sum += t``), is the object's state,
+  summed across calls: T2. So is the slot moved onto itself (``self._sum =
+  self._sum.to(x.device)``): the moved copy replaces the state. A store in a
+  per-step method (``[callers] per_step``) or in a loop is made per pass.
+DESIGN.md ("Lifetime tiers"): kept on the object -> persistent. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from ..catalog import CallerGlobs
+from ..globs import matcher, test_path
+from ..model import Language, Site, SiteKind, Tier
+from .index import Func, ProjectIndex
+from .retier import Decision, python_device_site, retier
+
+_KEPT = ("cached in ", "created lazily", "state created once")  # the keyed passes' T2 reasons
+_SLOT = re.compile(r"self\.[A-Za-z_]\w*")
+# in-place accumulation into a slot: `self.x.add_(t)`, `self.x[i].mul_(d)`
+_ACCUMULATE = re.compile(r"(self\.[A-Za-z_]\w*)(?:\[[^\]]*\])*\.(?:add|sub|mul|div|lerp|addcmul|addcdiv|addmm|addmv)_")
+_MOVES = ("to", "cuda")
+
+
+def kept_accumulators(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
+    kept_calls: dict[tuple[str, str, int], Site] = {}
+    for s in sites:
+        if s.via is not None and s.language is Language.PYTHON and s.kind is SiteKind.DEVICE:
+            kept_calls[(s.via.path, s.path, s.span.line)] = s
+    per_step = matcher(globs.per_step) if globs.per_step else (lambda _n: False)
+    memo: dict[tuple[str, str, str], int] = {}
+
+    def decide(site: Site) -> Decision | None:
+        if site.kept == "return":
+            return _returned_and_kept(site, index, kept_calls)
+        return _accumulator(site, index, per_step, memo)
+
+    return retier(sites, lambda s: python_device_site(s, Tier.T4), decide)
+
+
+def _returned_and_kept(site: Site, index: ProjectIndex, kept_calls: dict[tuple[str, str, int], Site]) \
+        -> Decision | None:
+    func = index.func(site.path, site.scope)
+    if func is None or func.scope is None or func.scope.role not in ("function", "method"):
+        return None
+    callers: list[Site] = []
+    own_test = test_path(site.path)
+    for caller, _ in index.calls_named(func.name):
+        if test_path(caller.path) and not own_test:
+            continue  # a test exercising a production factory says nothing of its lifetime in the run
+        for call in caller.calls_of(func.name):
+            if func not in index.resolve(caller, call):
+                continue
+            derived = kept_calls.get((site.path, caller.path, call.span.line))
+            if derived is None or derived.tier is not Tier.T2 or not derived.tier_reason.startswith(_KEPT):
+                return None
+            callers.append(derived)
+    if not callers:
+        return None
+    first = callers[0]
+    return Tier.T2, (f"kept by its callers: {func.qualname} returns it and each caller keeps it on the object "
+                     f"once per key ({first.scope}, line {first.span.line}: {first.target}); "
+                     f"was: {site.tier_reason}")
+
+
+def _accumulator(site: Site, index: ProjectIndex, per_step: Callable[[str], bool],
+                 memo: dict[tuple[str, str, str], int]) -> Decision | None:
+    target = (site.target or "").strip()
+    if _SLOT.fullmatch(target) is None:
+        return None
+    func = index.func(site.path, site.scope)
+    if func is None or func.in_loop(site.span.line):
+        return None
+    owner = _class_of(site, index)
+    if owner is None:
+        return None
+    moved = site.api.rsplit(".", 1)[-1] in _MOVES
+    if moved:
+        if not any(c.span.line == site.span.line and c.callee in (f"{target}.to", f"{target}.cuda")
+                   for c in func.calls):
+            return None  # a move of another tensor into the slot
+    elif per_step(site.scope.rsplit(".", 1)[-1]):
+        return None
+    line = _accumulated(target, site.path, owner, index, memo)
+    if not line:
+        return None
+    what = "moves the accumulator onto itself" if moved else f"stores it in {target}"
+    return Tier.T2, (f"accumulator kept on the object: {site.scope} {what}, and {owner} adds into "
+                     f"{target} in place (line {line}): state summed across calls; was: {site.tier_reason}")
+
+
+def _class_of(site: Site, index: ProjectIndex) -> str | None:
+    """The class whose method (or a function nested in one) the site is in."""
+    parts = site.scope.split(".")
+    for n in range(len(parts), 0, -1):
+        f = index.func(site.path, ".".join(parts[:n]))
+        if f is not None and f.owner is not None:
+            return f.owner.qualname
+    return None
+
+
+def _accumulated(slot: str, path: str, owner: str, index: ProjectIndex, memo: dict[tuple[str, str, str], int]) -> int:
+    """A line where a function of ``owner`` adds into ``slot`` in place, or 0."""
+    found = memo.get((path, owner, slot))
+    if found is not None:
+        return found
+    line = 0
+    for f in _class_functions(path, owner, index):
+        line = next((a.line for a in f.assigns if a.op in ("+=", "-=", "*=") and any(
+            t == slot or t.startswith(f"{slot}[") for t in a.targets)), 0) or next(
+            (c.span.line for c in f.calls if (m := _ACCUMULATE.fullmatch(c.callee)) is not None
+             and m.group(1) == slot), 0)
+        if line:
+            break
+    memo[(path, owner, slot)] = line
+    return line
+
+
+def _class_functions(path: str, owner: str, index: ProjectIndex) -> list[Func]:
+    prefix = owner + "."
+    return [f for f in index.functions_in(path) if f.qualname.startswith(prefix)]
+
