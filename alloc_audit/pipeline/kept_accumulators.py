@@ -79,8 +79,8 @@ def _returned_and_kept(site: Site, index: ProjectIndex, kept_calls: dict[tuple[s
     if not callers:
         return None
     first = callers[0]
-    return Tier.T2, (f"kept by its callers: {func.qualname} returns it and each caller keeps it on the object "
-                     f"once per key ({first.scope}, line {first.span.line}: {first.target}); "
+    return Tier.T2, (f"kept by its callers: {func.qualname} returns it and each caller keeps it on the object, "
+                     f"made once ({first.scope}, line {first.span.line}: {first.target}); "
                      f"was: {site.tier_reason}")
 
 

@@ -90,6 +90,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .fixture_scoped import fixture_scoped
     from .helper_built import helper_built
     from .hook_closures import hook_closures
+    from .host_reads import host_reads
     from .index import build_index
     from .kept_accumulators import kept_accumulators
     from .kept_pinned import kept_pinned
@@ -141,8 +142,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     rules = Background(functools.partial(_rules, index, config, catalog), concurrent=jobs > 1) \
         if options.with_rules else None
     errors = outcomes.errors + [FileError(path, e) for path, f in facts.items() for e in f.errors]
-    sites = module_moves(hook_closures([s for f in facts.values() for s in f.sites], index), index, facts,
-                         catalog.tiers, outcomes.skipped_mentioning)
+    direct = host_reads(hook_closures([s for f in facts.values() for s in f.sites], index), index)
+    sites = module_moves(direct, index, facts, catalog.tiers, outcomes.skipped_mentioning)
     sites = tiers_from_callers(drop_cpu_locals(sites, index), index, catalog.callers)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
