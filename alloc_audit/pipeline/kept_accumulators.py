@@ -22,6 +22,16 @@ re-tiered T2 with a reason naming what keeps them.
   summed across calls: T2. So is the slot moved onto itself (``self._sum =
   self._sum.to(x.device)``): the moved copy replaces the state. A store in a
   per-step method (``[callers] per_step``) or in a loop is made per pass.
+- Optimizer state filled by a helper: an entry of the helper's parameter
+  (``state["sum"] = torch.zeros(...)``), or of a local dict it hands to
+  that parameter's ``update`` (``acc[k] = torch.zeros(...)``; ``state.update(acc)``),
+  where every caller passes a state the object holds (``state =
+  self.state[p]``) under a test that it is empty (``if len(state) == 0:``,
+  ``if not state:``): created once per parameter and kept, like the same
+  store made in the caller (``lifetimes``' created-once state).
+- Kept by a method that runs once (``[callers] once``: a training
+  callback's ``on_train_begin``): a local it stores on the object
+  (``self.theta0.append(t)``, ``self.x = t``) lives for the run.
 DESIGN.md ("Lifetime tiers"): kept on the object -> persistent. Pure.
 """
 
@@ -30,10 +40,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from ..arglists import split_args
 from ..catalog import CallerGlobs
 from ..globs import matcher, test_path
 from ..model import Language, Site, SiteKind, Tier
+from .bound_values import bound_value
 from .index import Func, ProjectIndex
+from .kept_stores import stored_later
 from .retier import Decision, python_device_site, retier
 
 _KEPT = ("cached in ", "created lazily", "state created once")  # the keyed passes' T2 reasons
@@ -41,6 +54,10 @@ _SLOT = re.compile(r"self\.[A-Za-z_]\w*")
 # in-place accumulation into a slot: `self.x.add_(t)`, `self.x[i].mul_(d)`
 _ACCUMULATE = re.compile(r"(self\.[A-Za-z_]\w*)(?:\[[^\]]*\])*\.(?:add|sub|mul|div|lerp|addcmul|addcdiv|addmm|addmv)_")
 _MOVES = ("to", "cuda")
+_ENTRY = re.compile(r"([A-Za-z_]\w*)\[[^\]]+\]")
+# `len(state) == 0`, `not state`, `"k" not in state` (lifetimes' created-once guards)
+_EMPTY = re.compile(r"""\(?\s*(?:len\(\s*([\w.\[\]"']+)\s*\)\s*==\s*0|not\s+([\w.\[\]"']+)"""
+                    r"""|.+?\s+not\s+in\s+([\w.\[\]"']+))\s*\)?""")
 
 
 def kept_accumulators(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
@@ -49,12 +66,14 @@ def kept_accumulators(sites: Sequence[Site], index: ProjectIndex, globs: CallerG
         if s.via is not None and s.language is Language.PYTHON and s.kind is SiteKind.DEVICE:
             kept_calls[(s.via.path, s.path, s.span.line)] = s
     per_step = matcher(globs.per_step) if globs.per_step else (lambda _n: False)
+    once = matcher(globs.once) if globs.once else (lambda _n: False)
     memo: dict[tuple[str, str, str], int] = {}
 
     def decide(site: Site) -> Decision | None:
         if site.kept == "return":
             return _returned_and_kept(site, index, kept_calls)
-        return _accumulator(site, index, per_step, memo)
+        return _accumulator(site, index, per_step, memo) or _filled_by_helper(site, index) \
+            or _kept_once(site, index, once)
 
     return retier(sites, lambda s: python_device_site(s, Tier.T4), decide)
 
@@ -141,3 +160,61 @@ def _class_functions(path: str, owner: str, index: ProjectIndex) -> list[Func]:
     prefix = owner + "."
     return [f for f in index.functions_in(path) if f.qualname.startswith(prefix)]
 
+
+
+def _filled_by_helper(site: Site, index: ProjectIndex) -> Decision | None:
+    m = _ENTRY.fullmatch((site.target or "").strip())
+    func = index.func(site.path, site.scope)
+    if m is None or func is None or func.scope is None or func.scope.role != "function":
+        return None
+    params = func.scope.params
+    holder = m.group(1)
+    if holder not in params:
+        holder = next((c.callee[:-len(".update")] for c in func.calls if c.span.line > site.span.line
+                       and c.callee.endswith(".update") and c.arglist.strip() == m.group(1)
+                       and c.callee[:-len(".update")] in params), "")
+    if not holder:
+        return None
+    at = params.index(holder)
+    guards = []
+    for caller, _ in index.calls_named(func.name):
+        for call in caller.calls_of(func.name):
+            if func not in index.resolve(caller, call):
+                continue
+            args = split_args(call.arglist)
+            arg = args[at].text.strip() if at < len(args) and args[at].keyword is None else ""
+            guard = _guarded_state(caller, arg, call.span.line) if arg.isidentifier() else ""
+            if not guard:
+                return None
+            guards.append((caller, guard))
+    if not guards:
+        return None
+    caller, guard = guards[0]
+    return Tier.T2, (f"state created once: {func.qualname} fills {holder}, which {caller.qualname} holds on the "
+                     f"object and fills only under `if {guard}`: kept; was: {site.tier_reason}")
+
+
+def _guarded_state(caller: Func, arg: str, line: int) -> str:
+    """The test of an ``if`` around ``line`` saying ``arg`` (a state the
+    object holds) is empty, or ""."""
+    if not bound_value(caller, arg, line).startswith("self."):
+        return ""
+    for block in caller.blocks:
+        if block.kind in ("if", "elif") and block.span.contains_line(line):
+            test = " ".join(block.test.split())
+            g = _EMPTY.fullmatch(test)
+            if g is not None and arg in (g.group(1), g.group(2), g.group(3)):
+                return test
+    return ""
+
+
+def _kept_once(site: Site, index: ProjectIndex, once: Callable[[str], bool]) -> Decision | None:
+    local = (site.target or "").strip()
+    func = index.func(site.path, site.scope)
+    if not local.isidentifier() or func is None or func.owner is None or not once(func.name):
+        return None
+    member = stored_later(func, local, site.span.line)
+    if not member.startswith("self."):
+        return None
+    return Tier.T2, (f"kept for the run: {func.qualname} runs once and keeps it in {member}; "
+                     f"was: {site.tier_reason}")
