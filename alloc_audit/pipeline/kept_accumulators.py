@@ -20,8 +20,9 @@ re-tiered T2 with a reason naming what keeps them.
   of the class (a method, or a hook nested in one) adds into that slot in
   place (``self._sum.add_(t)``, ``self._sum += t``), is the object's state,
   summed across calls: T2. So is the slot moved onto itself (``self._sum =
-  self._sum.to(x.device)``): the moved copy replaces the state. A store in a
-  per-step method (``[callers] per_step``) or in a loop is made per pass.
+  self._sum.to(x.device)``): the moved copy replaces the state. A store or
+  move in a per-step method (``[callers] per_step``) or in a loop is made
+  per pass; a slot only rescaled in place (``*=``, ``div_``) is not summed.
 - Optimizer state filled by a helper: an entry of the helper's parameter
   (``state["sum"] = torch.zeros(...)``), or of a local dict it hands to
   that parameter's ``update`` (``acc[k] = torch.zeros(...)``; ``state.update(acc)``),
@@ -51,8 +52,9 @@ from .retier import Decision, python_device_site, retier
 
 _KEPT = ("cached in ", "created lazily", "state created once")  # the keyed passes' T2 reasons
 _SLOT = re.compile(r"self\.[A-Za-z_]\w*")
-# in-place accumulation into a slot: `self.x.add_(t)`, `self.x[i].mul_(d)`
-_ACCUMULATE = re.compile(r"(self\.[A-Za-z_]\w*)(?:\[[^\]]*\])*\.(?:add|sub|mul|div|lerp|addcmul|addcdiv|addmm|addmv)_")
+# in-place accumulation into a slot: `self.x.add_(t)`, `self.x[i].lerp_(t, w)` (a rescale, `sub_`/`div_`
+# of a normalised input, `*=` of a scale factor, accumulates nothing)
+_ACCUMULATE = re.compile(r"(self\.[A-Za-z_]\w*)(?:\[[^\]]*\])*\.(?:add|lerp|addcmul|addcdiv|addmm|addmv|addbmm)_")
 _MOVES = ("to", "cuda")
 _ENTRY = re.compile(r"([A-Za-z_]\w*)\[[^\]]+\]")
 # `len(state) == 0`, `not state`, `"k" not in state` (lifetimes' created-once guards)
@@ -114,13 +116,12 @@ def _accumulator(site: Site, index: ProjectIndex, per_step: Callable[[str], bool
     owner = _class_of(site, index)
     if owner is None:
         return None
-    moved = site.api.rsplit(".", 1)[-1] in _MOVES
-    if moved:
-        if not any(c.span.line == site.span.line and c.callee in (f"{target}.to", f"{target}.cuda")
-                   for c in func.calls):
-            return None  # a move of another tensor into the slot
-    elif per_step(site.scope.rsplit(".", 1)[-1]):
+    if per_step(site.scope.rsplit(".", 1)[-1]):
         return None
+    moved = site.api.rsplit(".", 1)[-1] in _MOVES
+    if moved and not any(c.span.line == site.span.line and c.callee in (f"{target}.to", f"{target}.cuda")
+                         for c in func.calls):
+        return None  # a move of another tensor into the slot
     line = _accumulated(target, site.path, owner, index, memo)
     if not line:
         return None
@@ -146,7 +147,7 @@ def _accumulated(slot: str, path: str, owner: str, index: ProjectIndex, memo: di
         return found
     line = 0
     for f in _class_functions(path, owner, index):
-        line = next((a.line for a in f.assigns if a.op in ("+=", "-=", "*=") and any(
+        line = next((a.line for a in f.assigns if a.op in ("+=", "-=") and any(
             t == slot or t.startswith(f"{slot}[") for t in a.targets)), 0) or next(
             (c.span.line for c in f.calls if (m := _ACCUMULATE.fullmatch(c.callee)) is not None
              and m.group(1) == slot), 0)
