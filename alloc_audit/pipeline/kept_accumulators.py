@@ -30,9 +30,6 @@ re-tiered T2 with a reason naming what keeps them.
   self.state[p]``) under a test that it is empty (``if len(state) == 0:``,
   ``if not state:``): created once per parameter and kept, like the same
   store made in the caller (``lifetimes``' created-once state).
-- Kept by a method that runs once (``[callers] once``: a training
-  callback's ``on_train_begin``): a local it stores on the object
-  (``self.theta0.append(t)``, ``self.x = t``) lives for the run.
 DESIGN.md ("Lifetime tiers"): kept on the object -> persistent. Pure.
 """
 
@@ -47,7 +44,6 @@ from ..globs import matcher, test_path
 from ..model import Language, Site, SiteKind, Tier
 from .bound_values import bound_value
 from .index import Func, ProjectIndex
-from .kept_stores import stored_later
 from .retier import Decision, python_device_site, retier
 
 _KEPT = ("cached in ", "created lazily", "state created once")  # the keyed passes' T2 reasons
@@ -68,14 +64,12 @@ def kept_accumulators(sites: Sequence[Site], index: ProjectIndex, globs: CallerG
         if s.via is not None and s.language is Language.PYTHON and s.kind is SiteKind.DEVICE:
             kept_calls[(s.via.path, s.path, s.span.line)] = s
     per_step = matcher(globs.per_step) if globs.per_step else (lambda _n: False)
-    once = matcher(globs.once) if globs.once else (lambda _n: False)
     memo: dict[tuple[str, str, str], int] = {}
 
     def decide(site: Site) -> Decision | None:
         if site.kept == "return":
             return _returned_and_kept(site, index, kept_calls)
-        return _accumulator(site, index, per_step, memo) or _filled_by_helper(site, index) \
-            or _kept_once(site, index, once)
+        return _accumulator(site, index, per_step, memo) or _filled_by_helper(site, index)
 
     return retier(sites, lambda s: python_device_site(s, Tier.T4), decide)
 
@@ -208,14 +202,3 @@ def _guarded_state(caller: Func, arg: str, line: int) -> str:
                 return test
     return ""
 
-
-def _kept_once(site: Site, index: ProjectIndex, once: Callable[[str], bool]) -> Decision | None:
-    local = (site.target or "").strip()
-    func = index.func(site.path, site.scope)
-    if not local.isidentifier() or func is None or func.owner is None or not once(func.name):
-        return None
-    member = stored_later(func, local, site.span.line)
-    if not member.startswith("self."):
-        return None
-    return Tier.T2, (f"kept for the run: {func.qualname} runs once and keeps it in {member}; "
-                     f"was: {site.tier_reason}")
