@@ -60,14 +60,19 @@ _EMPTY = re.compile(r"""\(?\s*(?:len\(\s*([\w.\[\]"']+)\s*\)\s*==\s*0|not\s+([\w
 
 def kept_accumulators(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
     kept_calls: dict[tuple[str, str, int], Site] = {}
+    kept_vias: set[tuple[str, int]] = set()  # allocations some caller keeps: the only factories worth resolving
     for s in sites:
         if s.via is not None and s.language is Language.PYTHON and s.kind is SiteKind.DEVICE:
             kept_calls[(s.via.path, s.path, s.span.line)] = s
+            if s.tier is Tier.T2 and s.tier_reason.startswith(_KEPT):
+                kept_vias.add((s.via.path, s.via.line))
     per_step = matcher(globs.per_step) if globs.per_step else (lambda _n: False)
     memo: dict[tuple[str, str, str], int] = {}
 
     def decide(site: Site) -> Decision | None:
         if site.kept == "return":
+            if (site.path, site.span.line) not in kept_vias:
+                return None
             return _returned_and_kept(site, index, kept_calls)
         return _accumulator(site, index, per_step, memo) or _filled_by_helper(site, index)
 
