@@ -9,6 +9,7 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING, Any
 
+from ...arglists import split_top_level
 from ...catalog import ApiSpec
 from ...model import Arg, Assign, Call, Site, SiteKind
 from . import common
@@ -277,6 +278,8 @@ def add_site(ext: CppExtractor, sites: list[Site], node: Any, spec: ApiSpec, sco
         if options is not None and b"TensorOptions" in ext.src.data:
             options = local_options(ext, node, options)
         found = classify_options(options, spec.device == "inherit")
+        if found == "unknown" and options is None and args and host_local(ext, node, args[0].text):
+            return  # `empty_like(ids)` of `auto ids = torch::empty({n}, torch::kLong);`: a CPU tensor
         if found is None:
             return
         if found == "pinned":
@@ -319,6 +322,30 @@ def local_options(ext: CppExtractor, node: Any, text: str) -> str:
     if len(values) != 1 or sum(a.group(1) == m.group(1) for a in _ASSIGNED.finditer(before)) != 1:
         return text  # bound twice, or assigned again: not one known value
     return " ".join(values[0].split()) + m.group(2)
+
+
+# `torch::Tensor ids = torch::empty({n}, torch::kLong);`: a local made by a factory
+_FACTORY_BINDING = re.compile(r"(?:[\w:<>]+\s+)+&?\s*([A-Za-z_]\w*)\s*=\s*(?:at|torch)::"
+                              r"(?:empty|zeros|ones|full|rand|randn|randint|arange|tensor)\s*\((.*?)\);", re.S)
+
+
+def host_local(ext: CppExtractor, node: Any, text: str) -> bool:
+    """``text`` names a local of the function whose one binding above the call
+    is a factory whose options (a dtype, none, `kCPU`) make a CPU tensor."""
+    name = text.strip()
+    if not name.isidentifier() or b"::" not in ext.src.data:
+        return False
+    body = common.enclosing(node.parent, "function_definition")
+    if body is None:
+        return False
+    before = ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace")
+    if name not in before:
+        return False
+    found = [b.group(2) for b in _FACTORY_BINDING.finditer(before) if b.group(1) == name]
+    if len(found) != 1 or sum(a.group(1) == name for a in _ASSIGNED.finditer(before)) != 1:
+        return False
+    args = split_top_level(found[0])
+    return len(args) <= 2 and classify_options(args[1].strip() if len(args) == 2 else None, False) is None
 
 
 def wrapper(ext: CppExtractor, node: Any) -> str | None:
