@@ -36,8 +36,8 @@ _METHODS = (rb"eval|train|load_state_dict|state_dict|named_parameters|parameters
             rb"|register_forward_hook|register_forward_pre_hook|forward")
 # a name (a dotted path, one subscript) that is called, has a module's method
 # called on it or its `.weight`/`.bias` read; the shortest such prefix
-_USE = re.compile(rb"(?<![\w.])((?:[A-Za-z_]\w*\.)*?[A-Za-z_]\w*(?:\[[^\[\]\n]{1,60}\])?)"
-                  rb"(?:\.(?:" + _METHODS + rb")\(|\.(?:weight|bias)\b|(?=\())")
+_USE = re.compile(rb"(?<![\w.])def[ \t]+(?P<method>\w+)|(?<![\w.])(?P<name>(?:[A-Za-z_]\w*\.)*?[A-Za-z_]\w*"
+                  rb"(?:\[[^\[\]\n]{1,60}\])?)(?:\.(?:" + _METHODS + rb")\(|\.(?:weight|bias)\b|(?P<call>(?=\()))")
 # a receiver these uses can be told for: a name or a member path, one subscript
 _RECEIVER = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:\[[^\[\]\n]{1,60}\])?")
 _PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
@@ -79,10 +79,24 @@ def _used(ext: PythonExtractor, node: Any, name: str) -> bool:
         return False
     found = ext.module_names.get(owner.start_byte)
     if found is None:
-        code = ext.src.data[owner.start_byte:owner.end_byte]
-        found = ext.module_names[owner.start_byte] = frozenset(
-            "".join(m.group(1).decode("utf-8", "replace").split()) for m in _USE.finditer(code))
+        found = ext.module_names[owner.start_byte] = _names(ext.src.data[owner.start_byte:owner.end_byte])
     return "".join(name.split()) in found
+
+
+def _names(code: bytes) -> frozenset[str]:
+    """The names ``code`` uses as a module; a member called that is a
+    method the code defines (``self.sample(n)``, ``def sample(self, n)``)
+    is a method call, not a call of a module."""
+    methods: set[str] = set()
+    called: set[str] = set()
+    used: set[str] = set()
+    for m in _USE.finditer(code):
+        if m.group("method") is not None:
+            methods.add(m.group("method").decode("utf-8", "replace"))
+            continue
+        name = "".join(m.group("name").decode("utf-8", "replace").split())
+        (called if m.group("call") is not None else used).add(name)
+    return frozenset(used | {n for n in called if not (n.startswith("self.") and n[5:] in methods)})
 
 
 def _scope(node: Any, kind: str) -> Any:
