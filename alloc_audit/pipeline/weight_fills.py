@@ -14,7 +14,8 @@ into a module (``state_dict[k] = t.to(device=p.device)`` ...
 ``module.load_state_dict(state_dict)``), or written into a local tensor an
 entry then takes (``merged[q] = ...``; ``state_dict["weight"] =
 merged.reshape(...)``), is a load-time temporary too. A store into a slice of a
-weight (``layer.scales[:] = s.to(device)``) copies in place the same way.
+weight (``layer.scales[:] = s.to(device)``) copies in place the same way
+(a slice with ``:``; not an entry of a list of weights, nor masked rows).
 A weight attribute is named
 like one (``weight``, ``bias``, ``qweight``, ``qzeros``, ``scales``,
 ``g_idx``, ``perm``, ``channel_scales``, ...): a copy into a static input
@@ -34,8 +35,9 @@ from .retier import Decision, python_device_site, retier
 
 _WEIGHT = r"(?:\w+_)?(?:q?weights?|bias|q?zeros|scales?|g_idx|perm|codebooks?)"
 _FILL = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")(?:\.data)?\.copy_")
-# a store into a slice of a module's weight (`layer.scales[:] = s.to(dev)`): a copy in place, like `copy_`
-_SLICE_FILL = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")(?:\.data)?\[[^\[\]]*\]")
+# a store into a slice of a module's weight (`layer.scales[:] = s.to(dev)`): a copy in place, like `copy_`;
+# not an entry (`self.weights[k] = v.cuda()` replaces a list's item) nor rows a mask picks
+_SLICE_FILL = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")(?:\.data)?\[[^\[\]:]*:[^\[\]]*\]")
 # a helper's copy into a parameter it is handed (`param.copy_(full)`)
 _PARAM_FILL = re.compile(r"(?:\w+_)?params?(?:\.data)?\.copy_")
 # a subscript store into a name (`state_dict[key]`, `merged[q_slice]`)
