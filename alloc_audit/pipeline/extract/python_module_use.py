@@ -9,10 +9,12 @@ stored in, is used as only a module is: called (``self.norm_1(x)`` after
 (``next(self.layers[i].parameters())``, ``self.mlp.forward(h)``), in the same function, or, for a
 member of ``self``, anywhere in its class. A subscripted receiver counts
 (``self.layers[i] = self.layers[i].to(d)``). An attribute of a model stored
-back onto itself (``model.model.embed_tokens = model.model.embed_tokens.to(d)``,
-rooted at a parameter annotated with a module type or named ``model`` /
-``module``): the attribute is a sub-module or the model's registered state,
-kept on the model either way. A receiver only computed with or indexed
+back onto itself, or given another part of the same model
+(``model.model.embed_tokens = model.model.embed_tokens.to(d)``, rooted at a
+parameter annotated with a module type, a name ``model`` / ``module``, or
+the item of a loop over a model's part or its ``named_modules()``): the
+attribute is a sub-module or the model's registered state, kept on the
+model either way. A receiver only computed with or indexed
 stays a tensor, and so does an attribute path of anything else stored back
 (``state.buf = state.buf.to(d)``).
 
@@ -44,6 +46,7 @@ _PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 # what a model (or a part of one) handed to a function is called
 _MODEL_NAME = re.compile(r"(?:\w+_)?(?:model|module)")
 # attributes of a module that are tensors or calls, not sub-modules or state
+_MODULES = re.compile(r"\.(?:named_)?(?:modules|children)\(\)$")
 _NOT_PARTS = frozenset({"data", "grad", "T", "mT", "H", "mH", "real", "imag"})
 _CASTS = frozenset({"half", "float", "bfloat16", "double", "eval", "train", "requires_grad_", "to", "cuda"})
 
@@ -53,7 +56,8 @@ def used_as_module(ext: PythonExtractor, node: Any, text: str, annotated: Callab
     module's, told by use; ``annotated(name)``: a parameter of the enclosing
     function is annotated with a module type."""
     stored = _stored_in(ext, node)
-    if stored is not None and stored == text and _model_part(text, annotated):
+    if stored is not None and (stored == text or _same_root(stored, text)) and _model_part(
+            stored, lambda root: annotated(root) or _model_loop_item(ext, node, root)):
         return True  # `model.model.embed_tokens = model.model.embed_tokens.to(device)`
     names = [n for n in (text, stored) if n is not None and _RECEIVER.fullmatch(n) is not None]
     return any(_used(ext, node, name) for name in names)
@@ -71,6 +75,30 @@ def _model_part(path: str, annotated: Callable[[str], bool]) -> bool:
             any(p in ("weight", "bias") for p in parts[1:-1]):
         return False
     return _MODEL_NAME.fullmatch(root) is not None or (parts[0] != "self" and annotated(root))
+
+
+def _same_root(stored: str, text: str) -> bool:
+    """A part of the same object moved into the slot (``model.lm.embed =
+    model.get_input_embeddings().to(d)``)."""
+    root = stored.split(".", 1)[0]
+    return root != "self" and text.startswith(root + ".")
+
+
+def _model_loop_item(ext: PythonExtractor, node: Any, name: str) -> bool:
+    """``name`` is the item of a ``for`` around ``node`` over a model's
+    part (``for layer in model.model.layers``) or its modules
+    (``for _, m in model.named_modules()``)."""
+    loop = node.parent
+    while loop is not None and loop.type not in ("function_definition", "module"):
+        if loop.type == "for_statement":
+            left, right = loop.child_by_field_name("left"), loop.child_by_field_name("right")
+            item = "".join(ext.src.text(left, 80).split()).split(",")[-1] if left is not None else ""
+            if right is not None and item == name:
+                over = "".join(ext.src.text(right, 200).split())
+                return _MODULES.search(over) is not None or (
+                    _PATH.fullmatch(over) is not None and _MODEL_NAME.fullmatch(over.split(".")[0]) is not None)
+        loop = loop.parent
+    return False
 
 
 def _used(ext: PythonExtractor, node: Any, name: str) -> bool:
