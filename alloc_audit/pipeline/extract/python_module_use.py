@@ -78,10 +78,11 @@ def _model_part(path: str, annotated: Callable[[str], bool]) -> bool:
 
 
 def _same_root(stored: str, text: str) -> bool:
-    """A part of the same object moved into the slot (``model.lm.embed =
-    model.get_input_embeddings().to(d)``)."""
+    """A part of the same object, from a getter of it, moved into the slot
+    (``model.lm.embed = model.get_input_embeddings().to(d)``)."""
     root = stored.split(".", 1)[0]
-    return root != "self" and text.startswith(root + ".")
+    getter = text[len(root) + 1:-2] if text.startswith(root + ".get_") and text.endswith("()") else ""
+    return root != "self" and getter.isidentifier()
 
 
 def _model_loop_item(ext: PythonExtractor, node: Any, name: str) -> bool:
