@@ -18,8 +18,9 @@ model either way. A receiver only computed with or indexed
 stays a tensor, and so does an attribute path of anything else stored back
 (``state.buf = state.buf.to(d)``).
 
-Cost: one compiled pattern, run once per function (and once per class for
-members of ``self``), its captures kept as a set of names. Pure.
+Cost: byte searches for the name in its function (in its class for
+members of ``self``), one compiled pattern for what follows it, memoised
+per (function, name). Pure.
 """
 
 from __future__ import annotations
@@ -36,10 +37,8 @@ if TYPE_CHECKING:
 _METHODS = (rb"eval|train|load_state_dict|state_dict|named_parameters|parameters|named_buffers|buffers"
             rb"|named_modules|modules|children|named_children|remove_weight_norm|register_buffer|register_module"
             rb"|register_forward_hook|register_forward_pre_hook|forward")
-# a name (a dotted path, one subscript) that is called, has a module's method
-# called on it or its `.weight`/`.bias` read; the shortest such prefix
-_USE = re.compile(rb"(?<![\w.])def[ \t]+(?P<method>\w+)|(?<![\w.])(?P<name>(?:[A-Za-z_]\w*\.)*?[A-Za-z_]\w*"
-                  rb"(?:\[[^\[\]\n]{1,60}\])?)(?:\.(?:" + _METHODS + rb")\(|\.(?:weight|bias)\b|(?P<call>(?=\()))")
+# what follows a name used as only a module is: a call, `.weight`/`.bias`, a module's method
+_AFTER = re.compile(rb"\(|\.(?:weight|bias)\b|\.(?:" + _METHODS + rb")\(")
 # a receiver these uses can be told for: a name or a member path, one subscript
 _RECEIVER = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:\[[^\[\]\n]{1,60}\])?")
 _PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
@@ -106,26 +105,29 @@ def _used(ext: PythonExtractor, node: Any, name: str) -> bool:
     owner = _scope(node, "class_definition" if name.startswith("self.") else "function_definition")
     if owner is None:
         return False
-    found = ext.module_names.get(owner.start_byte)
+    key = (owner.start_byte, name)
+    found = ext.module_used.get(key)
     if found is None:
-        found = ext.module_names[owner.start_byte] = _names(ext.src.data[owner.start_byte:owner.end_byte])
-    return "".join(name.split()) in found
+        found = ext.module_used[key] = _uses(ext.src.data[owner.start_byte:owner.end_byte], name.encode())
+    return found
 
 
-def _names(code: bytes) -> frozenset[str]:
-    """The names ``code`` uses as a module; a member called that is a
-    method the code defines (``self.sample(n)``, ``def sample(self, n)``)
-    is a method call, not a call of a module."""
-    methods: set[str] = set()
-    called: set[str] = set()
-    used: set[str] = set()
-    for m in _USE.finditer(code):
-        if m.group("method") is not None:
-            methods.add(m.group("method").decode("utf-8", "replace"))
-            continue
-        name = "".join(m.group("name").decode("utf-8", "replace").split())
-        (called if m.group("call") is not None else used).add(name)
-    return frozenset(used | {n for n in called if not (n.startswith("self.") and n[5:] in methods)})
+def _uses(code: bytes, name: bytes) -> bool:
+    """``code`` uses ``name`` as only a module is used: calls it (not a
+    ``def`` of it; for ``self.x``, not a method ``x`` the code defines),
+    reads its ``.weight``/``.bias`` or calls a module's method on it. Plain
+    byte searches per name, one compiled pattern for what follows."""
+    method = name[5:] if name.startswith(b"self.") else b""
+    defined = bool(method) and b"def " + method + b"(" in code
+    at = code.find(name)
+    while at >= 0:
+        before = code[at - 1:at] if at else b""
+        after = _AFTER.match(code, at + len(name))
+        if after is not None and not (before.isalnum() or before in (b"_", b".")) and not (
+                after.group() == b"(" and (defined or code[max(at - 4, 0):at] == b"def ")):
+            return True
+        at = code.find(name, at + 1)
+    return False
 
 
 def _scope(node: Any, kind: str) -> Any:
