@@ -92,7 +92,8 @@ def test_screen_answers_as_the_prefilter_and_the_identifiers(catalog):
     for data, language in cases:
         needles, aliasable = (pf.py_needles, pf.py_aliasable) if language is Language.PYTHON else (pf.cpp_needles,
                                                                                                  frozenset())
-        expected = None if passes_prefilter(data, needles, aliasable) else identifiers(data)
+        expected = None if passes_prefilter(data, needles, aliasable, language is Language.PYTHON) \
+            else identifiers(data)
         assert pf.screen(data, language) == expected, data[:200]
         skipped += expected is not None
     assert 0 < skipped < len(cases)  # both answers are exercised
@@ -105,3 +106,22 @@ def test_probes_name_what_an_identifier_must_show():
     assert probes(b"cuMem") == (b"cuMem",)
     assert probes(b"thrust::cuda::vector") == (b"thrust ", b" cuda ", b" vector")
     assert probes(b".to(") == ()  # too short to be an identifier: looked for in the file
+
+
+@pytest.mark.parametrize(("line", "passes"), [
+    pytest.param(b"x = sample.to(torch_device)", True, id="device variable"),
+    pytest.param(b"net.to(self.device)", True, id="device attribute"),
+    pytest.param(b"noise = noise.to(dtype=x.dtype, device=dev)", True, id="device keyword after dtype"),
+    pytest.param(b"y = x.to(\n    device,\n    non_blocking=True,\n)", True, id="arguments over lines"),
+    pytest.param(b"y = x.to(0)", True, id="GPU index"),
+    pytest.param(b"y = x.to(torch.float16)", False, id="dtype only"),
+    pytest.param(b"y = x.to(dtype)", False, id="dtype variable"),
+    pytest.param(b"y = convert_to(device)", False, id="another function ending in to"),
+])
+def test_a_python_file_that_moves_to_a_device_passes(catalog, line: bytes, passes: bool) -> None:
+    """`.to(` is no needle; a copy to a named device is a site of the file
+    itself, so the file is parsed whatever else it holds (issue 11, round 18)."""
+    data = b"import torch\n\n\ndef step(x, sample, net, dev, device, dtype):\n    " + line + b"\n"
+    assert catalog.prefilter.passes(data, Language.PYTHON) is passes
+    assert (catalog.prefilter.screen(data, Language.PYTHON) is None) is passes
+    assert not catalog.prefilter.passes(data, Language.CPP)
