@@ -106,8 +106,9 @@ class PythonExtractor:
         self.type_level = python_typeonly.type_level_file(path, tree.root_node)
         self.type_checking_file = python_typeonly.type_checking_file(source)
         self.fake_aliases: frozenset[str] | None = None  # names bound to a fake-impl decorator (python_fake)
-        # (function start, receiver) -> whether the code uses it as a module (python_module_move)
+        # (function or class start, receiver) -> whether the code uses it as a module (python_module_move, _use)
         self.module_uses: dict[tuple[int, str], bool] = {}
+        self.module_used: dict[tuple[int, str], bool] = {}
 
     # ------------------------------------------------------------ entry point
     def run(self) -> FileFacts:
