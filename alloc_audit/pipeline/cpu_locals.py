@@ -130,3 +130,19 @@ def _only_cpu(func: Func, name: str) -> bool:
 def _cpu_device_call(callee: str, arglist: str) -> bool:
     """``torch.device("cpu")``: the binding itself, not a call that picks a device."""
     return callee == "torch.device" and _CPU.fullmatch(arglist.strip()) is not None
+
+
+_OFF = re.compile(r"""(?:torch\.device\(\s*)?["'](cpu|meta)["']\s*\)?""")
+
+
+def only_off_device(func: Func, name: str) -> str:
+    """``"cpu"`` or ``"meta"`` when every binding of local ``name`` is that
+    one device (`device = torch.device("meta")`, `dev = "cpu"`), else ""."""
+    calls = [c for c in func.calls if (c.target or "").strip() == name]
+    assigns = [a for a in func.assigns if name in a.targets]
+    if _with_bound(func, name) or not (assigns or calls) or any(a.op != "=" or len(a.targets) != 1 for a in assigns):
+        return ""
+    texts = [a.value.strip() for a in assigns] + \
+        [c.arglist.strip() if c.callee == "torch.device" else "<call>" for c in calls]
+    found = {m.group(1) if m is not None else "" for m in map(_OFF.fullmatch, texts)}
+    return found.pop() if len(found) == 1 and "" not in found else ""

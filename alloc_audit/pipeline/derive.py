@@ -17,6 +17,7 @@ from .host_moves import drop_host_moves
 from .index import ProjectIndex
 from .lifetimes import weight_storage
 from .native_modules import native_module_state
+from .off_device import drop_off_device
 from .untaken import drop_untaken
 
 
@@ -24,7 +25,7 @@ def derive_sites(index: ProjectIndex, files: Mapping[str, FileFacts], tiers: tup
                  direct: Sequence[Site], apis: ApiCatalog | None = None) -> list[Site]:
     uploads = {(s.path, s.span.line): s for s in direct if _upload(s)}
     kept, branches = drop_untaken(drop_host_moves(index.derived_sites(uploads=frozenset(uploads)), index), index)
-    derived = tuple(kept)
+    derived = tuple(drop_off_device(kept, index))
     if apis is not None:
         derived = kinds_from_use(derived, index, apis)
     classified = [_with_branch(s, branches) for s in classify_sites(derived, files, tiers)]
@@ -96,7 +97,24 @@ def keeps_pinned(site: Site, under: Site, index: ProjectIndex, buffers: Collecti
     not a buffer class (``buffers``: their (path, line))."""
     return under.tier is Tier.T5B and site.tier is Tier.T5A and _per_call(site) \
         and not _caller_decides(under, index) and not _in_loop(site, index) \
-        and (under.path, under.span.line) not in buffers
+        and (under.path, under.span.line) not in buffers and not _freed_by_owner(under, index)
+
+
+_FREES = frozenset({"free", "release", "deallocate", "dealloc"})
+_WORDS = re.compile(r"\w+")
+
+
+def _freed_by_owner(site: Site, index: ProjectIndex) -> bool:
+    """Another method of the class hands the member the pinned buffer is kept
+    in to a `free`/`release` call (`_pinned_tensor_mgr->free(_cpu_buffer)`
+    when the operation finishes): the object gives it back after each use,
+    so each construction is per-use staging, not memory it keeps."""
+    func = index.func(site.path, site.scope)
+    target = (site.target or "").strip().removeprefix("self.").removeprefix("this->")
+    if func is None or func.owner is None or not target.isidentifier():
+        return False
+    return any(re.split(r"\.|::|->", c.callee)[-1] in _FREES and target in _WORDS.findall(c.arglist)
+               for f in index.functions_in(site.path) if f.owner is func.owner and f is not func for c in f.calls)
 
 
 def _per_call(site: Site) -> bool:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from ..arglists import split_args
 from ..model import Call, Language, Site, Tier
 from .index import Func, ProjectIndex, Reach
-from .index.values import LITERAL, NONE, Env, bind_edge
+from .index.values import NONE, Env, bind_edge, off_device
 
 _MOVES = frozenset({"Tensor.to", "Module.to"})
 _DEPTH = 3
@@ -98,8 +98,8 @@ def _on_host(reach: Reach, start: Func, env: Env, index: ProjectIndex) -> str:
                    for b in last.blocks):
             return ""
         return f"{site.api} at {site.path}:{site.span.line} is under a branch the call skips: {value.why}"
-    if value.kind == LITERAL and isinstance(value.literal, str) and value.literal.startswith("cpu"):
-        return f"{site.api} at {site.path}:{site.span.line} moves to the CPU: {value.why}"
+    if off_device(value):
+        return f"{site.api} at {site.path}:{site.span.line} moves to the {value.literal}: {value.why}"
     return ""
 
 

@@ -91,6 +91,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .helper_built import helper_built
     from .hook_closures import hook_closures
     from .host_reads import host_reads
+    from .host_returns import drop_host_returns
     from .index import build_index
     from .kept_accumulators import kept_accumulators
     from .kept_pinned import kept_pinned
@@ -146,7 +147,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     direct = host_reads(hook_closures([s for f in facts.values() for s in f.sites], index), index)
     sites = drop_stateless_moves(module_moves(direct, index, facts, catalog.tiers, outcomes.skipped_mentioning),
                                  index)
-    sites = tiers_from_callers(drop_cpu_locals(sites, index), index, catalog.callers)
+    sites = tiers_from_callers(drop_host_returns(drop_cpu_locals(sites, index), index), index, catalog.callers)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
     sites = built_per_pass(module_state(sites, index), index)

@@ -9,6 +9,7 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING, Any
 
+from ...arglists import split_top_level
 from ...catalog import ApiSpec
 from ...model import Arg, Assign, Call, Site, SiteKind
 from . import common
@@ -60,9 +61,31 @@ def classify_options(options: str | None, inherit: bool) -> str | None:
         return None
     if re.fullmatch(r"(?:at|torch|c10)::(?:k[A-Z]\w*|ScalarType::\w+)", o) or (
         re.fullmatch(r"(?:at|torch)::dtype\(.*\)", o) and ".device(" not in o
-    ):
+    ) or _fresh_without_device(o):
         return None  # only a dtype: a CPU tensor
     return "unknown"
+
+
+# options built from scratch (not `x.options()`, which follows x): a constructor
+# given nothing or a dtype constant, then setters that never name a device
+_FRESH = re.compile(r"(?:at|torch|c10)::(?:TensorOptions\((?:(?:at|torch|c10)::(?:k[A-Z]\w*|ScalarType::\w+))?\)|"
+                    r"(?:dtype|requires_grad|layout)(?:<[\w:]+>)?\([^()]*\))")
+_SETTER = re.compile(r"\.(?:dtype|requires_grad|layout|memory_format)(?:<[\w:]+>)?\([^()]*(?:\([^()]*\)[^()]*)*\)")
+
+
+def _fresh_without_device(options: str) -> bool:
+    """`c10::TensorOptions().dtype(t)`, `torch::dtype(t).requires_grad(false)`:
+    no device anywhere in the chain, so the factory makes a CPU tensor."""
+    head = _FRESH.match(options)
+    if head is None:
+        return False
+    at = head.end()
+    while at < len(options):
+        setter = _SETTER.match(options, at)
+        if setter is None:
+            return False
+        at = setter.end()
+    return True
 
 
 def _declarator_parts(src: Source, node: Any) -> tuple[str, str, tuple[Arg, ...] | None]:
@@ -252,7 +275,11 @@ def add_site(ext: CppExtractor, sites: list[Site], node: Any, spec: ApiSpec, sco
     device: str | None = None
     if spec.device in ("options", "inherit"):
         options = args[1].text if len(args) > 1 else None
+        if options is not None and b"TensorOptions" in ext.src.data:
+            options = local_options(ext, node, options)
         found = classify_options(options, spec.device == "inherit")
+        if found == "unknown" and options is None and args and host_local(ext, node, args[0].text):
+            return  # `empty_like(ids)` of `auto ids = torch::empty({n}, torch::kLong);`: a CPU tensor
         if found is None:
             return
         if found == "pinned":
@@ -272,6 +299,53 @@ def add_site(ext: CppExtractor, sites: list[Site], node: Any, spec: ApiSpec, sco
                 target = target.lstrip("*")
     sites.append(ext.at.site(node, spec.api, kind, scope, span, ", ".join(size_parts) if size_parts else None,
                               size_parts, device, target, wrapper(ext, node)))
+
+
+_OPTIONS_LOCAL = re.compile(r"([A-Za-z_]\w*)((?:\.\w+\([^()]*\))*)")
+# `const auto options = at::TensorOptions(...)...;` (also `TensorOptions options = ...;`)
+_OPTIONS_BINDING = re.compile(r"(?:[\w:<>]+\s+)+&?\s*([A-Za-z_]\w*)\s*=\s*((?:at|torch|c10)::[^;]*);")
+_ASSIGNED = re.compile(r"(?<![\w.>])([A-Za-z_]\w*)\s*=(?!=)")
+
+
+def local_options(ext: CppExtractor, node: Any, text: str) -> str:
+    """``text`` with a local options variable (`options`, `options.dtype(at::kInt)`)
+    replaced by what the function bound it to, when its only binding above
+    the call builds options from scratch; else ``text`` unchanged."""
+    m = _OPTIONS_LOCAL.fullmatch(text.strip())
+    if m is None:
+        return text
+    body = common.enclosing(node.parent, "function_definition")
+    if body is None:
+        return text
+    before = ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace")
+    values = [b.group(2) for b in _OPTIONS_BINDING.finditer(before) if b.group(1) == m.group(1)]
+    if len(values) != 1 or sum(a.group(1) == m.group(1) for a in _ASSIGNED.finditer(before)) != 1:
+        return text  # bound twice, or assigned again: not one known value
+    return " ".join(values[0].split()) + m.group(2)
+
+
+# `torch::Tensor ids = torch::empty({n}, torch::kLong);`: a local made by a factory
+_FACTORY_BINDING = re.compile(r"(?:[\w:<>]+\s+)+&?\s*([A-Za-z_]\w*)\s*=\s*(?:at|torch)::"
+                              r"(?:empty|zeros|ones|full|rand|randn|randint|arange|tensor)\s*\((.*?)\);", re.S)
+
+
+def host_local(ext: CppExtractor, node: Any, text: str) -> bool:
+    """``text`` names a local of the function whose one binding above the call
+    is a factory whose options (a dtype, none, `kCPU`) make a CPU tensor."""
+    name = text.strip()
+    if not name.isidentifier() or b"::" not in ext.src.data:
+        return False
+    body = common.enclosing(node.parent, "function_definition")
+    if body is None:
+        return False
+    before = ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace")
+    if name not in before:
+        return False
+    found = [b.group(2) for b in _FACTORY_BINDING.finditer(before) if b.group(1) == name]
+    if len(found) != 1 or sum(a.group(1) == name for a in _ASSIGNED.finditer(before)) != 1:
+        return False
+    args = split_top_level(found[0])
+    return len(args) <= 2 and classify_options(args[1].strip() if len(args) == 2 else None, False) is None
 
 
 def wrapper(ext: CppExtractor, node: Any) -> str | None:

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 _SOURCE = re.compile(r"([A-Za-z_]\w*)(?:\[\s*(?:\"[^\"]*\"|'[^']*')\s*\])?")
 _FACTORY = re.compile(r"torch\.(?:from_numpy|tensor|as_tensor)\s*\(")
 _PT = re.compile(r"""return_tensors\s*=\s*["']pt["']""")
-_NEEDLES = (b"from_numpy", b"torch.tensor", b"as_tensor", b"return_tensors", b".cpu()", b".numpy()")
+_NEEDLES = (b"from_numpy", b"torch.tensor", b"as_tensor", b"return_tensors", b".cpu()", b".numpy()", b"'cpu'",
+            b'"cpu"')
 _MOVES = re.compile(r"\.(?:to|cuda)\s*\(|device\s*=")
 
 
@@ -62,9 +63,13 @@ def host_source(ext: PythonExtractor, node: Any, text: str) -> bool:
         return False  # never bound above: no per-name pattern to compile
     values = [_value(source, hit.end()) for hit in
               re.finditer(rf"^[ \t]*{re.escape(name)}[ \t]*(?:\[[^\]\n]*\])?[ \t]*=(?!=)[ \t]*", source, re.M)]
-    if not values or re.search(rf"^[ \t]*[^\n=#]*,[ \t]*{re.escape(name)}\b[^\n=]*=(?!=)", source, re.M):
-        return False  # unbound above, or unpacked from something
-    return all(_host(v) for v in values)
+    if values and not re.search(rf"^[ \t]*[^\n=#]*,[ \t]*{re.escape(name)}\b[^\n=]*=(?!=)", source, re.M) \
+            and all(_host(v) for v in values):
+        return True
+    # the last binding above moves it to the host (`t = t.to("cpu")`) and still holds
+    return m.group(0) == name and b"cpu" in ext.src.data[body.start_byte:node.start_byte] and \
+        _placed(source, ext.src.data[node.start_byte:body.end_byte].decode("utf-8", "replace"), name, "cpu",
+                _DEPTH, source)
 
 
 def _value(source: str, start: int) -> str:
@@ -242,6 +247,8 @@ def _lines_with(source: str, name: str) -> str:
 # the current GPU, said literally: `.cuda()`, `.to("cuda")`, `device="cuda"`
 _ON_GPU = re.compile(r"""(?:\.cuda\(\s*(?:non_blocking\s*=\s*\w+\s*)?\)|\.to\(\s*(?:device\s*=\s*)?["']cuda["']\s*"""
                      r"""(?:,\s*non_blocking\s*=\s*\w+\s*)?\))\s*$""")
+_ON_CPU = re.compile(r"""(?:\.cpu\(\s*\)|\.to\(\s*(?:device\s*=\s*)?(?:torch\.device\(\s*)?["']cpu["']\s*\)?"""
+                     r"""\s*\))\s*$""")
 _FACTORY_ON_GPU = re.compile(r"""^torch\.\w+\((?:[^()]|\([^()]*\))*\bdevice\s*=\s*["']cuda["']"""
                              r"""(?:[^()]|\([^()]*\))*\)$""", re.S)
 
@@ -256,7 +263,10 @@ def on_current_gpu(ext: PythonExtractor, node: Any, name: str, device: str = "cu
     name not bound again in between -- or is a view of such a local (a
     subscript, `.view(...)`, `.reshape(...)`, ...), and the function never
     switches the current GPU. Moving it (or a view of it, `name[:, :-1]`)
-    there again copies nothing."""
+    there again copies nothing. A torch factory on the same line given that
+    device (`torch.randn(n, device=dev).to(dev)`) is there too."""
+    if name.startswith("torch.") and name.endswith(")"):
+        return _made_on(name, device)
     if not name.isidentifier():
         name = _view_of(name) or ""
         if not name:
@@ -304,6 +314,8 @@ def _placed(before: str, after: str, name: str, device: str, depth: int, upto: s
     if device == "cuda":
         if _ON_GPU.search(value) or _FACTORY_ON_GPU.match(value):
             return True
+    elif device == "cpu":
+        return _ON_CPU.search(value) is not None  # a view of a host tensor is not followed
     elif re.search(rf"\.to\(\s*(?:device\s*=\s*)?{re.escape(device)}\s*(?:,\s*non_blocking\s*=\s*\w+\s*)?\)$", value):
         tail = upto[last.end():]  # up to the move: the same device variable, not bound again
         rebound = re.search(rf"^[ \t]*{re.escape(device)}[ \t]*(?::[^=\n]*)?=(?!=)", tail, re.M)
@@ -312,6 +324,24 @@ def _placed(before: str, after: str, name: str, device: str, depth: int, upto: s
     if base is None or base == name:
         return False
     return _placed(before[:last.start()], before[last.start():] + after, base, device, depth - 1, upto)
+
+
+def _made_on(value: str, device: str) -> bool:
+    """``value`` is a `torch.<factory>(..., device=<device>)` call."""
+    try:
+        tree = ast.parse(value, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    if not isinstance(tree, ast.Call) or not isinstance(tree.func, ast.Attribute) \
+            or not isinstance(tree.func.value, ast.Name) or tree.func.value.id != "torch" \
+            or tree.func.attr not in _DEFAULT_FACTORIES | {"tensor", "as_tensor"}:
+        return False
+    given = next((k.value for k in tree.keywords if k.arg == "device"), None)
+    if given is None:
+        return False
+    if device == "cuda":
+        return isinstance(given, ast.Constant) and given.value == "cuda"
+    return isinstance(given, ast.Name) and given.id == device
 
 
 def _view_of(value: str) -> str | None:

@@ -219,7 +219,7 @@ def mark_kept(ext: PythonExtractor, sites: list[Site], assigns: list[Assign], re
         rets = scope_returns[site.scope]
         if site.target is None:
             if any(r.line == site.stmt_line for r in rets):
-                site = dataclasses.replace(site, kept="return")
+                site = dataclasses.replace(site, kept="local" if _moved_on(site, calls) else "return")
             out.append(site)
             continue
         if not _LOCAL.fullmatch(site.target) or site.scope not in names:
@@ -251,6 +251,27 @@ def _rebound(site: Site, assigns: list[Assign], call_ix: list[int], calls: CallT
               and calls.callees[i].startswith(name + ".") and (calls.callees[i][len(name) + 1:] in _NOT_ITSELF
                                                               or _to_host(site, calls, i, name))]
     return min(lines, default=None)
+
+
+_MOVE_ON = re.compile(r"\(.*\)\.(?:to|cuda)", re.S)
+
+
+def _moved_on(site: Site, calls: CallTable) -> bool:
+    """A pinned copy moved on at once (`t.pin_memory().to(device, non_blocking=True)`):
+    what the expression gives is the device copy; the pinned one is dropped."""
+    if site.kind is not SiteKind.PINNED_HOST:
+        return False
+    p = calls.positions
+    at = [i for i in range(len(calls.callees)) if p[4 * i] == site.span.line and p[4 * i + 1] == site.span.col]
+    inner = next((calls.callees[i] for i in at if calls.callees[i].endswith("pin_memory")), None)
+    return inner is not None and any(
+        calls.callees[i].startswith(inner) and _MOVE_ON.fullmatch(calls.callees[i][len(inner):]) is not None
+        and (calls.callees[i].endswith("cuda") or _off_host(calls.arglists[i])) for i in at)
+
+
+def _off_host(arglist: str) -> bool:
+    """A move's arguments name a target that is not the CPU (`.to(device)`)."""
+    return bool(arglist.strip()) and _HOST_ARG.match(arglist) is None
 
 
 _HOST_ARG = re.compile(r"""\s*(?:device\s*=\s*)?(?:torch\.device\(\s*)?(['"])cpu\1""")

@@ -47,12 +47,19 @@ _NOT_NONE_CALL = re.compile(r"^(?:torch|at|np|numpy)\.\w|\.(?:view|reshape|flatt
                             r"clone|expand|select|slice|unsqueeze|squeeze|transpose|permute|new_\w+)\(")
 
 
-_CPU_DEVICE = re.compile(r"""(?:torch\.)?device\(\s*(['"])cpu(?::\d+)?\1\s*\)""")
+_CPU_DEVICE = re.compile(r"""(?:torch\.)?device\(\s*(['"])(cpu|meta)(?::\d+)?\1\s*\)""")
 
 
 def cpu_device_value(text: str, why: str) -> Value | None:
-    """``torch.device("cpu")`` is known: the literal ``"cpu"``."""
-    return Value(LITERAL, "cpu", why) if _CPU_DEVICE.fullmatch(text.strip()) else None
+    """``torch.device("cpu")`` is known: the literal ``"cpu"`` (``torch.device("meta")``: ``"meta"``)."""
+    m = _CPU_DEVICE.fullmatch(text.strip())
+    return Value(LITERAL, m.group(2), why) if m else None
+
+
+def off_device(value: Value | None) -> bool:
+    """A literal device where nothing is allocated on the GPU: the CPU or ``meta``."""
+    return value is not None and value.kind == LITERAL and isinstance(value.literal, str) and \
+        value.literal.startswith(("cpu", "meta"))
 
 
 def module_constants(symbols: Symbols, path: str) -> dict[str, Value]:

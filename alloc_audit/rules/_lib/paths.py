@@ -28,7 +28,7 @@ from typing import Any
 from ...arglists import split_args
 from ...model import Block, Call, Language, Related, Site, Span
 from ...pipeline.index import Func, Hop, ProjectIndex
-from ...pipeline.index.values import LITERAL, NONE, NOT_NONE, UNKNOWN, Env, Value, literal_value
+from ...pipeline.index.values import LITERAL, NONE, NOT_NONE, UNKNOWN, Env, Value, literal_value, off_device
 
 
 @dataclass(frozen=True)
@@ -377,8 +377,8 @@ def on_host(func: Func, site: Site, env: Env, constants: Env) -> bool:
         if not texts or func.scope is not None and device in func.scope.params:
             return False
         values = [literal_value(t, "") for t in texts]
-        return all(v is not None and isinstance(v.literal, str) and v.literal.startswith("cpu") for v in values)
-    return value.kind == LITERAL and isinstance(value.literal, str) and value.literal.startswith("cpu")
+        return all(off_device(v) for v in values)
+    return off_device(value)
 
 
 def untaken_choice(func: Func, site: Site, env: Env, constants: Env) -> bool:

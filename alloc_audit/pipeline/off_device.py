@@ -1,0 +1,168 @@
+"""Stage 5a, after derive: derived constructions whose every allocation
+takes its device from a parameter the call binds to the CPU or ``meta``
+(issue 11, round 18).
+
+``SparseArch(tables, torch.device("meta"))``, ``Pool(device="cpu")``, or
+``device = torch.device("cpu")`` then ``Pool(device=device)``: the call
+passes an off-device literal. Each allocation the construction reaches
+(``index.reach``, as the derived site's own search) is followed along its
+call path with the values bound at each edge (``values.bind_edge``); its
+``device=`` (a move's target) is a parameter holding the literal, or an
+attribute of the object being built that holds it: ``self.device`` stored
+from the parameter in the constructor, through a base constructor the
+constructor calls (`super().__init__(device=device)` storing
+`self._device = device`) or a property returning such an attribute
+(`def device(self): return self._device`). The object's attribute is
+assigned once in its class (the store), so a method that runs later reads
+the call's value. When every allocation that counts is so, the call
+allocates nothing on the device: the derived site is dropped. Anything
+unknown (a device variable, a `.device` of a tensor, an attribute stored
+twice) keeps it. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ..arglists import split_args
+from ..model import Call, Language, Site, Tier
+from .cpu_locals import only_off_device
+from .index import Func, ProjectIndex, Reach
+from .index.values import LITERAL, Env, Value, bind_edge, off_device
+
+_DEPTH = 3  # as the derived sites' own search
+_MOVES = frozenset({"Tensor.to", "Tensor.cuda", "Module.to", "Module.cuda"})
+_SELF_ATTR = re.compile(r"self\.([A-Za-z_]\w*)")
+_ATTR_DEPTH = 4  # properties and base constructors followed for one attribute
+
+
+def drop_off_device(derived: Sequence[Site], index: ProjectIndex) -> list[Site]:
+    """The derived sites, less the calls that bind every allocation's device off the GPU."""
+    return [s for s in derived if s.via is None or s.language is not Language.PYTHON or not _off_device(s, index)]
+
+
+def _off_device(site: Site, index: ProjectIndex) -> bool:
+    caller = index.func(site.path, site.scope)
+    if caller is None:
+        return False
+    call = next((c for c in caller.calls if c.span == site.span), None)
+    if call is None or not re.search(r"cpu|meta|device", call.arglist):
+        return False  # nothing off-device said at the call (most calls)
+    cls = index.constructed_class(caller, call)
+    starts = index.constructors(cls) if cls is not None else [f for f in index.resolve(caller, call) if f is not caller]
+    known = _off_device_locals(caller, call)
+    counted = False
+    for start in starts:
+        env = bind_edge(caller, call, start, known, index.visible_constants(caller.path))
+        devices = [p for p in (start.scope.params if start.scope is not None else ()) if "device" in p]
+        if not any(off_device(v) for v in env.values()) or not all(off_device(env.get(p)) for p in devices):
+            return False  # nothing off the GPU, or another device it takes may be the GPU (`dense_device=dev`)
+        for reached in index.reach(start, _DEPTH):
+            candidate = reached.site
+            if not candidate.acquires or (candidate.tier is Tier.T1 and candidate.api not in _MOVES):
+                continue  # a layer's own weights are counted where they are made (a weight upload is not)
+            if not _placed_off(reached, start, env, index):
+                return False
+            counted = True
+    return counted
+
+
+def _off_device_locals(caller: Func, call: Call) -> dict[str, Value]:
+    """The call's plain-name arguments that are locals of the caller bound only
+    to the CPU or meta device (`device = torch.device("cpu")`)."""
+    out: dict[str, Value] = {}
+    params = caller.scope.params if caller.scope is not None else ()
+    for arg in split_args(call.arglist):
+        name = arg.text.strip()
+        if name.isidentifier() and name not in params:
+            literal = only_off_device(caller, name)
+            if literal:
+                out[name] = Value(LITERAL, literal, f"{caller.path}: {name} is only ever {literal}")
+    return out
+
+
+def _placed_off(reached: Reach, start: Func, env: Env, index: ProjectIndex) -> bool:
+    """The allocation ``reached`` (from ``start`` under ``env``) names a device
+    that holds the CPU or meta literal."""
+    func, obj = start, (start, env) if _constructor(start) else None
+    for i, hop in enumerate(reached.hops):
+        nxt = reached.hops[i + 1] if i + 1 < len(reached.hops) else None
+        callee = index.func(nxt.path, nxt.caller) if nxt is not None else index.func(reached.site.path,
+                                                                                  reached.site.scope)
+        if callee is None:
+            return False
+        env = bind_edge(func, hop.call, callee, env, index.visible_constants(func.path))
+        if _constructor(callee) and not hop.call.callee.startswith("super"):
+            obj = (callee, env)  # a new object: its own attributes from here on
+        elif not hop.call.callee.startswith(("self.", "super")):
+            obj = None  # a plain function: `self` is not the object being built
+        func = callee
+    text = _device_text(func, reached.site)
+    if not text:
+        return False
+    if text in env:
+        return off_device(env[text])
+    m = _SELF_ATTR.fullmatch(text)
+    return m is not None and obj is not None and off_device(_attr_value(obj[0], obj[1], m.group(1), index,
+                                                                        _ATTR_DEPTH))
+
+
+def _constructor(func: Func) -> bool:
+    return func.scope is not None and func.scope.role == "constructor"
+
+
+def _device_text(func: Func, site: Site) -> str:
+    """The site call's ``device=`` argument (a move's target), or ""."""
+    moves = site.api in _MOVES
+    for call in func.calls:
+        if call.span.line != site.span.line or call.span.col != site.span.col:
+            continue
+        args = split_args(call.arglist)
+        if moves:
+            first = next(iter(args), None)
+            return first.text.strip() if first is not None and first.keyword in (None, "device") else ""
+        return next((a.text.strip() for a in args if a.keyword == "device"), "")
+    return ""
+
+
+def _attr_value(ctor: Func, env: Env, attr: str, index: ProjectIndex, depth: int) -> Value | None:
+    """What ``self.attr`` holds once ``ctor`` ran under ``env``: a store of a
+    parameter in it (the only store in its class), a property returning
+    another attribute, or a base constructor it calls that stores it."""
+    if depth <= 0 or ctor.owner is None:
+        return None
+    stores = _stores(index, ctor, attr)
+    if stores is not None:
+        if len(stores) != 1 or stores[0][0] is not ctor:
+            return None  # stored twice, or by another method that may run later
+        value = stores[0][1]
+        return env.get(value) if value.isidentifier() else None
+    prop = index.method_lookup(ctor.owner, attr)
+    if len(prop) == 1 and len(prop[0].returns) == 1:
+        m = _SELF_ATTR.fullmatch(prop[0].returns[0].value.strip())
+        if m is not None and m.group(1) != attr:
+            return _attr_value(ctor, env, m.group(1), index, depth - 1)
+    for call in ctor.calls:
+        if call.callee.startswith("super") and call.callee.endswith("__init__"):
+            for base in index.resolve(ctor, call):
+                if _constructor(base):
+                    return _attr_value(base, bind_edge(ctor, call, base, env, index.visible_constants(ctor.path)),
+                                       attr, index, depth - 1)
+    return None
+
+
+def _stores(index: ProjectIndex, ctor: Func, attr: str) -> list[tuple[Func, str]] | None:
+    """Every `self.attr = value` in the methods of ``ctor``'s class, or None when there is none."""
+    owner = ctor.owner
+    if owner is None:
+        return None
+    prefix = owner.qualname + "."
+    target = "self." + attr
+    found = [(func, assign.value.strip() if assign.op == "=" else "<op>")
+             for func in index.functions_in(ctor.path)
+             if func.qualname == ctor.qualname or func.qualname.startswith(prefix)
+             for assign in func.assigns if any(t.strip() == target for t in assign.targets)]
+    found += [(func, "<call>") for func in index.functions_in(ctor.path) if func.qualname.startswith(prefix)
+              for c in func.calls if (c.target or "").strip() == target]
+    return found or None
