@@ -108,6 +108,7 @@ class PythonExtractor:
         self.fake_aliases: frozenset[str] | None = None  # names bound to a fake-impl decorator (python_fake)
         # (function start, receiver) -> whether the code uses it as a module (python_module_move)
         self.module_uses: dict[tuple[int, str], bool] = {}
+        self.default_sources: dict[tuple[int, str], bool] = {}  # (function start, name): python_host.default_source
 
     # ------------------------------------------------------------ entry point
     def run(self) -> FileFacts:
