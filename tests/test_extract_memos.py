@@ -5,20 +5,26 @@ answers exactly what the search or proof it skips would have answered.
 - ``fake_aliases`` searches only files that spell a fake-impl decorator;
 - ``default_source`` proves each (function, name) once per file: the
   ``torch.`` gate before the call is still asked per call;
-- ``_listy`` is cached by the parameter text."""
+- ``_listy`` is cached by the parameter text;
+- ``host_locals`` looks for the locals bound to the host first, then at
+  their other bindings only in a file that has some."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from alloc_audit.catalog import load_catalog
 from alloc_audit.config import load_config
-from alloc_audit.model import FileFacts, Language
+from alloc_audit.model import Assign, FileFacts, Language
 from alloc_audit.pipeline.extract import extract_facts
 from alloc_audit.pipeline.extract import python_host_defaults as defaults
 from alloc_audit.pipeline.extract import python_host_tests as host_tests
+from alloc_audit.pipeline.extract.python_sites import classify_device
+from alloc_audit.pipeline.extract.python_statements import host_locals
 from alloc_audit.pipeline.parse import parse_source
 
 
@@ -106,3 +112,35 @@ def test_listy_cached_by_parameter_text() -> None:
     assert defaults._listy("(self, betas: list[float], t: torch.Tensor)") is first
     assert defaults._listy.cache_info().hits == 1
     assert defaults._listy("(self, betas: torch.Tensor)") == frozenset()  # another text: asked afresh
+
+
+def host_locals_by_every_binding(assigns: list[Assign], call_targets: set[tuple[str, str]]) -> frozenset[tuple[str, str]]:
+    """``host_locals`` as it was written before round 5b: every binding's device, per local."""
+    values: dict[tuple[str, str], set[str]] = {}
+    for a in assigns:
+        host = len(a.targets) == 1 and a.op == "=" and any(w in a.value.lower() for w in ("cpu", "meta"))
+        device = classify_device(a.value) if host else "unknown"
+        for target in a.targets:
+            values.setdefault((a.scope, target), set()).add(device)
+    return frozenset(k for k, v in values.items() if k not in call_targets and v and v <= {"cpu", "meta"})
+
+
+_NAMES = st.sampled_from(["dev", "d", "x"])
+_ASSIGNS = st.builds(Assign, scope=st.sampled_from(["f", "g"]), line=st.just(1),
+                     targets=st.lists(_NAMES, min_size=0, max_size=2).map(tuple),
+                     value=st.sampled_from(['"cpu"', "'META'", '"cuda"', 'torch.device("cpu")', "pick()", "cpu_dev",
+                                            "0"]),
+                     op=st.sampled_from(["=", "+="]))
+
+
+@given(st.lists(_ASSIGNS, max_size=8), st.sets(st.tuples(st.sampled_from(["f", "g"]), _NAMES), max_size=2))
+def test_host_locals_answers_as_every_binding(assigns: list[Assign], call_targets: set[tuple[str, str]]) -> None:
+    assert host_locals(assigns, call_targets) == host_locals_by_every_binding(assigns, call_targets)
+
+
+def test_host_locals_examples() -> None:
+    cpu, cuda = Assign("f", 1, ("dev",), '"cpu"'), Assign("f", 2, ("dev",), '"cuda"')
+    assert host_locals([cpu], set()) == {("f", "dev")}
+    assert host_locals([cpu, cuda], set()) == frozenset()  # bound another way too
+    assert host_locals([cpu, Assign("g", 2, ("dev",), '"cuda"')], set()) == {("f", "dev")}  # another function's
+    assert host_locals([cpu], {("f", "dev")}) == frozenset()  # also bound from a call
