@@ -43,3 +43,15 @@ def test_literal_context_gives_cuda_device() -> None:
     [site] = [s for s in _sites("project-default-device") if s.scope == "ModelRunner.bad_literal_context"]
     assert site.device == "cuda"
     assert 'with torch.device("cuda"):' in site.tier_reason
+
+
+def test_native_default_argument_picks_the_branch_and_says_so() -> None:
+    _expected, result = run_fixture(FIXTURES / "cuda" / "project-native-defaults")
+    by_line = {s.span.line: s for s in result.sites if s.path == "users.cu"}
+    left_default = by_line[6]  # allocator->malloc(n): is_host keeps its default false
+    assert left_default.via is not None and left_default.via.api == "cudaMalloc"
+    assert "takes the device branch of Allocator::malloc" in left_default.tier_reason
+    assert "passes no is_host (default false)" in left_default.tier_reason
+    passed_true = by_line[12]  # allocator->malloc(n, true, true)
+    assert passed_true.via is not None and passed_true.via.api == "cudaMallocHost"
+    assert "branch" not in passed_true.tier_reason

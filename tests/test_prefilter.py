@@ -92,7 +92,8 @@ def test_screen_answers_as_the_prefilter_and_the_identifiers(catalog):
     for data, language in cases:
         needles, aliasable = (pf.py_needles, pf.py_aliasable) if language is Language.PYTHON else (pf.cpp_needles,
                                                                                                  frozenset())
-        expected = None if passes_prefilter(data, needles, aliasable) else identifiers(data)
+        expected = None if passes_prefilter(data, needles, aliasable, language is Language.PYTHON) \
+            else identifiers(data)
         assert pf.screen(data, language) == expected, data[:200]
         skipped += expected is not None
     assert 0 < skipped < len(cases)  # both answers are exercised
@@ -121,5 +122,24 @@ def test_quick_needles_are_needles_and_answer_as_the_prefilter(catalog):
         if gate:  # `empty(` alone (a method of something else): not passed at once, screened as the prefilter
             alone = b"x = y." + word + b"3)\n"
             assert not passes_prefilter(alone, pf.py_quick)
-            expected = None if passes_prefilter(alone, pf.py_needles, pf.py_aliasable) else identifiers(alone)
+            expected = None if pf.passes(alone, Language.PYTHON) else identifiers(alone)
             assert pf.screen(alone, Language.PYTHON) == expected
+
+
+@pytest.mark.parametrize(("line", "passes"), [
+    pytest.param(b"x = sample.to(torch_device)", True, id="device variable"),
+    pytest.param(b"net.to(self.device)", True, id="device attribute"),
+    pytest.param(b"noise = noise.to(dtype=x.dtype, device=dev)", True, id="device keyword after dtype"),
+    pytest.param(b"y = x.to(\n    device,\n    non_blocking=True,\n)", True, id="arguments over lines"),
+    pytest.param(b"y = x.to(0)", True, id="GPU index"),
+    pytest.param(b"y = x.to(torch.float16)", False, id="dtype only"),
+    pytest.param(b"y = x.to(dtype)", False, id="dtype variable"),
+    pytest.param(b"y = convert_to(device)", False, id="another function ending in to"),
+])
+def test_a_python_file_that_moves_to_a_device_passes(catalog, line: bytes, passes: bool) -> None:
+    """`.to(` is no needle; a copy to a named device is a site of the file
+    itself, so the file is parsed whatever else it holds (issue 11, round 18)."""
+    data = b"import torch\n\n\ndef step(x, sample, net, dev, device, dtype):\n    " + line + b"\n"
+    assert catalog.prefilter.passes(data, Language.PYTHON) is passes
+    assert (catalog.prefilter.screen(data, Language.PYTHON) is None) is passes
+    assert not catalog.prefilter.passes(data, Language.CPP)

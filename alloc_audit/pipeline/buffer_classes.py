@@ -28,6 +28,9 @@ from collections.abc import Sequence
 from ..model import TIER_ORDER, Language, Site, SiteKind, Tier
 
 _ALLOCATES = (SiteKind.DEVICE, SiteKind.PINNED_HOST)
+# lifetimes, longest first: a tie goes to the later one (pinned staging per
+# call, T5a, is shorter than pinned memory kept, T5b; TIER_ORDER puts it first)
+_SHORTER = (Tier.T1, Tier.T2, Tier.T5B, Tier.T3, Tier.T4, Tier.T5A, Tier.UNKNOWN)
 _LAMBDA = "::<lambda>"
 
 
@@ -82,7 +85,7 @@ def _owner_tier(site: Site, tiers: Counter[Tier]) -> Site:
     if not known:
         return site  # nothing in the project constructs it: the constructor convention (T2) stands
     most = max(known.values())
-    tier = max((t for t, n in known.items() if n == most), key=TIER_ORDER.index)
+    tier = max((t for t, n in known.items() if n == most), key=_SHORTER.index)
     if tier is site.tier:
         return site
     counts = ", ".join(f"{n} {t.value}" for t, n in sorted(known.items(), key=lambda kv: TIER_ORDER.index(kv[0])))

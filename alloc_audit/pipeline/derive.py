@@ -23,11 +23,19 @@ from .untaken import drop_untaken
 def derive_sites(index: ProjectIndex, files: Mapping[str, FileFacts], tiers: tuple[TierPattern, ...],
                  direct: Sequence[Site], apis: ApiCatalog | None = None) -> list[Site]:
     uploads = {(s.path, s.span.line): s for s in direct if _upload(s)}
-    derived = tuple(drop_untaken(drop_host_moves(index.derived_sites(uploads=frozenset(uploads)), index), index))
+    kept, branches = drop_untaken(drop_host_moves(index.derived_sites(uploads=frozenset(uploads)), index), index)
+    derived = tuple(kept)
     if apis is not None:
         derived = kinds_from_use(derived, index, apis)
+    classified = [_with_branch(s, branches) for s in classify_sites(derived, files, tiers)]
     return _upload_tiers(native_module_state(_module_state(
-        _owner_tiers(classify_sites(derived, files, tiers), direct, index), direct), index), uploads)
+        _owner_tiers(classified, direct, index), direct), index), uploads)
+
+
+def _with_branch(site: Site, branches: Mapping[tuple[str, int, int], str]) -> Site:
+    """Says which branch of the factory the call takes, where ``untaken`` chose it."""
+    note = branches.get((site.path, site.span.line, site.span.col))
+    return dataclasses.replace(site, tier_reason=f"{site.tier_reason}; {note}") if note else site
 
 
 _MOVES = frozenset({"Tensor.to", "Tensor.cuda", "Module.to", "Module.cuda"})

@@ -14,6 +14,12 @@ is None:`` with ``hit = C.get(key)``), where ``C`` is
   or to an entry of one (``group = self._store[tag]``): the entry lives
   with the object.
 
+The test may name a sibling container the object holds, keyed the same,
+when the guarded block stores that key there too (``if m not in
+self._counts: self._stats[m] = make_stats(m); self._counts[m] = 0``): the
+entry is made once per key either way. Derived sites (a project factory's
+result stored so) are read the same way.
+
 A device buffer so cached is persistent (T2); a pinned one is kept and
 reused by the later calls (T5b). A container the caller hands in, or one
 the function builds, may be per call: left as it is. The run-once pass
@@ -29,7 +35,7 @@ import dataclasses
 import re
 from collections.abc import Sequence
 
-from ..model import Language, Site, SiteKind, Tier
+from ..model import Language, Site, SiteKind, Span, Tier
 from .index import Func, ProjectIndex
 
 _EMPTY_DICT = re.compile(r"\{\s*\}|(?:collections\.)?(?:dict|OrderedDict|defaultdict\(\w*\))\(\s*\)")
@@ -46,7 +52,7 @@ def keyed_caches(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
 
 
 def _candidate(site: Site) -> bool:
-    return (site.language is Language.PYTHON and site.via is None and site.scope != "<module>"
+    return (site.language is Language.PYTHON and site.scope != "<module>"
             and ((site.kind is SiteKind.DEVICE and site.tier is Tier.T4)
                  or (site.kind is SiteKind.PINNED_HOST and site.tier is Tier.T5A)))
 
@@ -134,9 +140,20 @@ def _missing_test(container: str, key: str, func: Func, line: int) -> str:
             continue
         test = " ".join(block.test.split())
         m = _MISSING.match(test)
-        if m is not None and m.group(2) == container and m.group(1).strip() == key:
+        if m is not None and m.group(1).strip() == key and (
+                m.group(2) == container or _sibling(m.group(2), container, key, func, block.span)):
             return test
         if probes and _ABSENT.fullmatch(test) is not None \
                 and probes & set(_NAME.findall(test)):
             return test
     return ""
+
+
+def _sibling(guarded: str, container: str, key: str, func: Func, span: Span) -> bool:
+    """``guarded`` is another container of the object, and the block stores
+    ``key`` into it: the test stays false for that key from then on."""
+    if not (guarded.startswith("self.") and container.startswith("self.")):
+        return False
+    entry = f"{guarded}[{key}]"
+    return any(entry in a.targets and a.op == "=" and span.contains_line(a.line) for a in func.assigns) or any(
+        (c.target or "").strip() == entry and span.contains_line(c.span.line) for c in func.calls)

@@ -17,7 +17,15 @@ method, up to two calls, must be a constructor of the same class or a
 method of it that only those reach; one per-step caller (``forward``
 rebuilding the cache when the sequence grows) keeps it per call. A
 temporary of the constructor itself stays T4 (it dies when the constructor
-returns). Pure.
+returns).
+
+A plain function does the same for a module (``precompute_freqs_cis(args)``
+handed to ``self.register_buffer`` in ``Transformer.__init__``): when every
+resolved caller is a torch module's constructor that keeps the call's
+result (an argument of ``register_buffer`` / ``nn.Parameter``, or stored in
+``self.x``), or a function only such callers reach (a helper nested in it),
+its temporaries are made while the model is built: T1. One other caller (a
+``forward`` recomputing it) keeps them per call. Pure.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from .names import has_name
 from .retier import Decision, python_device_site, retier
 
 _DEPTH = 2  # calls up from the method to its class's constructor
+_TORCH_OP = "handed:torch."  # an argument of a torch op (`torch.polar(torch.ones_like(f), f)`): a temporary
 _FLOW_STEPS = 4  # assignments a temporary may flow through before it is kept
 
 
@@ -37,10 +46,16 @@ def module_build_temps(sites: Sequence[Site], index: ProjectIndex) -> list[Site]
     memo: dict[str, bool] = {}
 
     def eligible(site: Site) -> bool:
-        return python_device_site(site, Tier.T4) and site.kept in ("", "local")
+        return python_device_site(site, Tier.T4) and (site.kept in ("", "local") or site.kept.startswith(_TORCH_OP))
 
     def decide(site: Site) -> Decision | None:
         func = index.func(site.path, site.scope)
+        if func is not None and func.scope is not None and func.scope.role == "function":
+            ctor = _built_for_module(func, index, _DEPTH)
+            return (Tier.T1, (f"a load-time temporary: {func.qualname} runs only while a module is constructed "
+                              f"({ctor} keeps what it returns); was: {site.tier_reason}")) if ctor else None
+        if site.kept.startswith(_TORCH_OP):
+            return None  # a method's: only its own locals are followed
         owner = func.owner if func is not None else None
         if func is None or func.scope is None or func.scope.role != "method" or owner is None or not any(
                 b.rsplit(".", 1)[-1].endswith("Module") for b in owner.bases):
@@ -104,3 +119,37 @@ def _built_by_constructor(func: Func, index: ProjectIndex, depth: int, memo: dic
             for c in callers)
         memo[key] = found
     return found
+
+
+def _built_for_module(func: Func, index: ProjectIndex, depth: int) -> str:
+    """The constructor that keeps ``func``'s result on a torch module, when
+    every resolved caller is one (or, ``depth`` allowing, a function only
+    such callers reach); "" otherwise."""
+    dist = index.callers_within([func], 1)
+    callers = [index.funcs[fid] for fid, d in sorted(dist.items()) if d == 1 and fid in index.funcs]
+    found = ""
+    for c in callers:
+        role = c.scope.role if c.scope is not None else ""
+        if role == "constructor" and _module(c) and _keeps_result(c, func.name):
+            found = found or c.qualname
+        elif role == "function" and depth > 1 and c is not func and (via := _built_for_module(c, index, depth - 1)):
+            found = found or via
+        else:
+            return ""
+    return found
+
+
+def _module(func: Func) -> bool:
+    owner = func.owner
+    return owner is not None and any(b.rsplit(".", 1)[-1].endswith("Module") for b in owner.bases)
+
+
+def _keeps_result(ctor: Func, name: str) -> bool:
+    """Each call of ``name`` in ``ctor`` is kept on the module: stored in
+    ``self.x`` or handed to ``register_buffer`` / ``Parameter``."""
+    calls = ctor.calls_of(name)
+    kept = [c for c in ctor.calls if c.callee.endswith(("register_buffer", "Parameter"))]
+    return bool(calls) and all(
+        (c.target or "").strip().startswith("self.")
+        or any(k.span.contains_line(c.span.line) and has_name(k.arglist, name, ".") for k in kept)
+        for c in calls)

@@ -8,6 +8,11 @@ aliased import such as `from torch import empty as E`); rule-pack names
 contribute the longest literal run of their glob. So a file without any of
 them cannot hold a site or a rule trigger, and adding an API to a catalogue
 can never make the filter skip the files that use it.
+
+`.to(` is no needle (nearly every torch file says it); a Python file passes
+for a move only when a `.to(` names a device (``moves_to_device``: `.to(device)`,
+`.to(self.dev)`, `.to(0)`), as the extractor's device copies do (issue 11,
+round 18: such a file was parsed only when it happened to name a factory).
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ class Prefilter:
 
     def passes(self, data: bytes, language: Language) -> bool:
         if language is Language.PYTHON:
-            return passes_prefilter(data, self.py_needles, self.py_aliasable)
+            return passes_prefilter(data, self.py_needles, self.py_aliasable, moves=True)
         return passes_prefilter(data, self.cpp_needles)
 
     def screen(self, data: bytes, language: Language) -> tuple[str, ...] | None:
@@ -56,7 +61,7 @@ class Prefilter:
         if python and passes_prefilter(data, self.py_quick):
             return None  # a needle found at once: passes, and a file that passes needs no identifiers
         return screen_prefilter(data, self.py_probed if python else self.cpp_probed,
-                                self.py_aliasable if python else frozenset())
+                                self.py_aliasable if python else frozenset(), moves=python)
 
 
 def compile_prefilter(apis: ApiCatalog, pack: RulePack) -> Prefilter:
@@ -228,7 +233,7 @@ _LITERALS_FROM = 1 << 16  # bytes of identifiers: below, not worth a pass
 
 
 def screen_prefilter(data: bytes, probed: tuple[Probed, ...], aliasable: frozenset[bytes] = frozenset(),
-                     ) -> tuple[str, ...] | None:
+                     moves: bool = False) -> tuple[str, ...] | None:
     """``passes_prefilter`` and, for a file it skips, its identifiers
     (sorted): None when the file passes. The probes only rule needles out;
     a needle they leave is looked for in the file itself, so the answer is
@@ -258,6 +263,8 @@ def screen_prefilter(data: bytes, probed: tuple[Probed, ...], aliasable: frozens
         for line in _ALIAS_IMPORT.findall(data):
             if not aliasable.isdisjoint(_WORD.findall(line)):
                 return None
+    if moves and moves_to_device(data):
+        return None
     return tuple(b" ".join(sorted(found)).decode("ascii").split(" ")) if found else ()
 
 
@@ -270,8 +277,10 @@ _ALIAS_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+)?import[ \t][^\n]
 _WORD = re.compile(rb"\w+")
 
 
-def passes_prefilter(data: bytes, needles: tuple[Needle, ...], aliasable: frozenset[bytes] = frozenset()) -> bool:
-    """True when ``data`` may hold a site or a rule trigger (see above)."""
+def passes_prefilter(data: bytes, needles: tuple[Needle, ...], aliasable: frozenset[bytes] = frozenset(),
+                     moves: bool = False) -> bool:
+    """True when ``data`` may hold a site or a rule trigger (see above);
+    with ``moves`` (Python), a copy to a device too."""
     for gate, alternatives in needles:
         if gate and gate not in data:
             continue
@@ -282,4 +291,15 @@ def passes_prefilter(data: bytes, needles: tuple[Needle, ...], aliasable: frozen
         for line in _ALIAS_IMPORT.findall(data):
             if not aliasable.isdisjoint(_WORD.findall(line)):
                 return True
-    return False
+    return moves and moves_to_device(data)
+
+
+# `.to(` whose arguments, up to the first `)`, say `dev` (`device`, `self.dev`,
+# `x.device`, `device=dev`, `torch.device(`) or start with a GPU index: a
+# superset of the copies the extractor takes for device sites (``_copy_device``)
+_DEVICE_MOVE = re.compile(rb"\.to\(\s*(?:\d|[^)]{0,160}?dev)")
+
+
+def moves_to_device(data: bytes) -> bool:
+    """Whether a Python file may copy a tensor or a module to a device."""
+    return b".to(" in data and _DEVICE_MOVE.search(data) is not None

@@ -89,7 +89,10 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .expand import expand_skipped
     from .fixture_scoped import fixture_scoped
     from .helper_built import helper_built
+    from .hook_closures import hook_closures
+    from .host_reads import host_reads
     from .index import build_index
+    from .kept_accumulators import kept_accumulators
     from .kept_pinned import kept_pinned
     from .kept_results import kept_results
     from .kept_slots import kept_slots
@@ -139,8 +142,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     rules = Background(functools.partial(_rules, index, config, catalog), concurrent=jobs > 1) \
         if options.with_rules else None
     errors = outcomes.errors + [FileError(path, e) for path, f in facts.items() for e in f.errors]
-    sites = module_moves([s for f in facts.values() for s in f.sites], index, facts, catalog.tiers,
-                         outcomes.skipped_mentioning)
+    direct = host_reads(hook_closures([s for f in facts.values() for s in f.sites], index), index)
+    sites = module_moves(direct, index, facts, catalog.tiers, outcomes.skipped_mentioning)
     sites = tiers_from_callers(drop_cpu_locals(sites, index), index, catalog.callers)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
@@ -150,7 +153,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = kept_submodules(sites, index, catalog.callers)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
     sites = weight_state(keyed_caches(run_once(self_moves(lazy_members(sites, index), index), index), index), index)
-    sites = run_accumulators(sites, index, catalog.callers)
+    sites = kept_accumulators(run_accumulators(sites, index, catalog.callers), index, catalog.callers)
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = adopted_weights(module_build_temps(returned_once(sites, index, catalog.callers), index), index)

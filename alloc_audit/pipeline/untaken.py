@@ -16,13 +16,15 @@ what the call states decides a branch, so an unknown value keeps the site.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
-from ..model import Call, Language, Site, Tier
+from ..model import Call, Language, Site, Tier, Via
 from .index import Func, ProjectIndex
-from .index.values import Env, bind_edge
+from .index.values import LITERAL, Env, Value, bind_edge
 
 if TYPE_CHECKING:
     from ..rules._lib.paths import PathReach
@@ -32,14 +34,82 @@ _MOVES = frozenset({"Tensor.to", "Tensor.cuda", "Module.to", "Module.cuda"})
 _SELF_STORE = re.compile(r"self\.([A-Za-z_]\w*)")
 
 
-def drop_untaken(derived: Sequence[Site], index: ProjectIndex) -> list[Site]:
-    """The derived sites, less those whose every allocation this call skips."""
+def drop_untaken(derived: Sequence[Site], index: ProjectIndex) -> tuple[list[Site], dict[tuple[str, int, int], str]]:
+    """The derived sites, less those whose every allocation this call skips;
+    a native factory call whose first handed-back allocation sits on a branch
+    the call does not take stands for the first one it does take
+    (`malloc(n)` leaving ``is_host = false``: the device branch, not the
+    pinned one). With it, per such site (path, line, column), what to add to
+    its tier reason."""
     from ..rules._lib.paths import PathReach  # the rules' analysis; imported here, used by one stage
 
     reach = PathReach(index)
     stored: dict[str, list[tuple[str, str]]] = {}  # per constructor: its stores of a parameter (issue 11)
-    return [site for site in derived if site.via is None or site.language is not Language.PYTHON
-            or not _untaken(site, index, reach, stored)]
+    out: list[Site] = []
+    notes: dict[tuple[str, int, int], str] = {}
+    for site in derived:
+        if site.via is None:
+            out.append(site)
+        elif site.language is Language.PYTHON:
+            if not _untaken(site, index, reach, stored):
+                out.append(site)
+        else:
+            taken = _native_branch(site, index, reach)
+            if taken is not None:
+                site, note = taken
+                out.append(site)
+                if note:
+                    notes[(site.path, site.span.line, site.span.col)] = note
+    return out, notes
+
+
+def _native_branch(site: Site, index: ProjectIndex, paths: PathReach) -> tuple[Site, str] | None:
+    """A native derived site under the values its call passes (the defaults
+    it leaves in place included): None when the call runs none of the
+    callee's allocations; the site standing for the first handed-back
+    allocation it does run, with a note, when that is not its via; else the
+    site as it is."""
+    caller = index.func(site.path, site.scope)
+    call = next((c for c in caller.calls if c.span == site.span), None) if caller is not None else None
+    if caller is None or call is None:
+        return site, ""
+    if index.constructed_class(caller, call) is not None:
+        return (site, "") if not _untaken(site, index, paths, {}) else None
+    via = site.via
+    assert via is not None
+    skipped = False
+    for start in (f for f in index.resolve(caller, call) if f is not caller):
+        env = _bind(index, caller, call, start)
+        witnesses = {(w.site.path, w.site.span.line, w.site.span.col): w for w in paths.reach(start, env, _DEPTH)}
+        if any((w.site.path, w.site.span.line) == (via.path, via.line) for w in witnesses.values()):
+            return site, ""
+        found = index.factory_allocation(start, _DEPTH, partial(_is_live, frozenset(witnesses)))
+        if found is not None:
+            under = found.site
+            witness = witnesses[(under.path, under.span.line, under.span.col)]
+            said = " ".join(r.note for r in witness.assumptions)
+            whys = [f"{name} = {_native_shown(v)}: {v.why}" for name, v in sorted(env.items())
+                    if v.why and re.search(rf"\b{re.escape(name)}\b", said)]
+            note = (f"takes the {under.kind.value} branch of {start.qualname} ({under.api} at {under.path}:"
+                    f"{under.span.line}, not {via.api} at {via.path}:{via.line})"
+                    + (f": {'; '.join(whys)}" if whys else ""))
+            return dataclasses.replace(site, kind=under.kind, device=under.device,
+                                       via=Via(under.api, under.path, under.span.line)), note
+        if any(w.site.acquires for w in witnesses.values()) or not any(r.site.acquires
+                                                                        for r in index.reach(start, _DEPTH)):
+            return site, ""  # it runs an allocation, none handed back: as it is
+        skipped = True
+    return None if skipped else (site, "")
+
+
+def _is_live(live: frozenset[tuple[str, int, int]], site: Site) -> bool:
+    return (site.path, site.span.line, site.span.col) in live
+
+
+def _native_shown(value: Value) -> str:
+    if value.kind != LITERAL:
+        return "nullptr"
+    return str(value.literal).lower() if isinstance(value.literal, bool) else str(value.literal)
 
 
 def _untaken(site: Site, index: ProjectIndex, paths: PathReach, stored: dict[str, list[tuple[str, str]]]) -> bool:

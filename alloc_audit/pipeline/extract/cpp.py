@@ -53,6 +53,7 @@ _QUERY_TEXT = """
 (catch_clause) @catch
 """
 
+_DEFAULT_CAP = 80  # a parameter's default argument: a literal or a constant name is short
 _STATEMENT_PARENTS = {"compound_statement", "translation_unit", "declaration_list", "field_declaration_list"}
 
 
@@ -187,6 +188,7 @@ class CppExtractor:
             owner = self._owner(i)
             params: list[str] = []
             types: list[str] = []
+            defaults: list[str] = []
             bases: list[str] = []
             if kind in ("function", "lambda"):
                 if kind == "function":
@@ -201,6 +203,8 @@ class CppExtractor:
                         ptype = p.child_by_field_name("type")
                         params.append(pname or "")
                         types.append(unwrap_type(self.src.raw(ptype)) if ptype is not None else "")
+                        default = p.child_by_field_name("default_value")
+                        defaults.append(self.src.text(default, _DEFAULT_CAP) if default is not None else "")
             else:
                 for child in node.named_children:
                     if child.type == "base_class_clause":
@@ -217,6 +221,7 @@ class CppExtractor:
                     owner=owner,
                     params=tuple(params),
                     param_types=tuple(types),
+                    param_defaults=tuple(defaults) if any(defaults) else (),
                     bases=tuple(bases),
                 )
             )

@@ -221,8 +221,9 @@ class ProjectIndex:
     def class_allocates(self, cls: ClassInfo, depth: int = 3) -> Reach | None:
         return self._factories.class_allocates(cls, depth)
 
-    def factory_allocation(self, func: Func, depth: int = 3) -> Reach | None:
-        return self._factories.factory_allocation(func, depth)
+    def factory_allocation(self, func: Func, depth: int = 3,
+                           keep: Callable[[Site], bool] | None = None) -> Reach | None:
+        return self._factories.factory_allocation(func, depth, keep)
 
     def factories(self, depth: int = 3, uploads: bool = False) -> set[Factory]:
         return self._factories.factories(depth, uploads)

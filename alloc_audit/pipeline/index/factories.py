@@ -65,9 +65,12 @@ class Factories:
                                                and not (r.site.tier is Tier.T4 and (r.hops or r.site.kept == "local")))]
         return min(reached, key=self._significance) if reached else None
 
-    def factory_allocation(self, func: Func, depth: int = 3) -> Reach | None:
-        """When ``func`` hands an allocation back to its caller (returns it,
-        or fills an out-parameter), the first such allocation."""
+    def factory_allocation(self, func: Func, depth: int = 3,
+                           keep: Callable[[Site], bool] | None = None) -> Reach | None:
+        """When ``func`` hands an allocation back to its caller (returns it, or fills an out-parameter),
+        the first such allocation; with ``keep``, the first it accepts (not memoised: ``untaken``)."""
+        if keep is not None:
+            return self._find_factory_allocation(func, depth, keep)
         return self._memoised(self._factory, (func.id, depth, self._with_uploads),
                               lambda: self._find_factory_allocation(func, depth), sites_of(func.path))
 
@@ -84,7 +87,8 @@ class Factories:
             deps.note(note)
         return memo.store(key, compute(), deps.end())
 
-    def _find_factory_allocation(self, func: Func, depth: int) -> Reach | None:
+    def _find_factory_allocation(self, func: Func, depth: int,
+                                 keep: Callable[[Site], bool] | None = None) -> Reach | None:
         scope = func.scope
         if scope is None or scope.kind != "function" or scope.role == "constructor":
             return None
@@ -93,7 +97,7 @@ class Factories:
         # handed back inside another object: `return SharedBuffer(ptr, handle)`, `return cls(owner)`
         wrapped = {n for r in func.returns for n in _wrapped_names(r.value)}
         for site in func.sites:
-            if not site.acquires or (_weight(site) and not self._upload(site)):
+            if not site.acquires or (_weight(site) and not self._upload(site)) or (keep and not keep(site)):
                 continue
             if site.stmt_line in returned_lines or (site.target and (site.target in returned_names
                                                                      or site.target in wrapped)):
@@ -114,10 +118,12 @@ class Factories:
                 for target in self._resolve(func, call):
                     if target.scope is not None and target.scope.owner:  # its class may be added later
                         self._symbols.deps.note(last_name(target.scope.owner))
-                    inner = self.factory_allocation(target, depth - 1)
+                    inner = self.factory_allocation(target, depth - 1, keep)
                     if inner is None and target.scope is not None and target.scope.role == "constructor" \
                             and target.owner is not None:
                         inner = self.class_allocates(target.owner, depth - 1)
+                        if inner is not None and keep is not None and not keep(inner.site):
+                            inner = None
                     if inner is not None:
                         hop = Hop(call, func.path, func.qualname, target.qualname)
                         if (call.span.line, call.span.col) not in scalars:

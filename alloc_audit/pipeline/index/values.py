@@ -5,9 +5,10 @@ A value is a literal, ``None``, something that is not ``None`` (a buffer the
 caller allocates, an address in C++), a parameter forwarded from the caller
 (carried through the caller's own known values), or unknown. Only what the
 call states is known: a ``*args``/``**kwargs`` at the call, a value read from
-object state or returned by a call, and a C++ parameter left to its default
-(declarations are not read) are unknown, so the rules keep every branch they
-could take (sound). Pure: facts in, values out; module constants memoised.
+object state or returned by a call, a default that is not a literal, and a
+C++ parameter whose default only a separate declaration gives (declarations
+are not read) are unknown, so the rules keep every branch they could take
+(sound). Pure: facts in, values out; module constants memoised.
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ def bind_edge(caller: Func, call: Call, target: Func, env: Env, constants: Env) 
     if scope is None or (target.language is Language.PYTHON) != (caller.language is Language.PYTHON):
         return {}
     if target.language is not Language.PYTHON:
-        return _bind_native(caller, call, scope.params, env)
+        return _bind_native(caller, call, scope.params, scope.param_defaults, env)
     params = list(scope.params)
     defaults = list(scope.param_defaults) or [""] * len(params)
     if params and params[0] in ("self", "cls") and "staticmethod" not in scope.decorators:
@@ -219,29 +220,49 @@ _ARGLIST_CUT = 396  # a few bytes under the extractor's cap: a "replace"-decoded
 _NATIVE_INT = re.compile(r"^[-+]?\d+[uUlL]*$")
 
 
-def _bind_native(caller: Func, call: Call, params: tuple[str, ...], env: Env) -> dict[str, Value]:
-    """C++/CUDA edges: positional arguments only (default arguments live in
-    declarations, which are not read: a parameter the call leaves out is
-    unknown). ``nullptr``/``NULL``/``0`` for a pointer, ``true``/``false``,
-    integer literals, ``&x`` (never null) and forwarded parameters are known."""
+def _bind_native(caller: Func, call: Call, params: tuple[str, ...], defaults: tuple[str, ...],
+                 env: Env) -> dict[str, Value]:
+    """C++/CUDA edges: positional arguments, then the defaults of the
+    parameters the call leaves out (those written in the definition the call
+    resolves to; one only a separate declaration gives is not read, so the
+    parameter stays unknown). ``nullptr``/``NULL``/``0`` for a pointer,
+    ``true``/``false``, integer literals, ``&x`` (never null) and forwarded
+    parameters are known; a default is known when it is a literal
+    (``native_literal``)."""
     out: dict[str, Value] = {}
     where = f"{caller.path}:{call.span.line}"
-    args = split_args(call.arglist, True)
+    args = split_args(call.arglist, True) if call.arglist.strip() else []
     for name, arg in zip(params, args):
         text = arg.text.strip()
         why = f"{where} passes {text}"
         name = name.lstrip("*&")
-        if text in ("nullptr", "NULL"):
-            out[name] = Value(NONE, None, why)
-        elif text in ("true", "false"):
-            out[name] = Value(LITERAL, text == "true", why)
-        elif _NATIVE_INT.match(text):
-            out[name] = Value(LITERAL, int(text.rstrip("uUlL")), why)
+        value = native_literal(text, why)
+        if value is not None:
+            out[name] = value
         elif re.fullmatch(r"&\s*[A-Za-z_][\w.>-]*", text):
             out[name] = Value(LITERAL, True, f"{why} (an address, never null)")
         elif text.isidentifier() and text in env and env[text].known:
             inner = env[text]
             out[name] = Value(inner.kind, inner.literal, f"{why}, forwarded from {inner.why}")
+    if len(args) < len(params) and defaults and len(call.arglist.encode("utf-8", "replace")) < _ARGLIST_CUT:
+        for name, default in zip(params[len(args):], defaults[len(args):]):
+            name = name.lstrip("*&")
+            value = native_literal(default, f"{where} passes no {name} (default {default})") if default else None
+            if name and value is not None:
+                out[name] = value
     return out
+
+
+def native_literal(text: str, why: str) -> Value | None:
+    """A C++ literal: ``nullptr``/``NULL``, ``true``/``false``, an integer.
+    An enumerator or a named constant is not read (its value is declared
+    elsewhere, and an enumerator's truth is its hidden integer)."""
+    if text in ("nullptr", "NULL"):
+        return Value(NONE, None, why)
+    if text in ("true", "false"):
+        return Value(LITERAL, text == "true", why)
+    if _NATIVE_INT.match(text):
+        return Value(LITERAL, int(text.rstrip("uUlL")), why)
+    return None
 
 
