@@ -61,7 +61,7 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
         func = index.func(site.path, site.scope)
         if func is None:
             continue
-        call = _builder(func, site)
+        call = receiver_builder(func, site)
         if call is None:
             continue
         cls = index.constructed_class(func, call)
@@ -98,7 +98,7 @@ def _builds_module(index: ProjectIndex, func: Func, call: Call, memo: dict[str, 
     return _MODULE_SUFFIX.fullmatch(leaf) is not None and not index.classes_named(leaf)
 
 
-def _builder(func: Func, site: Site) -> Call | None:
+def receiver_builder(func: Func, site: Site) -> Call | None:
     """The call that built the receiver of the move at ``site``, if one can
     be told."""
     table = func.table

@@ -23,7 +23,9 @@ become a parameter's storage.
 A per-call buffer (T4) becomes module state too when the function hands it
 to an object it builds, of a class that registers the member as a buffer
 (``layer = cls(...)`` ... ``qzeros = torch.ones(...) * v`` ...
-``layer.qzeros = qzeros``, ``return layer``). Otherwise a per-step store
+``layer.qzeros = qzeros``, ``return layer``), or a copy made of it by a chain
+of its methods (``layer.qzeros = qzeros.transpose(1, 0).contiguous()``: the
+buffer was filled to make the state, a load-time temporary). Otherwise a per-step store
 (T4) stays: re-creating a buffer on every step churns it.
 Pure.
 """
@@ -123,14 +125,16 @@ def _member_of_built(site: Site, func: Func, index: ProjectIndex) -> str:
         (a.targets[0] for a in func.assigns if a.line == line and len(a.targets) == 1), "")
     if not local.isidentifier():
         return ""
-    for a in func.assigns:
-        if a.line <= line or a.value.strip() != local or len(a.targets) != 1:
-            continue
-        m = _ATTR.fullmatch(a.targets[0])
+    stores = [(a.line, a.targets[0], a.value.strip()) for a in func.assigns
+              if a.line > line and len(a.targets) == 1 and _value_of(a.value.strip(), local)]
+    stores += [(c.span.line, c.target.strip(), f"{c.callee}({c.arglist})") for c in func.calls
+               if c.span.line > line and c.target and _value_of(f"{c.callee}({c.arglist})", local)]
+    for at, target, value in stores:  # `layer.x = x.t().contiguous()`: a call's target
+        m = _ATTR.fullmatch(target)
         if m is None:
             continue
         obj, name = m.groups()
-        maker = next((c.callee for c in func.calls if (c.target or "").strip() == obj and c.span.line < a.line), "")
+        maker = next((c.callee for c in func.calls if (c.target or "").strip() == obj and c.span.line < at), "")
         if maker == "cls" and func.owner is not None:
             owners = [func.owner]
         elif maker[:1].isupper() or "." in maker:
@@ -141,9 +145,20 @@ def _member_of_built(site: Site, func: Func, index: ProjectIndex) -> str:
             method = next((f for fs in owner.methods.values() for f in fs), None)
             registered = registration_of_member(method, f"self.{name}") if method is not None else ""
             if registered:
-                return (f"stored in {obj}.{name} of the {owner.name} {func.qualname} builds, which its class "
+                how = "stored in" if value == local else f"filled to make {value}, stored in"
+                return (f"{how} {obj}.{name} of the {owner.name} {func.qualname} builds, which its class "
                         f"registers as a buffer ({registered})")
     return ""
+
+
+# the local itself, or a chain of its methods (`qzeros.transpose(1, 0).contiguous()`): what it was filled to make
+_CHAIN = re.compile(r"(?:\.[A-Za-z_]\w*\([^()]*\))*")
+
+
+def _value_of(value: str, local: str) -> bool:
+    """``value`` is ``local`` or a chain of its methods: the member gets the
+    local, or a copy or view made of it (a buffer filled to make the state)."""
+    return value == local or (value.startswith(local + ".") and _CHAIN.fullmatch(value[len(local):]) is not None)
 
 
 def _weight_moved(site: Site, func: Func) -> str:

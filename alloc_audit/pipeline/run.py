@@ -112,6 +112,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .run_accumulators import run_accumulators
     from .run_once import run_once
     from .self_moves import self_moves
+    from .stateless_modules import drop_stateless_moves
     from .weight_fills import weight_fills
     from .weight_inits import weight_init_temporaries
     from .weight_state import weight_state
@@ -143,7 +144,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
         if options.with_rules else None
     errors = outcomes.errors + [FileError(path, e) for path, f in facts.items() for e in f.errors]
     direct = host_reads(hook_closures([s for f in facts.values() for s in f.sites], index), index)
-    sites = module_moves(direct, index, facts, catalog.tiers, outcomes.skipped_mentioning)
+    sites = drop_stateless_moves(module_moves(direct, index, facts, catalog.tiers, outcomes.skipped_mentioning),
+                                 index)
     sites = tiers_from_callers(drop_cpu_locals(sites, index), index, catalog.callers)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)

@@ -13,7 +13,10 @@ A buffer stored in an entry of a state dict that the function then loads
 into a module (``state_dict[k] = t.to(device=p.device)`` ...
 ``module.load_state_dict(state_dict)``), or written into a local tensor an
 entry then takes (``merged[q] = ...``; ``state_dict["weight"] =
-merged.reshape(...)``), is a load-time temporary too. A weight attribute is named
+merged.reshape(...)``), is a load-time temporary too. A store into a slice of a
+weight (``layer.scales[:] = s.to(device)``) copies in place the same way
+(a slice with ``:``; not an entry of a list of weights, nor masked rows).
+A weight attribute is named
 like one (``weight``, ``bias``, ``qweight``, ``qzeros``, ``scales``,
 ``g_idx``, ``perm``, ``channel_scales``, ...): a copy into a static input
 buffer (``self.static_input.copy_(x.cuda())``) stays per call. Pure.
@@ -32,6 +35,9 @@ from .retier import Decision, python_device_site, retier
 
 _WEIGHT = r"(?:\w+_)?(?:q?weights?|bias|q?zeros|scales?|g_idx|perm|codebooks?)"
 _FILL = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")(?:\.data)?\.copy_")
+# a store into a slice of a module's weight (`layer.scales[:] = s.to(dev)`): a copy in place, like `copy_`;
+# not an entry (`self.weights[k] = v.cuda()` replaces a list's item) nor rows a mask picks
+_SLICE_FILL = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")(?:\.data)?\[[^\[\]:]*:[^\[\]]*\]")
 # a helper's copy into a parameter it is handed (`param.copy_(full)`)
 _PARAM_FILL = re.compile(r"(?:\w+_)?params?(?:\.data)?\.copy_")
 # a subscript store into a name (`state_dict[key]`, `merged[q_slice]`)
@@ -46,7 +52,7 @@ def weight_fills(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
         fill = _fills(site, index, copies)
         if fill:
             what = (f"the module weight {fill.removesuffix('.copy_')}" if _FILL.fullmatch(fill)
-                    else f"a parameter through {fill}")
+                    or _SLICE_FILL.fullmatch(fill) else f"a parameter through {fill}")
             return Tier.T1, f"load-time temporary: only fills {what} in {site.scope} (was: {site.tier_reason})"
         loaded = _state_dict_entry(site, index)
         return (Tier.T1, f"load-time temporary: an entry of the state dict {loaded} loads into a module in "
@@ -61,6 +67,8 @@ def _fills(site: Site, index: ProjectIndex, copies: dict[tuple[str, int], bool])
     if kept.startswith("handed:") and _FILL.fullmatch(kept[len("handed:"):]):
         return kept[len("handed:"):]
     target = (site.target or "").strip()
+    if _SLICE_FILL.fullmatch(target):
+        return target
     if not (kept == "local" or kept.startswith("handed:")) or not target.isidentifier():
         return ""  # handed to a call: a helper that only copies it into a parameter (below)
     func = index.func(site.path, site.scope)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from . import python_module_use
 from .common import enclosing
 
 if TYPE_CHECKING:
@@ -105,7 +106,10 @@ def _used_as_module(ext: PythonExtractor, node: Any, text: str) -> bool:
     function calls one on the receiver (``model.load_state_dict(sd)``,
     ``model.eval()``), or an attribute of ``self`` gets one in another
     method of its class (``self.router.parameters()``) or is set from a
-    model loader there (``self._model = load_flow_model(...)``)."""
+    model loader there (``self._model = load_flow_model(...)``); or
+    ``python_module_use`` tells it (the receiver or the name the move is
+    stored in is called or has its ``.weight`` read; an attribute of a model
+    stored back onto itself)."""
     parent = node.parent
     if parent is not None and parent.type == "attribute":
         attr = parent.child_by_field_name("attribute")
@@ -113,6 +117,8 @@ def _used_as_module(ext: PythonExtractor, node: Any, text: str) -> bool:
         if attr is not None and after is not None and after.type == "call" \
                 and _MODULE_METHOD_NAMES.fullmatch(ext.src.text(attr, 40)):
             return True
+    if python_module_use.used_as_module(ext, node, text, lambda name: _annotated_module(ext, node, name)):
+        return True
     if _MEMBER.fullmatch(text) is None:
         return False
     body = node.parent

@@ -1,0 +1,162 @@
+"""Stage 3, extract (Python), helper of ``python_module_move``: what the code
+does with a moved value that only a module allows.
+
+A ``.to(dev)`` / ``.cuda()`` moves a module (its weights stay on it) rather
+than copying a tensor when the receiver, or the name the moved value is
+stored in, is used as only a module is: called (``self.norm_1(x)`` after
+``self.norm_1 = norm_1.to(dev)``: a tensor is not callable), its
+``.weight``/``.bias`` read, or a module's method called on it
+(``next(self.layers[i].parameters())``, ``self.mlp.forward(h)``), in the same function, or, for a
+member of ``self``, anywhere in its class. A subscripted receiver counts
+(``self.layers[i] = self.layers[i].to(d)``). An attribute of a model stored
+back onto itself, or given another part of the same model
+(``model.model.embed_tokens = model.model.embed_tokens.to(d)``, rooted at a
+parameter annotated with a module type, a name ``model`` / ``module``, or
+the item of a loop over a model's part or its ``named_modules()``): the
+attribute is a sub-module or the model's registered state, kept on the
+model either way. A receiver only computed with or indexed
+stays a tensor, and so does an attribute path of anything else stored back
+(``state.buf = state.buf.to(d)``).
+
+Cost: byte searches for the name in its function (in its class for
+members of ``self``), one compiled pattern for what follows it, memoised
+per (function, name). Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .common import enclosing
+
+if TYPE_CHECKING:
+    from .python import PythonExtractor
+
+_METHODS = (rb"eval|train|load_state_dict|state_dict|named_parameters|parameters|named_buffers|buffers"
+            rb"|named_modules|modules|children|named_children|remove_weight_norm|register_buffer|register_module"
+            rb"|register_forward_hook|register_forward_pre_hook|forward")
+# what follows a name used as only a module is: a call, `.weight`/`.bias`, a module's method
+_AFTER = re.compile(rb"\(|\.(?:weight|bias)\b|\.(?:" + _METHODS + rb")\(")
+# a receiver these uses can be told for: a name or a member path, one subscript
+_RECEIVER = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:\[[^\[\]\n]{1,60}\])?")
+_PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+# what a model (or a part of one) handed to a function is called
+_MODEL_NAME = re.compile(r"(?:\w+_)?(?:model|module)")
+# attributes of a module that are tensors or calls, not sub-modules or state
+_MODULES = re.compile(r"\.(?:named_)?(?:modules|children)\(\)$")
+_NOT_PARTS = frozenset({"data", "grad", "T", "mT", "H", "mH", "real", "imag"})
+_CASTS = frozenset({"half", "float", "bfloat16", "double", "eval", "train", "requires_grad_", "to", "cuda"})
+
+
+def used_as_module(ext: PythonExtractor, node: Any, text: str, annotated: Callable[[str], bool]) -> bool:
+    """Whether the move ``node`` of receiver ``text`` (casts stripped) is a
+    module's, told by use; ``annotated(name)``: a parameter of the enclosing
+    function is annotated with a module type."""
+    stored = _stored_in(ext, node)
+    if stored is not None and (stored == text or _same_root(stored, text)) and _model_part(
+            stored, lambda root: annotated(root) or _model_loop_item(ext, node, root)):
+        return True  # `model.model.embed_tokens = model.model.embed_tokens.to(device)`
+    names = [n for n in (text, stored) if n is not None and _RECEIVER.fullmatch(n) is not None]
+    return any(_used(ext, node, name) for name in names)
+
+
+def _model_part(path: str, annotated: Callable[[str], bool]) -> bool:
+    """``path`` is an attribute of a model: rooted at a name (or ``self.x``)
+    named like a model or annotated with a module type, its last attribute
+    no tensor's."""
+    if _PATH.fullmatch(path) is None:
+        return False
+    parts = path.split(".")
+    root = parts[1] if parts[0] == "self" else parts[0]
+    if len(parts) < (3 if parts[0] == "self" else 2) or parts[-1] in _NOT_PARTS or \
+            any(p in ("weight", "bias") for p in parts[1:-1]):
+        return False
+    return _MODEL_NAME.fullmatch(root) is not None or (parts[0] != "self" and annotated(root))
+
+
+def _same_root(stored: str, text: str) -> bool:
+    """A part of the same object, from a getter of it, moved into the slot
+    (``model.lm.embed = model.get_input_embeddings().to(d)``)."""
+    root = stored.split(".", 1)[0]
+    getter = text[len(root) + 1:-2] if text.startswith(root + ".get_") and text.endswith("()") else ""
+    return root != "self" and getter.isidentifier()
+
+
+def _model_loop_item(ext: PythonExtractor, node: Any, name: str) -> bool:
+    """``name`` is the item of a ``for`` around ``node`` over a model's
+    part (``for layer in model.model.layers``) or its modules
+    (``for _, m in model.named_modules()``)."""
+    loop = node.parent
+    while loop is not None and loop.type not in ("function_definition", "module"):
+        if loop.type == "for_statement":
+            left, right = loop.child_by_field_name("left"), loop.child_by_field_name("right")
+            item = "".join(ext.src.text(left, 80).split()).split(",")[-1] if left is not None else ""
+            if right is not None and item == name:
+                over = "".join(ext.src.text(right, 200).split())
+                return _MODULES.search(over) is not None or (
+                    _PATH.fullmatch(over) is not None and _MODEL_NAME.fullmatch(over.split(".")[0]) is not None)
+        loop = loop.parent
+    return False
+
+
+def _used(ext: PythonExtractor, node: Any, name: str) -> bool:
+    owner = _scope(node, "class_definition" if name.startswith("self.") else "function_definition")
+    if owner is None:
+        return False
+    key = (owner.start_byte, name)
+    found = ext.module_used.get(key)
+    if found is None:
+        found = ext.module_used[key] = _uses(ext.src.data[owner.start_byte:owner.end_byte], name.encode())
+    return found
+
+
+def _uses(code: bytes, name: bytes) -> bool:
+    """``code`` uses ``name`` as only a module is used: calls it (not a
+    ``def`` of it; for ``self.x``, not a method ``x`` the code defines),
+    reads its ``.weight``/``.bias`` or calls a module's method on it. Plain
+    byte searches per name, one compiled pattern for what follows."""
+    method = name[5:] if name.startswith(b"self.") else b""
+    defined = bool(method) and b"def " + method + b"(" in code
+    at = code.find(name)
+    while at >= 0:
+        before = code[at - 1:at] if at else b""
+        after = _AFTER.match(code, at + len(name))
+        if after is not None and not (before.isalnum() or before in (b"_", b".")) and not (
+                after.group() == b"(" and (defined or code[max(at - 4, 0):at] == b"def ")):
+            return True
+        at = code.find(name, at + 1)
+    return False
+
+
+def _scope(node: Any, kind: str) -> Any:
+    """The innermost function (or class) around ``node``."""
+    found = enclosing(node.parent, kind)
+    if kind == "function_definition" or found is None:
+        return found
+    func = enclosing(node.parent, "function_definition")
+    owner = enclosing(func.parent, "class_definition") if func is not None else None
+    return found if owner is not None and owner.start_byte == found.start_byte else None
+
+
+def _stored_in(ext: PythonExtractor, node: Any) -> str | None:
+    """The left side of ``x = <node>`` (through casts on the moved value:
+    ``layer = layer.to(d).half()``), one plain target."""
+    here = node
+    while (up := here.parent) is not None and up.type == "attribute" and up.parent is not None \
+            and up.parent.type == "call":
+        attr = up.child_by_field_name("attribute")
+        if attr is None or ext.src.text(attr, 40) not in _CASTS:
+            return None
+        here = up.parent
+    parent = here.parent
+    while parent is not None and parent.type == "parenthesized_expression":
+        here, parent = parent, parent.parent
+    right = parent.child_by_field_name("right") if parent is not None and parent.type == "assignment" else None
+    if right is None or (right.start_byte, right.end_byte) != (here.start_byte, here.end_byte):
+        return None
+    left = parent.child_by_field_name("left")
+    if left is None or left.type not in ("identifier", "attribute", "subscript"):
+        return None
+    return "".join(ext.src.text(left, 200).split())

@@ -1,0 +1,84 @@
+"""Stage 5, after ``module_classes``: a module move that moves nothing.
+
+Input: sites (module moves told), the index. Output: the same sites less
+the ``.to()`` / ``.cuda()`` of a module built right there or bound above
+(``FusedSoftmax(scale=None, mask_func=mask_fn).cuda()``) whose project
+class holds no tensors: it derives from ``nn.Module`` alone, no method of
+it allocates on the device (within three calls), registers anything or keeps a call's value
+on ``self`` (no parameter, buffer, sub-module or tensor), and every
+argument the construction passes is a literal, ``None``, an enum-like
+``Name.member``, a name of project functions or an imported name (nothing the object
+could keep that holds memory). Moving such a module allocates nothing.
+A class with a project base, a method that stores a call's value, or an
+argument that is any other name stays a weight upload. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ..arglists import split_args
+from ..model import Call, Language, Site
+from .index import ClassInfo, Func, ProjectIndex
+from .module_classes import receiver_builder
+
+_MOVES = frozenset({"Module.to", "Module.cuda"})
+_TORCH_MODULE = frozenset({"nn.Module", "torch.nn.Module", "Module"})
+_LITERAL = re.compile(r"None|True|False|-?[\d.]+(?:e-?\d+)?|[rbf]?[\"'][^\"']*[\"']|[A-Z]\w*(?:\.[A-Za-z_]\w*)+")
+_REGISTERS = re.compile(r"(?:^|\.)(?:register_\w+|add_module|Parameter|setattr)$")
+
+
+def drop_stateless_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
+    memo: dict[str, bool] = {}
+    return [s for s in sites if not (s.api in _MOVES and s.via is None and s.language is Language.PYTHON
+                                     and _moves_nothing(s, index, memo))]
+
+
+def _moves_nothing(site: Site, index: ProjectIndex, memo: dict[str, bool]) -> bool:
+    func = index.func(site.path, site.scope)
+    call = receiver_builder(func, site) if func is not None else None
+    if func is None or call is None:
+        return False
+    cls = index.constructed_class(func, call)
+    if cls is None:
+        return False
+    holds = memo.get(cls.key)
+    if holds is None:
+        holds = memo[cls.key] = _holds_nothing(cls) and index.class_allocates(cls) is None
+    return holds and all(_plain_argument(a.text.strip(), func, index) for a in split_args(call.arglist))
+
+
+def _holds_nothing(cls: ClassInfo) -> bool:
+    """The class keeps no tensor: its only base is ``nn.Module`` and no
+    method allocates, registers, or stores a call's value on ``self``."""
+    if len(cls.bases) != 1 or cls.bases[0].strip() not in _TORCH_MODULE or not cls.methods:
+        return False
+    for methods in cls.methods.values():
+        for method in methods:
+            if method.sites or any(_keeps(c) for c in method.calls):
+                return False
+            if any(t.strip().startswith("self.") and "(" in a.value for a in method.assigns for t in a.targets):
+                return False
+    return True
+
+
+def _keeps(call: Call) -> bool:
+    return _REGISTERS.search(call.callee) is not None or (call.target or "").strip().startswith("self.")
+
+
+def _plain_argument(text: str, func: Func, index: ProjectIndex) -> bool:
+    """An argument the object could not keep memory through: a literal,
+    ``None``, ``Enum.member``, a name that resolves to project functions only
+    or, unresolved, one the function binds by no assignment (an import)."""
+    value = text.split("=", 1)[1].strip() if re.match(r"[A-Za-z_]\w*\s*=[^=]", text) else text
+    if _LITERAL.fullmatch(value) is not None:
+        return True
+    if not value.isidentifier() or (func.scope is not None and value in func.scope.params):
+        return False
+    found = index.resolve(func, value)
+    if found:
+        return all(f.scope is not None and f.scope.role == "function" for f in found)
+    # no local binds it (an import or a global of the file): no tensor made here
+    return not any(value in a.targets for a in func.assigns) and not any(
+        (c.target or "").strip() == value for c in func.calls)
