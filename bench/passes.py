@@ -1,6 +1,8 @@
 """CPU seconds of the whole-project stages and of each tier pass of `scan`,
 one process (`--jobs 1`), with the per-file facts answered from a cache and
-the stored result disabled, so every stage after the per-file work runs.
+the stored result disabled, so every stage after the per-file work runs;
+the rules run in this process (not in a forked child), so `_rules` and the
+whole scan count them.
 
     python bench/passes.py ROOT [--cache DIR] [--runs N]
 
@@ -41,7 +43,11 @@ STAGES = [("index", "build_index"), ("expand", "expand_skipped"), ("default_devi
           ("weight_inits", "weight_init_temporaries"), ("kept_submodules", "kept_submodules"),
           ("keyed_caches", "keyed_caches"), ("weight_state", "weight_state"), ("helper_built", "helper_built"),
           ("buffer_classes", "buffer_classes"), ("per_test_holders", "per_test_holders"),
-          ("returned_once", "returned_once"), ("module_build_temps", "module_build_temps"), ("run", "_findings")]
+          ("returned_once", "returned_once"), ("module_build_temps", "module_build_temps"),
+          ("lookup_temps", "lookup_temps"), ("self_moves", "self_moves"), ("run_accumulators", "run_accumulators"),
+          ("adopted_weights", "adopted_weights"), ("kept_slots", "kept_slots"), ("kept_pinned", "kept_pinned"),
+          ("dispatched", "per_step_reader"), ("module_returns", "returns_module"), ("run", "_rules"),
+          ("run", "_findings")]
 
 
 def _wrap(times: dict[str, float], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -108,6 +114,11 @@ def main() -> None:
     gc.set_threshold(300_000, 20, 10)  # as the console script (`__main__.entry`) runs a scan
 
     run._source_digest = lambda: "bench/passes.py"  # type: ignore[attr-defined]
+    try:  # the rules in this process, not a forked child, so that their CPU counts (`_rules`)
+        from alloc_audit.pipeline import background
+        background.can_fork = lambda: False  # type: ignore[attr-defined]
+    except ImportError:
+        pass
     cache = args.cache or tempfile.mkdtemp(prefix="alloc-audit-passes-")
     os.makedirs(cache, exist_ok=True)
     if not os.listdir(cache):

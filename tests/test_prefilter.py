@@ -108,6 +108,24 @@ def test_probes_name_what_an_identifier_must_show():
     assert probes(b".to(") == ()  # too short to be an identifier: looked for in the file
 
 
+def test_quick_needles_are_needles_and_answer_as_the_prefilter(catalog):
+    """``screen`` first looks for a few needles (``py_quick``); each is a
+    (gate, word) of ``py_needles``, so a file that passes on them is one
+    ``passes_prefilter`` passes; a word without its gate passes nothing."""
+    pf = catalog.prefilter
+    needles = {(gate, word) for gate, words in pf.py_needles for word in words}
+    quick = [(gate, word) for gate, words in pf.py_quick for word in words]
+    assert quick and set(quick) <= needles
+    for gate, word in quick:
+        whole = b"import " + gate + b"\nx = " + word + b"3)\n" if gate else b"x = f(" + word + b"')\n"
+        assert passes_prefilter(whole, pf.py_quick) and pf.screen(whole, Language.PYTHON) is None
+        if gate:  # `empty(` alone (a method of something else): not passed at once, screened as the prefilter
+            alone = b"x = y." + word + b"3)\n"
+            assert not passes_prefilter(alone, pf.py_quick)
+            expected = None if pf.passes(alone, Language.PYTHON) else identifiers(alone)
+            assert pf.screen(alone, Language.PYTHON) == expected
+
+
 @pytest.mark.parametrize(("line", "passes"), [
     pytest.param(b"x = sample.to(torch_device)", True, id="device variable"),
     pytest.param(b"net.to(self.device)", True, id="device attribute"),

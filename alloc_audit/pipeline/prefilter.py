@@ -43,6 +43,7 @@ class Prefilter:
     cpp_needles: tuple[Needle, ...]
     py_probed: tuple[Probed, ...] = ()
     cpp_probed: tuple[Probed, ...] = ()
+    py_quick: tuple[Needle, ...] = ()  # a few of ``py_needles`` that most files that pass hold (``_QUICK``)
 
     def passes(self, data: bytes, language: Language) -> bool:
         if language is Language.PYTHON:
@@ -54,15 +55,30 @@ class Prefilter:
         identifiers it mentions (``expand.identifiers``), which the
         expansion asks of a skipped file. One pass over the bytes serves
         both: the identifiers are found first, and each needle is looked for
-        in the file only when they show it can be there."""
+        in the file only when they show it can be there. A Python file that
+        holds one of a few common needles (``py_quick``) passes at once."""
         python = language is Language.PYTHON
+        if python and passes_prefilter(data, self.py_quick):
+            return None  # a needle found at once: passes, and a file that passes needs no identifiers
         return screen_prefilter(data, self.py_probed if python else self.cpp_probed,
                                 self.py_aliasable if python else frozenset(), moves=python)
 
 
 def compile_prefilter(apis: ApiCatalog, pack: RulePack) -> Prefilter:
     py, cpp = _needles(_py_needles(apis, pack)), _needles(_cpp_needles(apis, pack))
-    return Prefilter(py, _py_aliasable(apis), cpp, _probed(py), _probed(cpp))
+    return Prefilter(py, _py_aliasable(apis), cpp, _probed(py), _probed(cpp), _quick(py))
+
+
+# The needles most Python files that pass hold (one of them in 94 % of those of flashinfer, 81 % of
+# aphrodite): looked for first, each a search of the bytes, they pass such a file without finding its
+# identifiers (screen_prefilter's first and largest cost). Each is a needle of the catalogue or none is
+# used: a file passes on them only where ``passes_prefilter`` passes it.
+_QUICK = frozenset({b'"cuda', b"empty(", b"tensor(", b"zeros("})
+
+
+def _quick(needles: tuple[Needle, ...]) -> tuple[Needle, ...]:
+    picked = ((gate, tuple(w for w in words if w in _QUICK)) for gate, words in needles)
+    return tuple((gate, words) for gate, words in picked if words)
 
 
 def _literal(glob: str) -> str:

@@ -93,8 +93,7 @@ class PythonExtractor:
         self.up = common.Ancestry(tree.root_node)
         self.kept_memo = python_kept.SourceIndex()
         self.at = common.SiteAt(path, Language.PYTHON, _STATEMENT_PARENTS, tree.root_node.has_error, self.up.parent)
-        # (scope, name) of locals holding only a literal "cpu" device (python_statements.host_locals)
-        self.host_locals: frozenset[tuple[str, str]] = frozenset()
+        self.host_locals: frozenset[tuple[str, str]] = frozenset()  # (scope, name) of "cpu" locals: python_statements
         # the file may register fake/meta impls or enter a FakeTensorMode (python_fake)
         self.fake_file = python_fake.may_have_fake_scopes(source)
         self.host_kernel_file = python_host_kernel.may_have_host_kernels(source)
@@ -109,6 +108,7 @@ class PythonExtractor:
         # (function or class start, receiver) -> whether the code uses it as a module (python_module_move, _use)
         self.module_uses: dict[tuple[int, str], bool] = {}
         self.module_used: dict[tuple[int, str], bool] = {}
+        self.default_sources: dict[tuple[int, str], bool] = {}  # (function start, name): python_host.default_source
 
     # ------------------------------------------------------------ entry point
     def run(self) -> FileFacts:

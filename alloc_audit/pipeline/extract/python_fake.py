@@ -28,6 +28,7 @@ _FAKE_DECORATOR = re.compile(
     r"""|^@\s*(?:torch\.)?(?:library\.)?impl\(.*["']Meta["']\s*\)\s*$""", re.S)
 _FAKE_MODE_CALL = re.compile(r"^(?:[\w.]+\.)?FakeTensorMode\(")
 _FAKE_NAME = rb"(?:[\w.]+\.)?(?:register_fake|impl_abstract|register_meta)\b"
+_NAME_WORDS = (b"register_fake", b"impl_abstract", b"register_meta")  # one of them in every _FAKE_NAME
 # `_fake = torch.library.register_fake` (module level or in a branch)
 _ALIAS = re.compile(rb"^[ \t]*([A-Za-z_]\w*)[ \t]*=[ \t]*" + _FAKE_NAME, re.M)
 # `def _fake(...):` whose body returns one (`return torch.library.register_fake(op)`)
@@ -77,6 +78,9 @@ def fake_aliases(ext: PythonExtractor) -> frozenset[str]:
     implementations by a call. Read once per file, from the bytes."""
     if ext.fake_aliases is None:
         data = ext.src.data
+        if not any(word in data for word in _NAME_WORDS):
+            ext.fake_aliases = frozenset()  # each pattern below spells one of them: no search of the file
+            return ext.fake_aliases
         names = {m.group(1).decode() for m in _ALIAS.finditer(data)}
         names.update(m.group(1).decode() for m in _REGISTERED.finditer(data))
         for ret in _RETURNS_FAKE.finditer(data):

@@ -115,9 +115,15 @@ def default_source(ext: PythonExtractor, node: Any, text: str) -> bool:
     body = enclosing(node.parent, "function_definition")
     if body is None or b"torch." not in ext.src.data[body.start_byte:node.start_byte]:
         return False
-    # every binding in the function, also those below the call (a loop may run them first)
-    source = ext.src.data[body.start_byte:body.end_byte].decode("utf-8", "replace")
-    return _bound_default(ext, source, name, env_of(ext, body), _DEPTH, False, frozenset())
+    # every binding in the function, also those below the call (a loop may run them first): a question of the
+    # function and the name alone, asked again by each `*_like` / `device=x.device` of that name there
+    key = (body.start_byte, name)
+    found = ext.default_sources.get(key)
+    if found is None:
+        source = ext.src.data[body.start_byte:body.end_byte].decode("utf-8", "replace")
+        found = ext.default_sources[key] = _bound_default(ext, source, name, env_of(ext, body), _DEPTH, False,
+                                                          frozenset())
+    return found
 
 
 def _bound_default(ext: PythonExtractor, source: str, name: str, env: Env, depth: int,

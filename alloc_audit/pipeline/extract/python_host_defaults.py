@@ -23,6 +23,7 @@ under a default-device context (``pipeline/default_device.py``). Pure.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,8 +59,10 @@ def env_of(ext: PythonExtractor, body: Any) -> Env:
     return Env(names - {"self"} if ctor else names, _listy(text), ctor=ctor)
 
 
+@functools.lru_cache(maxsize=1024)
 def _listy(params: str) -> frozenset[str]:
-    """Parameters annotated as a list or an array and never as a tensor."""
+    """Parameters annotated as a list or an array and never as a tensor
+    (cached by the parameter text: every proof in one function asks again)."""
     if ":" not in params:
         return frozenset()
     try:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from .python import PythonExtractor
 
 _HOST_WORD = re.compile(r"cpu|meta", re.I)
+_HOST_DEVICES = frozenset({"cpu", "meta"})
 _FLOW_ENDS = {"return_statement", "raise_statement", "continue_statement", "break_statement"}
 
 def assigns(ext: PythonExtractor, assigns: list[Any], augs: list[Any], dels: list[Any]) -> list[Assign]:
@@ -148,12 +149,15 @@ def host_locals(assigns: list[Assign], call_targets: set[tuple[str, str]]) -> fr
     same name bound from a call in another function is another local)."""
     from .python_sites import classify_device
 
-    values: dict[tuple[str, str], set[str]] = {}
     host = _HOST_WORD.search
-    for a in assigns:
-        # only a value that says cpu or meta (in any case) can classify as
-        # either; any other answer counts the same as "unknown" here
-        device = classify_device(a.value) if len(a.targets) == 1 and a.op == "=" and host(a.value) else "unknown"
-        for target in a.targets:
-            values.setdefault((a.scope, target), set()).add(device)
-    return frozenset(k for k, v in values.items() if k not in call_targets and v and v <= {"cpu", "meta"})
+
+    def on_host(a: Assign) -> bool:
+        # only a value that says cpu or meta (in any case) can classify as either
+        return len(a.targets) == 1 and a.op == "=" and host(a.value) is not None \
+            and classify_device(a.value) in _HOST_DEVICES
+
+    # the locals some binding puts on the host (few, in few files), then those of them bound any other way
+    found = {(a.scope, a.targets[0]) for a in assigns if on_host(a)} - call_targets
+    if found:
+        found -= {(a.scope, target) for a in assigns if not on_host(a) for target in a.targets}
+    return frozenset(found)
