@@ -39,12 +39,10 @@ def drop_host_moves(derived: Sequence[Site], index: ProjectIndex) -> list[Site]:
 
 def _stays_on_host(site: Site, index: ProjectIndex) -> str:
     """Why every allocation the derived call reaches stays off the device, or ""."""
-    caller = index.func(site.path, site.scope)
-    if caller is None:
+    found = index.site_call(site)
+    if found is None:
         return ""
-    call = next((c for c in caller.calls if c.span == site.span), None)
-    if call is None:
-        return ""
+    caller, call = found
     cls = index.constructed_class(caller, call)
     starts = index.constructors(cls) if cls is not None else [f for f in index.resolve(caller, call) if f is not caller]
     whys = []

@@ -35,12 +35,10 @@ def drop_host_returns(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
 
 
 def _of_host_return(site: Site, index: ProjectIndex) -> bool:
-    func = index.func(site.path, site.scope)
-    if func is None:
+    found = index.site_call(site)
+    if found is None:
         return False
-    call = next((c for c in func.calls if c.span == site.span), None)
-    if call is None:
-        return False
+    func, call = found
     args = split_args(call.arglist)
     if not args or args[0].keyword is not None or any(a.keyword == "device" for a in args):
         return False

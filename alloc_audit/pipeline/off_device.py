@@ -43,11 +43,11 @@ def drop_off_device(derived: Sequence[Site], index: ProjectIndex) -> list[Site]:
 
 
 def _off_device(site: Site, index: ProjectIndex) -> bool:
-    caller = index.func(site.path, site.scope)
-    if caller is None:
+    found = index.site_call(site)
+    if found is None:
         return False
-    call = next((c for c in caller.calls if c.span == site.span), None)
-    if call is None or not re.search(r"cpu|meta|device", call.arglist):
+    caller, call = found
+    if not re.search(r"cpu|meta|device", call.arglist):
         return False  # nothing off-device said at the call (most calls)
     cls = index.constructed_class(caller, call)
     starts = index.constructors(cls) if cls is not None else [f for f in index.resolve(caller, call) if f is not caller]

@@ -113,12 +113,10 @@ def _native_shown(value: Value) -> str:
 
 
 def _untaken(site: Site, index: ProjectIndex, paths: PathReach, stored: dict[str, list[tuple[str, str]]]) -> bool:
-    caller = index.func(site.path, site.scope)
-    if caller is None:
+    found = index.site_call(site)
+    if found is None:
         return False
-    call = next((c for c in caller.calls if c.span == site.span), None)
-    if call is None:
-        return False
+    caller, call = found
     cls = index.constructed_class(caller, call)
     starts = index.constructors(cls) if cls is not None else [f for f in index.resolve(caller, call) if f is not caller]
     skipped = False

@@ -118,6 +118,12 @@ class ProjectIndex:
     def func(self, path: str, scope: str) -> Func | None:
         return self._symbols.func(path, scope)
 
+    def site_call(self, site: Site) -> tuple[Func, Call] | None:
+        """The function a site is in and the call it stands for (the call at its span), if both are indexed."""
+        func = self._symbols.func(site.path, site.scope)
+        call = next((c for c in func.calls if c.span == site.span), None) if func is not None else None
+        return (func, call) if func is not None and call is not None else None
+
     def functions_in(self, path: str) -> Iterable[Func]:
         """The functions of one file, its module level included."""
         return self._symbols.by_path.get(path, {}).values()
