@@ -105,6 +105,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .module_build_temps import module_build_temps
     from .module_classes import module_moves
     from .module_state import module_state
+    from .native_uploads import native_uploads
     from .per_test_holders import per_test_holders
     from .registered_members import registered_members
     from .returned_once import returned_once
@@ -153,7 +154,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = built_per_pass(module_state(sites, index), index)
     sites += per_test_holders(tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis),
                                                sites, index, catalog.callers), index)
-    sites = kept_submodules(sites, index, catalog.callers)
+    sites = native_uploads(kept_submodules(sites, index, catalog.callers), index)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
     sites = weight_state(keyed_caches(run_once(self_moves(lazy_members(sites, index), index), index), index), index)
     sites = kept_accumulators(run_accumulators(sites, index, catalog.callers), index, catalog.callers)
