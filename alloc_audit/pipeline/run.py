@@ -78,6 +78,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .adopted_weights import adopted_weights
     from .bound_init import bound_per_step
     from .buffer_classes import buffer_classes
+    from .built_per_call import built_per_call
     from .built_per_pass import built_per_pass
     from .caller_lifetimes import caller_lifetimes
     from .checkpoint_reads import checkpoint_uploads
@@ -149,6 +150,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = drop_stateless_moves(module_moves(direct, index, facts, catalog.tiers, outcomes.skipped_mentioning),
                                  index)
     sites = tiers_from_callers(drop_host_returns(drop_cpu_locals(sites, index), index), index, catalog.callers)
+    sites = built_per_call(sites, index, catalog.callers)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
     sites = built_per_pass(module_state(sites, index), index)
