@@ -11,7 +11,8 @@ the request out to be awaited), the object is a per-call value (an
 awaitable, a request) and what its constructor allocates is per call: T4,
 not the constructor's T2. A class also built in a constructor, at module
 level, by a ``cls(...)`` factory, or in a function no per-step function
-reaches keeps T2. Pure.
+reaches, or kept by its builder (stored on an object or in a container,
+handed to another class's constructor) keeps T2. Pure.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from ..catalog import CallerGlobs
 from ..globs import matcher, test_path
 from ..model import Language, Site, SiteKind, Tier
 from .built_per_pass import class_factories
-from .index import Func, ProjectIndex
+from .index import ClassInfo, Func, ProjectIndex
+from .names import has_word
 from .retier import Decision, retier
 
 _CONSTRUCTOR = "constructor "  # the reason of the constructor pattern (rules/tiers.toml)
@@ -68,8 +70,10 @@ def _per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object)
     if not builders:
         return ""
     named = []
+    owner = ctors[0].owner
     for builder in builders:
-        if builder.scope is None or builder.scope.role not in _PLAIN:
+        if builder.scope is None or builder.scope.role not in _PLAIN or owner is None \
+                or _keeps(builder, owner, index):
             return ""
         stepper = _stepper(builder, index, per_step)
         if stepper is None and not _only_tests_call(builder, index):
@@ -80,6 +84,28 @@ def _per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object)
         return ""
     shown = ", ".join(named[:3]) + (f", +{len(named) - 3} more" if len(named) > 3 else "")
     return shown
+
+
+def _keeps(func: Func, owner: ClassInfo, index: ProjectIndex) -> bool:
+    """``func`` keeps an object of ``owner`` it builds: stored on an object
+    or in a container (``self.state = State(...)``, ``runners[d] = runner``),
+    or handed to another project class's constructor (``Replace(..., lb)``)."""
+    calls = func.calls
+    for call in calls:
+        if index.constructed_class(func, call) is not owner:
+            continue
+        target = (call.target or "").strip()
+        if not target.isidentifier():
+            if target:
+                return True  # `self.state = State(...)`, `cls.wrappers[d] = Wrapper(...)`
+            continue
+        if any(a.line > call.span.line and a.value.strip() == target and any(not t.strip().isidentifier()
+                                                                            for t in a.targets) for a in func.assigns):
+            return True
+        if any(c.span.line > call.span.line and has_word(c.arglist, target) and index.constructed_class(func, c)
+               is not None for c in calls):
+            return True
+    return False
 
 
 def _only_tests_call(func: Func, index: ProjectIndex) -> bool:
