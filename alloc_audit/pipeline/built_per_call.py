@@ -24,7 +24,7 @@ from ..globs import matcher, test_path
 from ..model import Language, Site, SiteKind, Tier
 from .built_per_pass import class_factories
 from .index import ClassInfo, Func, ProjectIndex
-from .names import has_word
+from .names import has_word, starts_with_word
 from .retier import Decision, retier
 
 _CONSTRUCTOR = "constructor "  # the reason of the constructor pattern (rules/tiers.toml)
@@ -88,20 +88,26 @@ def _per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object)
 
 def _keeps(func: Func, owner: ClassInfo, index: ProjectIndex) -> bool:
     """``func`` keeps an object of ``owner`` it builds: stored on an object
-    or in a container (``self.state = State(...)``, ``runners[d] = runner``),
-    or handed to another project class's constructor (``Replace(..., lb)``)."""
+    or in a container (``self.state = State(...)``, ``runners[d] = runner``,
+    ``self._fb = fb.to(device)``, ``self._fb = Fb(...).to(device)``), or
+    handed to another project class's constructor (``Replace(..., lb)``)."""
     calls = func.calls
+    stores = [a for a in func.assigns if any(not t.strip().isidentifier() for t in a.targets)]
     for call in calls:
         if index.constructed_class(func, call) is not owner:
             continue
         target = (call.target or "").strip()
-        if not target.isidentifier():
-            if target:
-                return True  # `self.state = State(...)`, `cls.wrappers[d] = Wrapper(...)`
+        if target and not target.isidentifier():
+            return True  # `self.state = State(...)`, `cls.wrappers[d] = Wrapper(...)`
+        if not target:
+            if any(a.line == call.span.line for a in stores) or any(
+                    c.span.line == call.span.line and c.target and not c.target.strip().isidentifier() for c in calls):
+                return True  # `self._fb = Fb(...).to(device)`
             continue
-        if any(a.line > call.span.line and a.value.strip() == target and any(not t.strip().isidentifier()
-                                                                            for t in a.targets) for a in func.assigns):
-            return True
+        if any(a.line > call.span.line and starts_with_word(a.value.strip(), target) for a in stores) or any(
+                c.span.line > call.span.line and c.target and not c.target.strip().isidentifier()
+                and starts_with_word(c.callee, target) for c in calls):
+            return True  # `runners[d] = runner`, `self._fb = fb.to(device)`
         if any(c.span.line > call.span.line and has_word(c.arglist, target) and index.constructed_class(func, c)
                is not None for c in calls):
             return True
