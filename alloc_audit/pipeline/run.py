@@ -155,8 +155,9 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
     sites = built_per_pass(module_state(sites, index), index)
-    sites += per_test_holders(tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis),
-                                               sites, index, catalog.callers), index)
+    derived = tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
+                               catalog.callers)
+    sites += per_test_holders(built_per_call(derived, index, catalog.callers), index)
     sites = native_uploads(kept_submodules(sites, index, catalog.callers), index)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
     sites = weight_state(keyed_caches(run_once(self_moves(lazy_members(sites, index), index), index), index), index)
