@@ -91,6 +91,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .fixture_scoped import fixture_scoped
     from .helper_built import helper_built
     from .hook_closures import hook_closures
+    from .host_params import drop_host_param_moves
     from .host_reads import host_reads
     from .host_returns import drop_host_returns
     from .index import build_index
@@ -150,7 +151,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     direct = host_reads(hook_closures([s for f in facts.values() for s in f.sites], index), index)
     sites = drop_stateless_moves(module_moves(direct, index, facts, catalog.tiers, outcomes.skipped_mentioning),
                                  index)
-    sites = tiers_from_callers(drop_host_returns(drop_cpu_locals(sites, index), index), index, catalog.callers)
+    sites = drop_host_param_moves(drop_host_returns(drop_cpu_locals(sites, index), index), index)
+    sites = tiers_from_callers(sites, index, catalog.callers)
     sites = built_per_call(sites, index, catalog.callers)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
