@@ -17,6 +17,7 @@ Part of the Python extractor (``python_sites.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 _EXITS = frozenset({"raise_statement", "return_statement", "continue_statement", "break_statement"})
@@ -26,11 +27,14 @@ _NEEDLES = (b"raise", b"return", b"continue", b"break")
 
 class Exits:
     """A file's statement lists: whether the source can hold an exit at all
-    (a byte test), and per list, where its first exit ends (-1: none)."""
+    (a byte test), and per list, where its first exit ends (-1: none).
+    ``parent_of`` is the extractor's ``Ancestry.parent`` (``Node.parent``
+    walks down from the root on every call)."""
 
-    def __init__(self, source: bytes) -> None:
+    def __init__(self, source: bytes, parent_of: Callable[[Any], Any]) -> None:
         self.possible = any(needle in source for needle in _NEEDLES)
         self.first_end: dict[int, int] = {}
+        self.parent_of = parent_of
 
 
 def after_exit(exits: Exits, node: Any) -> bool:
@@ -38,9 +42,9 @@ def after_exit(exits: Exits, node: Any) -> bool:
     exit in its own statement list (see the module text)."""
     if not exits.possible:
         return False
-    memo = exits.first_end
+    memo, parent_of = exits.first_end, exits.parent_of
     child = node
-    parent = node.parent
+    parent = parent_of(node)
     while parent is not None:
         if parent.type in _LISTS:
             end = memo.get(parent.start_byte)
@@ -49,5 +53,5 @@ def after_exit(exits: Exits, node: Any) -> bool:
                 end = memo[parent.start_byte] = first.end_byte if first is not None else -1
             if 0 <= end <= child.start_byte:
                 return True
-        child, parent = parent, parent.parent
+        child, parent = parent, parent_of(parent)
     return False
