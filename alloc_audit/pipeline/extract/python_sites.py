@@ -16,7 +16,7 @@ from ...catalog import ApiSpec
 from ...model import Arg, CallTable, Site, SiteKind
 from . import common
 from .common import Source, zero_elements
-from .python_dead import after_exit
+from .dead_code import after_exit
 from .python_empty import empty_guarded
 from .python_fake import in_fake_scope
 from .python_host import default_source, host_source, on_current_gpu
