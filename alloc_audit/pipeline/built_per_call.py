@@ -101,7 +101,7 @@ def _per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
                 return ""
             named.append(f"{builder.qualname} of a per-call {builder.owner.name}")
             continue
-        if builder.scope.role not in _PLAIN or _keeps(builder, owner, index):
+        if builder.scope.role not in _PLAIN or _keeps(builder, owner, index) or _result_kept(builder, index):
             return ""
         stepper = _stepper(builder, index, per_step)
         if stepper is None and not _only_tests_call(builder, index):
@@ -146,6 +146,22 @@ def _calls_on_built(builder: Func | None, owner: ClassInfo, method: str, index: 
         return False
     targets = {(c.target or "").strip() for c in builder.calls if index.constructed_class(builder, c) is owner}
     return any(c.callee == f"{t}.{method}" for c in builder.calls for t in targets if t)
+
+
+def _result_kept(builder: Func, index: ProjectIndex) -> bool:
+    """A caller stores what ``builder`` returns on an object or in a container
+    (``module.samplers[name] = make_sampler(...)``): the object may outlive the call."""
+    for fid, distance in index.callers_within([builder], 1).items():
+        caller = index.funcs.get(fid)
+        if distance != 1 or caller is None:
+            continue
+        for call in caller.calls:
+            target = (call.target or "").strip()
+            plain = all(part.strip(" ()[]").isidentifier() for part in target.split(","))  # `a, b = f()`
+            if target and not plain and call.callee.rsplit(".", 1)[-1] == builder.name \
+                    and builder in index.resolve(caller, call):
+                return True
+    return False
 
 
 def _keeps(func: Func, owner: ClassInfo, index: ProjectIndex) -> bool:
