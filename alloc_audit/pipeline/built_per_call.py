@@ -149,16 +149,17 @@ def _calls_on_built(builder: Func | None, owner: ClassInfo, method: str, index: 
 
 
 def _result_kept(builder: Func, index: ProjectIndex) -> bool:
-    """A caller stores what ``builder`` returns on an object or in a container
-    (``module.samplers[name] = make_sampler(...)``): the object may outlive the call."""
+    """A caller stores what ``builder`` returns in a container entry
+    (``module.samplers[name] = make_sampler(...)``, made once per key): the
+    object outlives the call. (``self.controller = make_controller(...)`` in
+    a per-call method replaces it on every call: still per call.)"""
     for fid, distance in index.callers_within([builder], 1).items():
         caller = index.funcs.get(fid)
         if distance != 1 or caller is None:
             continue
         for call in caller.calls:
             target = (call.target or "").strip()
-            plain = all(part.strip(" ()[]").isidentifier() for part in target.split(","))  # `a, b = f()`
-            if target and not plain and call.callee.rsplit(".", 1)[-1] == builder.name \
+            if target.endswith("]") and call.callee.rsplit(".", 1)[-1] == builder.name \
                     and builder in index.resolve(caller, call):
                 return True
     return False
