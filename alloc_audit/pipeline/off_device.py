@@ -17,7 +17,10 @@ assigned once in its class (the store), so a method that runs later reads
 the call's value. When every allocation that counts is so, the call
 allocates nothing on the device: the derived site is dropped. Anything
 unknown (a device variable, a `.device` of a tensor, an attribute stored
-twice) keeps it. Pure.
+twice) keeps it. A list or tuple of only such literals (round 19:
+``Pipe(model, devices=["cpu", "cpu"])``) counts for a parameter the callee
+takes its devices from, read back as ``devices[j]`` or a local bound only
+to one. Pure.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from ..arglists import split_args
 from ..model import Call, Language, Site, Tier
 from .cpu_locals import only_off_device
 from .index import Func, ProjectIndex, Reach
-from .index.values import LITERAL, Env, Value, bind_edge, off_device
+from .index.values import LITERAL, Env, Value, bind_edge, off_device, off_devices
 
 _DEPTH = 3  # as the derived sites' own search
 _MOVES = frozenset({"Tensor.to", "Tensor.cuda", "Module.to", "Module.cuda"})
@@ -56,7 +59,7 @@ def _off_device(site: Site, index: ProjectIndex) -> bool:
     for start in starts:
         env = bind_edge(caller, call, start, known, index.visible_constants(caller.path))
         devices = [p for p in (start.scope.params if start.scope is not None else ()) if "device" in p]
-        if not any(off_device(v) for v in env.values()) or not all(off_device(env.get(p)) for p in devices):
+        if not any(_off(v) for v in env.values()) or not all(_off(env.get(p)) for p in devices):
             return False  # nothing off the GPU, or another device it takes may be the GPU (`dense_device=dev`)
         for reached in index.reach(start, _DEPTH):
             candidate = reached.site
@@ -103,9 +106,32 @@ def _placed_off(reached: Reach, start: Func, env: Env, index: ProjectIndex) -> b
         return False
     if text in env:
         return off_device(env[text])
+    if _item_of_off(func, text, env):
+        return True
     m = _SELF_ATTR.fullmatch(text)
     return m is not None and obj is not None and off_device(_attr_value(obj[0], obj[1], m.group(1), index,
                                                                         _ATTR_DEPTH))
+
+
+def _off(value: Value | None) -> bool:
+    return off_device(value) or off_devices(value)
+
+
+_ITEM = re.compile(r"([A-Za-z_]\w*)\[[^\[\]]*\]")
+
+
+def _item_of_off(func: Func, text: str, env: Env) -> bool:
+    """``devices[j]``, or a local every binding of which is one, where
+    ``devices`` holds only CPU/meta devices (`Pipe(..., devices=["cpu"])`)."""
+    m = _ITEM.fullmatch(text)
+    if m is not None:
+        return off_devices(env.get(m.group(1)))
+    if not text.isidentifier() or (func.scope is not None and text in func.scope.params) \
+            or any((c.target or "").strip() == text for c in func.calls):
+        return False
+    assigns = [a for a in func.assigns if text in a.targets]
+    return bool(assigns) and all(a.op == "=" and len(a.targets) == 1 and _item_of_off(func, a.value.strip(), env)
+                                 for a in assigns)
 
 
 def _constructor(func: Func) -> bool:
