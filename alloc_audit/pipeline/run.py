@@ -108,6 +108,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .module_state import module_state
     from .per_test_holders import per_test_holders
     from .registered_members import registered_members
+    from .reset_members import reset_members
     from .returned_once import returned_once
     from .returned_scratch import returned_scratch
     from .roles import with_roles
@@ -162,6 +163,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = adopted_weights(module_build_temps(returned_once(sites, index, catalog.callers), index), index)
     sites = buffer_classes(kept_pinned(kept_slots(sites, index, catalog.callers), index))
+    sites = reset_members(sites, index, catalog.callers)
     sites = with_roles(drop_expected_raises(sites, index), config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
