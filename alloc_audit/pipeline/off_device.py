@@ -73,7 +73,9 @@ def _off_device(site: Site, index: ProjectIndex) -> bool:
 
 def _off_device_locals(caller: Func, call: Call) -> dict[str, Value]:
     """The call's plain-name arguments that are locals of the caller bound only
-    to the CPU or meta device (`device = torch.device("cpu")`)."""
+    to the CPU or meta device (`device = torch.device("cpu")`), and its
+    `x.device` arguments of a local tensor the caller makes on the host
+    (`x = torch.rand(2, 3)`: no device, no move)."""
     out: dict[str, Value] = {}
     params = caller.scope.params if caller.scope is not None else ()
     for arg in split_args(call.arglist):
@@ -82,7 +84,25 @@ def _off_device_locals(caller: Func, call: Call) -> dict[str, Value]:
             literal = only_off_device(caller, name)
             if literal:
                 out[name] = Value(LITERAL, literal, f"{caller.path}: {name} is only ever {literal}")
+        elif name.endswith(".device") and name[:-7].isidentifier() and name[:-7] not in params \
+                and _host_tensor(caller, name[:-7]):
+            out[name] = Value(LITERAL, "cpu", f"{caller.path}: {name[:-7]} is a host tensor made without a device")
     return out
+
+
+_HOST_FACTORY = re.compile(r"torch\.(?:rand|randn|randint|randperm|zeros|ones|empty|full|arange|linspace|eye|tensor)")
+
+
+def _host_tensor(func: Func, name: str) -> bool:
+    """Every binding of local ``name`` is a torch factory call given no
+    device, not made on the device by a default-device context (no site)."""
+    calls = [c for c in func.calls if (c.target or "").strip() == name]
+    assigns = [a for a in func.assigns if name in a.targets]
+    if not calls or any(s.target == name for s in func.sites) or any(
+            _HOST_FACTORY.fullmatch(c.callee) is None or "device" in c.arglist for c in calls):
+        return False
+    return all(a.op == "=" and len(a.targets) == 1 and _HOST_FACTORY.match(a.value.strip()) is not None
+               and ")." not in a.value for a in assigns)
 
 
 def _placed_off(reached: Reach, start: Func, env: Env, index: ProjectIndex) -> bool:

@@ -168,6 +168,8 @@ def value_of(func: Func, text: str, env: Env, constants: Env, why: str) -> Value
     found = literal_value(text, why) or cpu_device_value(text, why) or cpu_devices_value(text, why)
     if found is not None:
         return found
+    if text in env and not text.isidentifier():  # `x.device` the caller knows (off_device)
+        return Value(env[text].kind, env[text].literal, f"{why}, {env[text].why}")
     if text.isidentifier():
         if text in env:
             inner = env[text]
