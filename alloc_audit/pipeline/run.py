@@ -86,6 +86,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .cpu_locals import drop_cpu_locals
     from .default_device import promote_default_sites
     from .derive import derive_sites
+    from .empty_moves import drop_empty_moves
     from .expand import expand_skipped
     from .expected_raises import drop_expected_raises
     from .fixture_scoped import fixture_scoped
@@ -149,6 +150,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     direct = host_reads(hook_closures([s for f in facts.values() for s in f.sites], index), index)
     sites = drop_stateless_moves(module_moves(direct, index, facts, catalog.tiers, outcomes.skipped_mentioning),
                                  index, catalog.stateless_modules)
+    sites = drop_empty_moves(sites, index)
     sites = tiers_from_callers(drop_host_returns(drop_cpu_locals(sites, index), index), index, catalog.callers)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
