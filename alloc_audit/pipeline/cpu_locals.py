@@ -6,8 +6,9 @@ to the CPU are not sites (issue 11, rounds 10 and 16).
 memory: no device allocation. The name is either a local of the function
 itself, every binding of which in the function is that literal, or a
 parameter of a test the function's own ``pytest.mark.parametrize`` decorator
-gives only CPU values (``@parametrize("device", [torch.device("cpu")])``)
-and the body never rebinds. Anything else keeps the site: a binding to
+gives only CPU values (``@parametrize("device", [torch.device("cpu")])``,
+or that position of every tuple of a several-name one, round 19) and the
+body never rebinds. Anything else keeps the site: a binding to
 anything else, a parametrize list with any other value (or ``indirect``),
 a parameter with only a CPU default (callers may pass a GPU). Pure.
 """
@@ -101,10 +102,15 @@ def _cpu_only(arglist: str, name: str) -> bool | None:
     if name not in names:
         return None
     values = call.args[1]
-    if len(names) != 1 or not isinstance(values, (ast.List, ast.Tuple)) or not values.elts \
+    if not isinstance(values, (ast.List, ast.Tuple)) or not values.elts \
             or any(k.arg == "indirect" for k in call.keywords):
         return False
-    return all(_CPU.fullmatch(ast.unparse(v)) is not None for v in values.elts)
+    if len(names) == 1:
+        return all(_CPU.fullmatch(ast.unparse(v)) is not None for v in values.elts)
+    # `parametrize("offload,device", [(False, "cpu"), (True, "cpu")])`: that position of every tuple
+    at = names.index(name)
+    return all(isinstance(v, (ast.Tuple, ast.List)) and len(v.elts) == len(names)
+               and _CPU.fullmatch(ast.unparse(v.elts[at])) is not None for v in values.elts)
 
 
 def _bound(func: Func, name: str) -> bool:
