@@ -10,7 +10,10 @@ gives only CPU values (``@parametrize("device", [torch.device("cpu")])``,
 or that position of every tuple of a several-name one, round 19) and the
 body never rebinds. Anything else keeps the site: a binding to
 anything else, a parametrize list with any other value (or ``indirect``),
-a parameter with only a CPU default (callers may pass a GPU). Pure.
+a parameter with only a CPU default (callers may pass a GPU). A parameter
+of a nested or ``_private`` function that every call in the project binds
+to the CPU, the function never handed on as a value, is the CPU too
+(round 19: ``move_tensor(param, "cpu")``). Pure.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Sequence
 from ..arglists import split_args
 from ..model import Call, Language, Site
 from .index import Func, ProjectIndex
+from .index.values import bind_edge, off_device
 
 _MOVES = frozenset({"Tensor.to", "Module.to"})
 _CPU = re.compile(r"""(?:torch\.device\(\s*)?["']cpu["']\s*\)?""")
@@ -58,7 +62,34 @@ class _HostDevices:
             return False
         if name not in func.scope.params:
             return _only_cpu(func, name)
-        return not _bound(func, name) and self._parametrized_cpu(func, name)
+        return not _bound(func, name) and (self._parametrized_cpu(func, name) or self._callers_cpu(func, name))
+
+    def _callers_cpu(self, func: Func, name: str) -> bool:
+        """``func`` is a nested or ``_private`` function every call of which
+        in the project binds parameter ``name`` to the CPU (`move_tensor(p,
+        "cpu")`), and no code hands it on as a value (a callback's calls are
+        not seen)."""
+        nested = "." in func.qualname and func.owner is None
+        if not nested and not func.name.startswith("_") or func.name.startswith("__"):
+            return False
+        outer = func.qualname.rsplit(".", 1)[0] if nested else None
+        index = self.index
+        found = False
+        mention = re.compile(rf"\b{re.escape(func.name)}\b(?!\s*\()")
+        for caller in index.functions_in(func.path):
+            if any(mention.search(c.arglist) for c in caller.calls):
+                return False  # handed on: `map(move_tensor, ...)`
+        for caller, i in index.calls_named(func.name):
+            if caller.table is None:
+                continue
+            call = caller.table[i]
+            if func not in index.resolve(caller, call) and not (caller.qualname == outer and call.callee == func.name):
+                continue
+            env = bind_edge(caller, call, func, {}, index.visible_constants(caller.path))
+            if not off_device(env.get(name)):
+                return False
+            found = True
+        return found
 
     def _parametrized_cpu(self, func: Func, name: str) -> bool:
         """``func``'s own ``parametrize`` decorators give ``name`` only CPU values."""
