@@ -129,7 +129,7 @@ def _placed_off(reached: Reach, start: Func, env: Env, index: ProjectIndex) -> b
     if _item_of_off(func, text, env):
         return True
     m = _SELF_ATTR.fullmatch(text)
-    return m is not None and obj is not None and off_device(_attr_value(obj[0], obj[1], m.group(1), index,
+    return m is not None and obj is not None and off_device(attr_value(obj[0], obj[1], m.group(1), index,
                                                                         _ATTR_DEPTH))
 
 
@@ -172,7 +172,7 @@ def _device_text(func: Func, site: Site) -> str:
     return ""
 
 
-def _attr_value(ctor: Func, env: Env, attr: str, index: ProjectIndex, depth: int) -> Value | None:
+def attr_value(ctor: Func, env: Env, attr: str, index: ProjectIndex, depth: int) -> Value | None:
     """What ``self.attr`` holds once ``ctor`` ran under ``env``: a store of a
     parameter in it (the only store in its class), a property returning
     another attribute, or a base constructor it calls that stores it."""
@@ -188,12 +188,12 @@ def _attr_value(ctor: Func, env: Env, attr: str, index: ProjectIndex, depth: int
     if len(prop) == 1 and len(prop[0].returns) == 1:
         m = _SELF_ATTR.fullmatch(prop[0].returns[0].value.strip())
         if m is not None and m.group(1) != attr:
-            return _attr_value(ctor, env, m.group(1), index, depth - 1)
+            return attr_value(ctor, env, m.group(1), index, depth - 1)
     for call in ctor.calls:
         if call.callee.startswith("super") and call.callee.endswith("__init__"):
             for base in index.resolve(ctor, call):
                 if _constructor(base):
-                    return _attr_value(base, bind_edge(ctor, call, base, env, index.visible_constants(ctor.path)),
+                    return attr_value(base, bind_edge(ctor, call, base, env, index.visible_constants(ctor.path)),
                                        attr, index, depth - 1)
     return None
 
