@@ -33,5 +33,6 @@ def _expected_to_raise(site: Site, index: ProjectIndex) -> bool:
         if not any(item.callee.rsplit(".", 1)[-1] in _RAISES for item in w.items):
             continue
         if w.body.contains(span) and span.end_line == w.body.end_line:
-            return True
+            # an argument (or receiver) of the call that raises runs first: it allocates
+            return not any(c.span != span and c.span.contains(span) for c in func.calls)
     return False
