@@ -11,9 +11,9 @@ or that position of every tuple of a several-name one, round 19) and the
 body never rebinds. Anything else keeps the site: a binding to
 anything else, a parametrize list with any other value (or ``indirect``),
 a parameter with only a CPU default (callers may pass a GPU). A parameter
-of a nested or ``_private`` function that every call in the project binds
-to the CPU, the function never handed on as a value, is the CPU too
-(round 19: ``move_tensor(param, "cpu")``). Pure.
+of a nested function that every call in its enclosing function binds to
+the CPU, the function never handed on as a value, is the CPU too (round
+19: ``move_tensor(param, "cpu")``). Pure.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from .index import Func, ProjectIndex
 from .index.values import bind_edge, off_device
 
 _MOVES = frozenset({"Tensor.to", "Module.to"})
+_CUT = 390  # the extractor keeps the first 400 bytes of an argument list
 _CPU = re.compile(r"""(?:torch\.device\(\s*)?["']cpu["']\s*\)?""")
 
 
@@ -65,30 +66,33 @@ class _HostDevices:
         return not _bound(func, name) and (self._parametrized_cpu(func, name) or self._callers_cpu(func, name))
 
     def _callers_cpu(self, func: Func, name: str) -> bool:
-        """``func`` is a nested or ``_private`` function every call of which
-        in the project binds parameter ``name`` to the CPU (`move_tensor(p,
-        "cpu")`), and no code hands it on as a value (a callback's calls are
-        not seen)."""
-        nested = "." in func.qualname and func.owner is None
-        if not nested and not func.name.startswith("_") or func.name.startswith("__"):
+        """``func`` is a function nested in another, every call of which
+        binds parameter ``name`` to the CPU (`move_tensor(p, "cpu")`), and
+        that its enclosing function never hands on as a value (a callback's
+        calls are not seen; nor is a name that may be imported elsewhere,
+        so module-level functions are left out)."""
+        if "." not in func.qualname or func.owner is not None or func.scope is None \
+                or func.scope.role != "function":
             return False
-        outer = func.qualname.rsplit(".", 1)[0] if nested else None
         index = self.index
-        found = False
+        outer = index.func(func.path, func.qualname.rsplit(".", 1)[0])
+        if outer is None or outer.scope is None or outer.scope.role not in ("function", "method"):
+            return False
         mention = re.compile(rf"\b{re.escape(func.name)}\b(?!\s*\()")
-        for caller in index.functions_in(func.path):
-            if any(mention.search(c.arglist) for c in caller.calls):
-                return False  # handed on: `map(move_tensor, ...)`
-        for caller, i in index.calls_named(func.name):
-            if caller.table is None:
-                continue
-            call = caller.table[i]
-            if func not in index.resolve(caller, call) and not (caller.qualname == outer and call.callee == func.name):
-                continue
-            env = bind_edge(caller, call, func, {}, index.visible_constants(caller.path))
-            if not off_device(env.get(name)):
-                return False
-            found = True
+        inner = [f for f in index.functions_in(func.path) if f.qualname.startswith(outer.qualname + ".")]
+        for f in (outer, *inner):
+            if any(mention.search(c.arglist) or len(c.arglist) >= _CUT for c in f.calls) \
+                    or any(mention.search(a.value) for a in f.assigns):
+                return False  # handed on (`map(move_tensor, ...)`), or an argument list cut short
+        found = False
+        for caller in (outer, *inner):
+            for call in caller.calls:
+                if call.callee != func.name:
+                    continue
+                env = bind_edge(caller, call, func, {}, index.visible_constants(caller.path))
+                if not off_device(env.get(name)):
+                    return False
+                found = True
         return found
 
     def _parametrized_cpu(self, func: Func, name: str) -> bool:
