@@ -19,7 +19,8 @@ copies into the module's own tensors: neither is taken as the weights.
 A local state a function builds and hands to a module's loader that copies
 it (``load_state_dict(sd)`` without ``assign``, ``set_peft_model_state_dict
 (model, sd)``), then drops, is a load-time temporary: T1 by the load-time
-convention (round 19). One kept (returned, stored) is not. Pure.
+convention (round 19). One kept (returned, stored) is not, nor one in test
+code (a state made for one check). Pure.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import re
 from collections.abc import Sequence
 
 from ..arglists import split_args
+from ..globs import test_path
 from ..model import Call, Site, Tier
 from .index import Func, ProjectIndex
 from .retier import Decision, python_device_site, retier
@@ -107,6 +109,8 @@ def _loaded(site: Site, index: ProjectIndex) -> Decision | None:
     """The site's local, dropped (kept nowhere), is handed later in the
     function to a loader that copies it into a module's weights."""
     name = site.target
+    if test_path(site.path):
+        return None  # a test's state for one check (the judges: its own tier), not a load path
     handed = site.kept.startswith("handed:") and _LOADER.search(site.kept[len("handed:"):]) is not None
     if name is None or not _NAME.fullmatch(name) or (site.kept != "local" and not handed):
         return None
