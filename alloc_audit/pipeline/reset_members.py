@@ -10,7 +10,10 @@ on (``queue_callback(self._final_callback)``, ``register_hook(self._hook)``:
 it runs when the step's hooks run), not under a branch or loop of it. Then
 the buffer is made anew each step: T4. A reset in a method of any other
 name (``reset()``, ``configure()``), one under a test (``if stale:``) or in
-the building method itself (a stale cache dropped) keeps it T2. Pure.
+the building method itself (a stale cache dropped) keeps it T2. So is a
+member kept lazily (per key too) by an object whose class is built only in
+per-call code (``built_per_call``'s builders: ``_Replicator(t)`` in
+``step()``, dropped after): T4. Pure.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from ..arglists import split_args
 from ..catalog import CallerGlobs
 from ..globs import matcher
 from ..model import Site, Tier
+from .built_per_call import per_call_builders
+from .built_per_pass import class_factories
 from .index import Func, ProjectIndex
 from .lazy_members import member_of
 
@@ -35,13 +40,38 @@ def reset_members(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs
     if per_step is None:
         return list(sites)
     out = []
+    memo: dict[str, str] = {}
+    factories: dict[str, list[Func]] = {}
     for site in sites:
-        reset = _reset_per_step(site, index, per_step) if site.tier is Tier.T2 and \
-            _LAZY in site.tier_reason and " per key " not in site.tier_reason else None
-        out.append(site if reset is None else dataclasses.replace(site, tier=Tier.T4, tier_reason=(
-            f"rebuilt per step: {reset[1].qualname} sets {reset[0]} back to None on every step "
-            f"({reset[2]}), so the lazily built buffer is made anew each time; was: {site.tier_reason}")))
+        lazy = site.tier is Tier.T2 and _LAZY in site.tier_reason
+        reset = _reset_per_step(site, index, per_step) if lazy and " per key " not in site.tier_reason else None
+        if reset is not None:
+            site = dataclasses.replace(site, tier=Tier.T4, tier_reason=(
+                f"rebuilt per step: {reset[1].qualname} sets {reset[0]} back to None on every step "
+                f"({reset[2]}), so the lazily built buffer is made anew each time; was: {site.tier_reason}"))
+        elif lazy:
+            built = _object_per_call(site, index, per_step, memo, factories)
+            if built:
+                site = dataclasses.replace(site, tier=Tier.T4, tier_reason=(
+                    f"per call: the object keeping it is built only in per-call code ({built}) and dropped "
+                    f"after; was: {site.tier_reason}"))
+        out.append(site)
     return out
+
+
+def _object_per_call(site: Site, index: ProjectIndex, per_step: object, memo: dict[str, str],
+                     factories: dict[str, list[Func]]) -> str:
+    """The per-call functions that build the object whose method keeps the
+    site lazily (``built_per_call``'s notion: a replicator built inside
+    ``step()``), or ""."""
+    func = index.func(site.path, site.scope)
+    owner = func.owner if func is not None else None
+    if owner is None:
+        return ""
+    if owner.key not in memo:
+        ctors = index.constructors(owner)
+        memo[owner.key] = "" if class_factories(index, ctors, factories) else per_call_builders(ctors, index, per_step)
+    return memo[owner.key]
 
 
 def _reset_per_step(site: Site, index: ProjectIndex, per_step: object) -> tuple[str, Func, str] | None:
