@@ -55,7 +55,7 @@ def built_per_call(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlob
             memo[key] = ""  # a class that builds itself (recursion) is not per call
             ctors = index.constructors(owner)
             memo[key] = "" if class_factories(index, ctors, factories) else \
-                _per_call_builders(ctors, index, per_step, per_call)
+                per_call_builders(ctors, index, per_step, per_call)
         return memo[key]
 
     def eligible(site: Site) -> bool:
@@ -79,8 +79,8 @@ def built_per_call(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlob
     return retier(sites, eligible, decide)
 
 
-def _per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
-                       per_call: Callable[[ClassInfo], str]) -> str:
+def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
+                      per_call: Callable[[ClassInfo], str] | None = None) -> str:
     """The functions that build the class, each per step or reached from a
     per-step function, or the constructor of a class built per call, named
     with the per-step function; "" when any is not."""
@@ -95,7 +95,8 @@ def _per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
     for builder in builders:
         if owner is None or builder.scope is None:
             return ""
-        if builder.scope.role == "constructor" and builder.owner is not None and builder.owner is not owner:
+        if per_call is not None and builder.scope.role == "constructor" and builder.owner is not None \
+                and builder.owner is not owner:
             # `self.buffers = Buffers(...)` in the constructor of a class built per call
             if not per_call(builder.owner):
                 return ""
