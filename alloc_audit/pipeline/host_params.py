@@ -65,14 +65,14 @@ def drop_host_param_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Si
     return [s for s in sites if not host(s)]
 
 
-def _chain(func: Func, call: Call) -> list[Call]:
+def chain(func: Func, call: Call) -> list[Call]:
     """The calls of a method chain that ends in ``call`` (they start where it starts), innermost first."""
     start = (call.span.line, call.span.col)
     return sorted((c for c in func.calls if (c.span.line, c.span.col) == start),
                   key=lambda c: (c.span.end_line, c.span.end_col))
 
 
-def _keeps_device(call: Call) -> bool:
+def keeps_device(call: Call) -> bool:
     method = call.callee.rsplit(".", 1)[-1]
     if method not in _CHANGES_DEVICE:
         return True
@@ -95,10 +95,10 @@ def _weight_param(func: Func, name: str, line: int) -> str | None:
     for call in func.calls:
         if call.span.line >= line or (call.target or "").strip() != name:
             continue
-        chain = _chain(func, call)
-        root = chain[0].callee.rpartition(".")[0] if chain else ""
+        links = chain(func, call)
+        root = links[0].callee.rpartition(".")[0] if links else ""
         weight = _WEIGHT.fullmatch(root)
-        if not all(_keeps_device(c) for c in chain) or not (root == name or weight and weight.group(1) in params):
+        if not all(keeps_device(c) for c in links) or not (root == name or weight and weight.group(1) in params):
             return None
         if weight is not None:
             found.add(weight.group(1))
@@ -112,7 +112,7 @@ def _callers_pass_cpu(func: Func, param: str, index: ProjectIndex) -> bool:
     if params and params[0] in _SELF:
         position -= 1
     seen = False
-    for caller, call in _calls_of(func, index):
+    for caller, call in calls_of(func, index):
         args = split_args(call.arglist)
         passed = next((a for a in args if a.keyword == param), None)
         if passed is None:
@@ -124,7 +124,7 @@ def _callers_pass_cpu(func: Func, param: str, index: ProjectIndex) -> bool:
     return seen
 
 
-def _calls_of(func: Func, index: ProjectIndex) -> list[tuple[Func, Call]]:
+def calls_of(func: Func, index: ProjectIndex) -> list[tuple[Func, Call]]:
     """The calls that resolve to ``func``, and those of a method that name
     its class (``Quantized.from_linear(...)`` through a package's star
     re-export, which the call graph does not follow)."""

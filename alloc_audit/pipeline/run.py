@@ -118,6 +118,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .roles import with_roles
     from .run_accumulators import run_accumulators
     from .run_once import run_once
+    from .same_device_moves import drop_same_device_moves
     from .self_moves import self_moves
     from .stateless_modules import drop_stateless_moves
     from .weight_fills import weight_fills
@@ -156,6 +157,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
                                  index, catalog.stateless_modules)
     sites = drop_empty_moves(sites, index)
     sites = drop_host_param_moves(drop_host_returns(drop_cpu_locals(sites, index), index), index)
+    sites = drop_same_device_moves(sites, index)
     sites = tiers_from_callers(sites, index, catalog.callers)
     sites = built_per_call(sites, index, catalog.callers)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
