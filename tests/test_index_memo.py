@@ -15,7 +15,7 @@ import pytest
 
 from alloc_audit.catalog import load_catalog
 from alloc_audit.config import load_config
-from alloc_audit.model import FileFacts, Span
+from alloc_audit.model import FileFacts, Span, Tier
 from alloc_audit.pipeline.discover import language_of
 from alloc_audit.pipeline.extract import extract_facts
 from alloc_audit.pipeline.index import ProjectIndex, Reach
@@ -169,3 +169,67 @@ def test_a_settled_index_forgets_the_names_and_starts_over_if_files_come_after_a
     assert answers(index) == answers(ProjectIndex({p: facts[p] for p in FIRST}))
     index.add({p: facts[p] for p in ON_DEMAND})
     assert answers(index) == answers(ProjectIndex(facts))
+
+
+def test_a_site_added_later_forgets_only_what_read_its_function(facts: dict[str, FileFacts]) -> None:
+    index = ProjectIndex(facts)
+    arena_init = index.func("pkg/pools.py", "Arena.__init__")
+    make_pool = index.func("pkg/pools.py", "make_pool")
+    engine_init = index.func("pkg/engine.py", "Engine.__init__")
+    assert arena_init is not None and make_pool is not None and engine_init is not None
+    answers(index)
+    same_file = index.reach(make_pool, 3)
+    before = index.reach(engine_init, 3)
+    site = dataclasses.replace(same_file[0].site, path="pkg/pools.py", scope="Arena.__init__", span=Span(17, 9, 17, 30))
+    index.add_sites([site])
+    assert index.reach(make_pool, 3) is same_file  # the same file, another function: kept
+    assert site in [r.site for r in index.reach(engine_init, 3)] and site not in [r.site for r in before]
+    fresh = ProjectIndex(facts)
+    fresh.add_sites([site])
+    assert answers(index) == answers(fresh)
+
+
+def test_a_site_in_a_scope_without_a_function_answers_as_a_fresh_index(facts: dict[str, FileFacts]) -> None:
+    index = ProjectIndex(facts)
+    answers(index)
+    make_pool = index.func("pkg/pools.py", "make_pool")
+    assert make_pool is not None
+    site = dataclasses.replace(index.reach(make_pool, 3)[0].site, path="pkg/pools.py", scope="Nowhere",
+                               span=Span(30, 1, 30, 20))
+    index.add_sites([site])
+    assert index.func("pkg/pools.py", "Nowhere") is not None
+    fresh = ProjectIndex(facts)
+    fresh.add_sites([site])
+    assert answers(index) == answers(fresh)
+
+
+def test_weight_uploads_given_later_forget_only_the_factories_that_read_their_sites(
+        facts: dict[str, FileFacts], monkeypatch: pytest.MonkeyPatch) -> None:
+    from alloc_audit.pipeline.index.factories import Factories
+
+    raw = facts["pkg/raw.py"]
+    empty = next(s for s in raw.sites if s.api == "torch.empty")
+    # a weight (T1) is no factory's allocation, unless it is a weight upload
+    facts = {**facts, raw.path: dataclasses.replace(raw, sites=tuple(
+        dataclasses.replace(s, tier=Tier.T1) if s is empty else s for s in raw.sites))}
+    uploads = frozenset({(empty.path, empty.span.line)})
+    index = ProjectIndex(facts)
+    index.factories(uploads=True)  # what the expansion asks, no upload known yet
+    index.settle()  # the derivation comes after the index settled
+    computed: list[str] = []
+    find = Factories._find_class_allocation
+
+    def counted(self: Factories, cls: Any, depth: int) -> Any:
+        computed.append(cls.name)
+        return find(self, cls, depth)
+
+    monkeypatch.setattr(Factories, "_find_class_allocation", counted)
+    derived = index.derived_sites(uploads=uploads)
+    # the upload makes alloc_block a factory, and make_pool and Arena through it
+    assert {"alloc_block", "Arena"} <= {s.api for s in derived}
+    assert not {"alloc_block", "Arena"} & {s.api for s in ProjectIndex(facts).derived_sites()}
+    assert derived == ProjectIndex(facts).derived_sites(uploads=uploads)
+    assert index.derived_sites() == ProjectIndex(facts).derived_sites()
+    computed.clear()
+    index.derived_sites(uploads=uploads)
+    assert "Arena" in computed and "Pool" not in computed  # Pool's constructor reads nothing of raw.py: kept

@@ -72,12 +72,16 @@ class ProjectIndex:
 
     def add_sites(self, sites: Iterable[Site]) -> None:
         """Add sites found after indexing (stage default_device). Calls
-        resolve as before; what read the sites of those files is forgotten."""
+        resolve as before; what read the sites of the functions they go into
+        is forgotten (everything, where a site needed a new function)."""
         self._constants = {}
         self._visible = {}
         if self._deps.settled:
             self._reset_memos()
         touched = self._symbols.add_sites(sites)
+        if touched is None:
+            self._reset_memos()
+            return
         self._calls.invalidate(touched)
         self._factories.invalidate(touched)
 

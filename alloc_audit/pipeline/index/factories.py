@@ -38,8 +38,7 @@ class Factories:
         self._class_alloc.clear()
 
     def settle(self) -> None:
-        self._factory.settle()
-        self._class_alloc.settle()
+        """Names kept: uploads given later forget only what read their sites (``derived_sites``)."""
 
     def invalidate(self, touched: set[str]) -> None:
         """Files were added: forget what looked up a name they define (``memo``)."""
@@ -72,7 +71,7 @@ class Factories:
         if keep is not None:
             return self._find_factory_allocation(func, depth, keep)
         return self._memoised(self._factory, (func.id, depth, self._with_uploads),
-                              lambda: self._find_factory_allocation(func, depth), sites_of(func.path))
+                              lambda: self._find_factory_allocation(func, depth), sites_of(func))
 
     def _memoised(self, memo: Memo[tuple[str, int, bool], Reach | None], key: tuple[str, int, bool],
                   compute: Callable[[], Reach | None], note: str | None = None) -> Reach | None:
@@ -154,9 +153,11 @@ class Factories:
         Constructions of allocating classes and native factories always count.
         """
         if uploads != self._uploads:
+            # an entry's value changes only where it asked ``_upload`` of a site whose line moved in or out
+            read = _sites_on_lines(self._symbols, uploads ^ self._uploads)
             self._uploads = uploads
-            self._factory.discard(lambda k: k[2])
-            self._class_alloc.discard(lambda k: k[2])
+            self._factory.discard(lambda k: k[2], read)
+            self._class_alloc.discard(lambda k: k[2], read)
         self._with_uploads = True
         try:
             return self._derived_sites(depth)
@@ -315,6 +316,16 @@ class Factories:
             if func is not None and (hop.call.span.line, hop.call.span.col) in _to_scalar(func):
                 return True
         return False
+
+
+def _sites_on_lines(symbols: Symbols, lines: frozenset[tuple[str, int]]) -> set[str]:
+    """What a memo noted that read a site on one of ``lines`` (by path and line): ``sites_of`` its function."""
+    out: set[str] = set()
+    for path, line in lines:
+        for func in symbols.by_path.get(path, {}).values():
+            if any(site.span.line == line for site in func.sites):
+                out.add(sites_of(func))
+    return out
 
 
 _KIND_RANK = {SiteKind.DEVICE: 0, SiteKind.IPC: 1, SiteKind.MANAGED: 2, SiteKind.VIRTUAL: 3,

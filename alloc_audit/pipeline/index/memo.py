@@ -100,11 +100,17 @@ class Memo(Generic[K, V]):
         self.values = {}
         self.names = {}
 
-    def discard(self, drop: Callable[[K], bool]) -> None:
-        """Forget the entries whose key ``drop`` says (the factories' weight uploads changed)."""
+    def discard(self, drop: Callable[[K], bool], touched: Collection[str]) -> None:
+        """Forget the entries whose key ``drop`` says and that used a name in
+        ``touched`` (the factories' weight uploads changed), the unstable ones, and
+        those whose names are not known (computed once the index settled)."""
+        touched = frozenset(touched)
+        names = self.names
         for key in [k for k in self.values if drop(k)]:
-            del self.values[key]
-            self.names.pop(key, None)
+            used = names.get(key)
+            if used is None or used is SETTLED or UNSTABLE in used or not touched.isdisjoint(used):
+                del self.values[key]
+                names.pop(key, None)
 
     def settle(self) -> None:
         """Keep the values, forget the names (no file will be added)."""

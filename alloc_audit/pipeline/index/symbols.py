@@ -258,21 +258,23 @@ class Symbols:
         if cls.language is not Language.PYTHON:  # a Python class is one file's; a native one grows
             self.deps.note(cls.name)
 
-    def add_sites(self, sites: Iterable[Site]) -> set[str]:
-        """Add sites found after the files were indexed (allocations without a
-        device found to run under a default-device context); their files'
-        facts are updated to match. Returns what a memo that read the sites
-        of those files noted (``sites_of``)."""
+    def add_sites(self, sites: Iterable[Site]) -> set[str] | None:
+        """Add sites found after the files were indexed (default-device allocations), updating their files'
+        facts. Returns what a memo that read the sites of their functions noted (``sites_of``); None where a
+        site needed a new function (lookups of its scope change: keep nothing)."""
         added: dict[str, list[Site]] = {}
+        touched, made = set[str](), False
         for site in sites:
-            facts = self.files[site.path]
-            self._func_for(self.by_path[site.path], site.path, site.scope, facts).sites.append(site)
+            table = self.by_path[site.path]
+            made = made or site.scope not in table
+            func = self._func_for(table, site.path, site.scope, self.files[site.path])
+            func.sites.append(site)
+            touched.add(sites_of(func))
             added.setdefault(site.path, []).append(site)
         for path, extra in added.items():
-            facts = self.files[path]
-            merged = sorted((*facts.sites, *extra), key=lambda s: (s.span.line, s.span.col))
-            self.files[path] = dataclasses.replace(facts, sites=tuple(merged))
-        return {sites_of(path) for path in added}
+            merged = sorted((*self.files[path].sites, *extra), key=lambda s: (s.span.line, s.span.col))
+            self.files[path] = dataclasses.replace(self.files[path], sites=tuple(merged))
+        return None if made else touched
 
     def _func_for(self, table: dict[str, Func], path: str, scope: str, facts: FileFacts) -> Func:
         found = table.get(scope)
@@ -471,10 +473,11 @@ def _statements_into_functions(symbols: Symbols, path: str) -> None:
         func_for(table, path, w.scope, facts).withs.append(w)
 
 
-def sites_of(path: str) -> str:
-    """What a memo notes when it reads the sites of a file's functions: the
-    path itself (a source file's path has a suffix; no name noted has)."""
-    return path
+def sites_of(func: Func) -> str:
+    """What a memo notes when it reads the sites of a function (``add_sites``
+    touches it): the function's id (``path::qualname``; no other name noted
+    holds ``::``)."""
+    return func.id
 
 
 def _shared_dirs(a: str, b: str) -> int:
