@@ -19,7 +19,7 @@ from alloc_audit.model import FileFacts, Span, Tier
 from alloc_audit.pipeline.discover import language_of
 from alloc_audit.pipeline.extract import extract_facts
 from alloc_audit.pipeline.index import ProjectIndex, Reach
-from alloc_audit.pipeline.index.memo import Deps, Memo
+from alloc_audit.pipeline.index.memo import CutOff, Deps, Memo
 from alloc_audit.pipeline.parse import parse_source
 
 PROJECT = Path(__file__).parent / "fixtures" / "python" / "project-expansion-rounds"
@@ -233,3 +233,53 @@ def test_weight_uploads_given_later_forget_only_the_factories_that_read_their_si
     computed.clear()
     index.derived_sites(uploads=uploads)
     assert "Arena" in computed and "Pool" not in computed  # Pool's constructor reads nothing of raw.py: kept
+
+
+def test_a_lookup_that_finds_the_same_keeps_what_was_built_on_it_and_one_that_finds_another_does_not() -> None:
+    deps = Deps()
+    pool, arena = object(), object()
+    table: dict[str, object | None] = {"pool": pool, "arena": None}
+
+    def find(name: str) -> object | None:
+        deps.note("name:" + name)
+        return table[name]
+
+    lookups: CutOff[str, object | None] = CutOff(deps, find, "lookup:")
+    built: Memo[str, object | None] = Memo(deps)
+    for name in table:
+        deps.begin()
+        built.store(name, lookups.get(name), deps.end())
+    assert built.names["pool"] == {"lookup:'pool'"}  # the entry's token, not the names it looked up
+    table["arena"] = arena  # a new file defines it
+    touched = {"name:pool", "name:arena"}
+    changed = lookups.recheck(touched)
+    assert changed == {"lookup:'arena'"}
+    assert built.invalidate(touched | changed) == 1 and "pool" in built and "arena" not in built
+    deps.begin()
+    assert lookups.get("arena") is arena
+    assert deps.end() == {"lookup:'arena'"}
+
+
+def test_a_module_named_like_one_a_lookup_found_keeps_the_resolutions_built_on_it(
+        facts: dict[str, FileFacts], monkeypatch: pytest.MonkeyPatch) -> None:
+    from alloc_audit.pipeline.index.python import PythonResolution
+
+    index = ProjectIndex({p: facts[p] for p in FIRST})
+    init = index.func("pkg/engine.py", "Engine.__init__")
+    assert init is not None
+    make_pool = next(c for c in init.callees if c.endswith("make_pool"))
+    assert index.resolve(init, make_pool) == ()  # looked up `pkg` (found) for `pools` (not in it)
+    resolved: list[str] = []
+    resolve = PythonResolution.resolve
+
+    def counted(self: PythonResolution, func: Any, callee: str) -> Any:
+        resolved.append(callee)
+        return resolve(self, func, callee)
+
+    monkeypatch.setattr(PythonResolution, "resolve", counted)
+    # a vendored copy: module `vendor.pkg` touches every lookup of `pkg`, which still finds pkg/__init__.py
+    index.add({"vendor/pkg/__init__.py": dataclasses.replace(facts["pkg/__init__.py"], path="vendor/pkg/__init__.py",
+                                                             module="vendor.pkg")})
+    assert index.resolve(init, make_pool) == () and make_pool not in resolved
+    index.add({p: facts[p] for p in ON_DEMAND})  # pools.py: the lookup finds another, the resolution follows
+    assert [f.id for f in index.resolve(init, make_pool)] == ["pkg/pools.py::make_pool"] and make_pool in resolved

@@ -62,6 +62,7 @@ class ProjectIndex:
         if self._deps.settled:  # the names are gone: start over
             self._reset_memos()
         touched = self._symbols.add(files)
+        touched |= self._symbols.symbol_lookups.recheck(touched)  # the symbol lookups that find another now
         kept = len(self._resolved)
         dropped = self._resolved.invalidate(touched)
         self._calls.invalidate(touched)
@@ -89,12 +90,14 @@ class ProjectIndex:
         """No file or site will be added: the memos keep their values but
         not the names each used (memory: tens of MB on a large tree)."""
         self._deps.settled = True
+        self._symbols.symbol_lookups.clear()  # no longer asked: a settled index looks symbols up directly
         self._resolved.settle()
         self._calls.settle()
         self._factories.settle()
 
     def _reset_memos(self) -> None:
         self._resolved.clear()
+        self._symbols.symbol_lookups.clear()
         for part in (self._types, self._python, self._calls, self._factories):
             part.reset()
 

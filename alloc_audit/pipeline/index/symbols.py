@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ...model import Assign, Block, Call, CallTable, FileFacts, Language, Return, Scope, Site, Span, With
-from .memo import Deps
+from .memo import CutOff, Deps
 
 _CONSTRUCTOR_NAMES = ("__init__", "__post_init__", "__new__")
 
@@ -161,6 +161,8 @@ class Symbols:
         # lookups by name are noted here: the memos of the index keep what
         # files added later cannot change (see ``memo``)
         self.deps = Deps()
+        self.symbol_lookups: CutOff[tuple[str, str], Func | ClassInfo | None] = CutOff(
+            self.deps, lambda key: _find_symbol(self, key[0], 0, key[1]), "symbol:")
 
     def _func(self, path: str, qualname: str, scope: Scope | None, facts: FileFacts) -> Func:
         table = self.by_path.setdefault(path, {})
@@ -362,30 +364,11 @@ class Symbols:
     def resolve_symbol(self, dotted: str, depth: int = 0, near: str = "") -> Func | ClassInfo | None:
         """A Python dotted name -> a project function or class, following
         re-exports (`from .x import y` in a package `__init__`); ``near``:
-        the file that names it (see ``module_path``)."""
-        if depth > 4:
-            return None
-        parts = dotted.split(".")
-        for i in range(len(parts) - 1, 0, -1):
-            path = self.module_path(".".join(parts[:i]), near)
-            if path is None:
-                continue
-            rest = parts[i:]
-            symbol = self.module_symbols.get(path, {}).get(rest[0])
-            if symbol is None:
-                target = self.module_imports.get(path, {}).get(rest[0])
-                if target is not None and target != dotted:
-                    symbol = self.resolve_symbol(".".join([target, *rest[1:]]), depth + 1, path) if len(rest) > 1 \
-                        else self.resolve_symbol(target, depth + 1, path)
-                    return symbol
-                return None
-            if len(rest) == 1:
-                return symbol
-            if isinstance(symbol, ClassInfo) and len(rest) == 2:
-                methods = self.method_lookup(symbol, rest[1])
-                return methods[0] if methods else None
-            return None
-        return None
+        the file that names it (see ``module_path``). Kept across the
+        expansion's rounds while it finds the same (``memo.CutOff``)."""
+        if depth:
+            return _find_symbol(self, dotted, depth, near)
+        return self.symbol_lookups.get((dotted, near))
 
     def base_classes(self, cls: ClassInfo, depth: int = 0) -> list[ClassInfo]:
         out: list[ClassInfo] = []
@@ -442,6 +425,33 @@ class Symbols:
                 out += self.method_lookup(cls, name)
             return out
         return list(cls.methods.get(cls.name, ()))
+
+
+def _find_symbol(symbols: Symbols, dotted: str, depth: int, near: str) -> Func | ClassInfo | None:
+    """``Symbols.resolve_symbol``, computed."""
+    if depth > 4:
+        return None
+    parts = dotted.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        path = symbols.module_path(".".join(parts[:i]), near)
+        if path is None:
+            continue
+        rest = parts[i:]
+        symbol = symbols.module_symbols.get(path, {}).get(rest[0])
+        if symbol is None:
+            target = symbols.module_imports.get(path, {}).get(rest[0])
+            if target is not None and target != dotted:
+                symbol = symbols.resolve_symbol(".".join([target, *rest[1:]]), depth + 1, path) if len(rest) > 1 \
+                    else symbols.resolve_symbol(target, depth + 1, path)
+                return symbol
+            return None
+        if len(rest) == 1:
+            return symbol
+        if isinstance(symbol, ClassInfo) and len(rest) == 2:
+            methods = symbols.method_lookup(symbol, rest[1])
+            return methods[0] if methods else None
+        return None
+    return None
 
 
 def _touched_class(cls: ClassInfo) -> str:
