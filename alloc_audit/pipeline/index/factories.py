@@ -38,7 +38,7 @@ class Factories:
         self._class_alloc.clear()
 
     def settle(self) -> None:
-        """Names kept: uploads given later forget only what read their sites (``derived_sites``)."""
+        """Names kept until ``derived_sites``: its uploads forget only what read their sites."""
 
     def invalidate(self, touched: set[str]) -> None:
         """Files were added: forget what looked up a name they define (``memo``)."""
@@ -163,11 +163,13 @@ class Factories:
             return self._derived_sites(depth)
         finally:
             self._with_uploads = False
+            for memo in (self._factory, self._class_alloc) if self._symbols.deps.settled else ():
+                memo.settle()  # the names served the discard above: free them
 
     def _derived_sites(self, depth: int) -> tuple[Site, ...]:
         by_leaf = self._calls.calls_by_leaf()
         out: list[Site] = []
-        for name in sorted(self._factory_names()):
+        for name in sorted({f.name for f in self._factories(3)}):
             for func, i in by_leaf.get(name, ()):
                 assert func.table is not None
                 derived = self._derive(func, func.table[i], depth)
@@ -175,9 +177,6 @@ class Factories:
                     out.append(derived)
         out.sort(key=lambda s: s.sort_key)
         return tuple(out)
-
-    def _factory_names(self, depth: int = 3) -> set[str]:
-        return {f.name for f in self._factories(depth)}
 
     def factories(self, depth: int = 3, uploads: bool = False) -> set[Factory]:
         """With ``uploads``, as the derived sites see them (weight uploads

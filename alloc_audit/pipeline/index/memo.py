@@ -47,8 +47,8 @@ class Deps:
             self.stack[-1].add(name)
 
     def used(self, names: set[str]) -> None:
-        """A memo hit: the entry's names are the caller's too."""
-        if self.stack and names:
+        """A memo hit: the entry's names are the caller's too (no matter once settled)."""
+        if self.stack and names and not self.settled:
             self.stack[-1].update(names)
 
     def begin(self) -> None:
