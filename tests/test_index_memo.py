@@ -304,3 +304,44 @@ def test_what_an_unresolved_call_misses_is_asked_again_once_a_package_re_exports
     index.add({"pkg/__init__.py": init})  # the package says where make_pool is: the module to parse next
     assert index.missing_names(run, callee) == {"module:pkg", "module:pkg.pools"} == \
         ProjectIndex({"app.py": app, "pkg/__init__.py": init}).missing_names(run, callee)
+
+
+def test_a_weight_added_past_a_constructor_keeps_the_class_allocation_and_a_buffer_does_not(
+        facts: dict[str, FileFacts], monkeypatch: pytest.MonkeyPatch) -> None:
+    from alloc_audit.pipeline.index.factories import Factories
+
+    index = ProjectIndex(facts)
+    arena = index.classes_named("Arena")[0]
+    init = index.func("pkg/pools.py", "Arena.__init__")
+    assert init is not None
+    before = index.class_allocates(arena)
+    assert before is not None and before.site.scope == "alloc_block"  # two calls past the constructor
+    computed: list[str] = []
+    find = Factories._find_class_allocation
+
+    def counted(self: Factories, cls: Any, depth: int) -> Any:
+        computed.append(cls.name)
+        return find(self, cls, depth)
+
+    monkeypatch.setattr(Factories, "_find_class_allocation", counted)
+    # a weight (T1) one call past Arena's constructor: the reach sees it, the class allocation cannot
+    weight = dataclasses.replace(before.site, path="pkg/pools.py", scope="make_pool", span=Span(10, 5, 10, 11),
+                                 tier=Tier.T1)
+    index.add_sites([weight])
+    assert weight in [r.site for r in index.reach(init, 3)]
+    assert index.class_allocates(arena) is before and "Arena" not in computed
+    # a buffer there is nearer than alloc_block's: the class allocation is computed again and changes
+    buffer = dataclasses.replace(weight, span=Span(10, 12, 10, 26), tier=Tier.T2)
+    index.add_sites([buffer])
+    after = index.class_allocates(arena)
+    assert "Arena" in computed and after is not None and after.site == buffer
+    # a transient in the constructor itself counts too (no call away): computed again
+    computed.clear()
+    transient = dataclasses.replace(weight, scope="Arena.__init__", span=Span(16, 9, 16, 20), tier=Tier.T4)
+    index.add_sites([transient])
+    index.class_allocates(arena)
+    assert "Arena" in computed
+    fresh = ProjectIndex(facts)
+    for site in (weight, buffer, transient):
+        fresh.add_sites([site])
+    assert answers(index) == answers(fresh)

@@ -81,12 +81,13 @@ class ProjectIndex:
         self._visible = {}
         if self._deps.settled:
             self._reset_memos()
+        sites = list(sites)
         touched = self._symbols.add_sites(sites)
         if touched is None:
             self._reset_memos()
             return
         self._calls.invalidate(touched)
-        self._factories.invalidate(touched)
+        self._factories.invalidate(touched, sites)
 
     def settle(self) -> None:
         """No file or site will be added: the memos keep their values but
@@ -95,8 +96,7 @@ class ProjectIndex:
         self._symbols.symbol_lookups.clear()  # no longer asked: a settled index looks symbols up directly
         self._resolved.settle()
         self._missing.clear()  # asked by the expansion only
-        self._calls.settle()
-        self._factories.settle()
+        self._calls.settle()  # the factories keep their names until derived_sites: its uploads drop what read them
 
     def _reset_memos(self) -> None:
         self._resolved.clear()

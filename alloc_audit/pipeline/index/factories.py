@@ -6,7 +6,7 @@ caller's scope (api = the factory, via = the underlying allocation)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ...arglists import split_args
@@ -37,11 +37,9 @@ class Factories:
         self._factory.clear()
         self._class_alloc.clear()
 
-    def settle(self) -> None:
-        """Names kept until ``derived_sites``: its uploads forget only what read their sites."""
-
-    def invalidate(self, touched: set[str]) -> None:
-        """Files were added: forget what looked up a name they define (``memo``)."""
+    def invalidate(self, touched: set[str], sites: Iterable[Site] = ()) -> None:
+        """Files (or ``sites``) were added: forget what looked up a name they define (``memo``)."""
+        touched = touched | counted_past_constructors(sites, self._uploads)
         self._factory.invalidate(touched)
         self._class_alloc.invalidate(touched)
 
@@ -59,7 +57,9 @@ class Factories:
         ctors = self._symbols.constructors(cls)
         ctors += [f for ctor in ctors if ctor.language is not Language.PYTHON
                   for f in [self._symbols.func(ctor.path, ctor.qualname + "::<lambda>")] if f is not None]
-        reached = [r for ctor in ctors for r in self._calls.reach(ctor, depth)
+        reaches = [self._calls.reach(ctor, depth) for ctor in ctors]
+        _past_constructors(self._symbols.deps.stack, {sites_of(ctor) for ctor in ctors})
+        reached = [r for found in reaches for r in found
                    if self._upload(r.site) or (not _weight(r.site)
                                                and not (r.site.tier is Tier.T4 and (r.hops or r.site.kept == "local")))]
         return min(reached, key=self._significance) if reached else None
@@ -318,13 +318,37 @@ class Factories:
 
 
 def _sites_on_lines(symbols: Symbols, lines: frozenset[tuple[str, int]]) -> set[str]:
-    """What a memo noted that read a site on one of ``lines`` (by path and line): ``sites_of`` its function."""
+    """What a memo noted that read a site on one of ``lines`` (by path and line): ``sites_of`` its function,
+    and the same past a constructor (``_past_constructors``)."""
     out: set[str] = set()
     for path, line in lines:
         for func in symbols.by_path.get(path, {}).values():
             if any(site.span.line == line for site in func.sites):
-                out.add(sites_of(func))
+                out |= {sites_of(func), PAST + sites_of(func)}
     return out
+
+
+# a class allocation counts, past its constructors (one call or more away), no
+# weight (T1) and no transient (T4) but a weight upload: there it notes a
+# function's sites as PAST + ``sites_of``, which only such a site added touches
+PAST = "past:"
+
+
+def _past_constructors(stack: list[set[str]], own: set[str]) -> None:
+    """Once the reaches are asked, note the functions they visited past the constructors (``own``)
+    as PAST: a weight or a transient added there cannot change the class's allocation."""
+    if stack:
+        names = stack[-1]
+        past = {n for n in names if n.startswith("sites:") and n not in own}
+        names -= past
+        names.update(PAST + n for n in past)
+
+
+def counted_past_constructors(sites: Iterable[Site], uploads: frozenset[tuple[str, int]]) -> set[str]:
+    """What adding ``sites`` touches past a constructor: the functions of those a class allocation
+    would count there (not a weight or transient, or a weight upload, or on an upload's line)."""
+    return {PAST + sites_of(f"{s.path}::{s.scope}") for s in sites
+            if (s.tier not in (Tier.T1, Tier.T4) or _moves_module(s) or (s.path, s.span.line) in uploads)}
 
 
 _KIND_RANK = {SiteKind.DEVICE: 0, SiteKind.IPC: 1, SiteKind.MANAGED: 2, SiteKind.VIRTUAL: 3,

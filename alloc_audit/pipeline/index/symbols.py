@@ -483,11 +483,10 @@ def _statements_into_functions(symbols: Symbols, path: str) -> None:
         func_for(table, path, w.scope, facts).withs.append(w)
 
 
-def sites_of(func: Func) -> str:
+def sites_of(func: Func | str) -> str:
     """What a memo notes when it reads the sites of a function (``add_sites``
-    touches it): the function's id (``path::qualname``; no other name noted
-    holds ``::``)."""
-    return func.id
+    touches it), given the function or its id (``path::qualname``)."""
+    return "sites:" + (func if isinstance(func, str) else func.id)
 
 
 def _shared_dirs(a: str, b: str) -> int:
