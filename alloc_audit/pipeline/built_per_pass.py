@@ -30,7 +30,9 @@ from .index import Func, ProjectIndex
 
 _CONSTRUCTOR = "constructor "  # the reason of the constructor pattern (rules/tiers.toml)
 _ADDS = (".append", ".extend", ".insert", ".add", ".update", ".setdefault", ".add_module", ".register_module")
-_NONE_TEST = re.compile(r"([A-Za-z_]\w*)\s+is\s+(?:not\s+)?None\b")
+# `p is None`, `p.x is not None`, `p.get_x() is None`: the root named and the whole operand
+_NONE_TEST = re.compile(r"(?<![\w.])(([A-Za-z_]\w*)(?:\.\w+(?:\(\))?)*)\s+is\s+(?:not\s+)?None\b")
+_PATHS = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.\w+(?:\(\))?)+")
 
 
 def class_factories(index: ProjectIndex, funcs: Sequence[Func], memo: dict[str, list[Func]]) -> list[Func]:
@@ -49,13 +51,17 @@ def class_factories(index: ProjectIndex, funcs: Sequence[Func], memo: dict[str, 
 
 def default_fill(func: Func, test: str) -> bool:
     """``test`` (of a branch in constructor ``func``) compares only its
-    parameters with None and names no attribute: a default filled in on
-    every construction (``if pos is None: pos = torch.arange(n)``)."""
+    parameters, or what they hold, with None: a default filled in, or an
+    optional input taken, on every construction (``if pos is None: pos =
+    torch.arange(n)``, ``if jt.weights_or_none() is not None:``)."""
     scope = func.scope
-    if scope is None or scope.role != "constructor" or "." in test or "hasattr" in test:
+    if scope is None or scope.role != "constructor" or "hasattr" in test:
         return False
-    names = _NONE_TEST.findall(test)
-    return bool(names) and all(n in scope.params for n in names)
+    found = _NONE_TEST.findall(test)
+    # every attribute path of the test is one of the compared operands
+    paths = _PATHS.findall(test)
+    return bool(found) and all(root in scope.params and root not in ("self", "cls") for _, root in found) \
+        and all(p in {whole for whole, _ in found} for p in paths)
 
 
 def built_per_pass(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:

@@ -45,10 +45,13 @@ def fixture_scoped(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
 
 
 def returned_value(site: Site, func: Func) -> bool:
-    """The allocation is a return value, or its target is named by one."""
+    """The allocation is a return value, or its target, or the local
+    container it is an entry of (``modules["auc"] = ...``), is named by one."""
     if site.span.line in {r.line for r in func.returns}:
         return True
     target = (site.target or "").strip()
+    if target.endswith("]"):
+        target = target.split("[", 1)[0]
     if not target.isidentifier():
         return False
     return any(has_name(r.value, target, ".", "([.") for r in func.returns)

@@ -11,7 +11,9 @@ it becomes a module's registered state:
   if base else None``) that is then registered (``self.register_buffer(
   "scale", scale)``, ``nn.Parameter(scale)``), whole or a slice of it
   (``nn.Parameter(weight[lo:hi])``: one contiguous buffer split into
-  parameters);
+  parameters); so is a member the function makes and registers slices of
+  (``self.lookup = torch.zeros(n)`` ... ``self.register_buffer(name,
+  self.lookup[offsets[i] : offsets[i + 1]])`` in a loop);
 - held in a local that then replaces a module's weight whole
   (``linear.weight.data = x``, ``param.data = x.data``);
 - held in a local passed to a project class's constructor
@@ -41,8 +43,10 @@ _PARTIAL = frozenset({"partial", "functools.partial"})
 REGISTERS = re.compile(r"(?:^|\.)(?:register_buffer|register_parameter|Parameter)$|_parameter(?:_|$)")
 _ON_MODULE = re.compile(r"(?:^|\.)register_(?:buffer|parameter)$")
 _LOCAL = re.compile(r"[A-Za-z_]\w*")
+_MEMBER = re.compile(r"self\.[A-Za-z_]\w*")  # a member the same function registers slices of
 # moves and casts whose result is the same values (`data.to(device)`, `w.contiguous()`); a `clone()` is
 # a copy: the parameter is the clone, not the local
+_BOUND = r"(?:[^\[\]()]|\[[^\[\]()]*\])*"  # a slice bound: no call, one level of subscripts
 _SAME = r"to|cuda|contiguous|detach|float|half|bfloat16|view|reshape|t"
 
 
@@ -58,7 +62,7 @@ def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
         made = _expression_local(site, func)
         local = made or (site.target or "")
         call = _registration_of(func, _registering(func, registering), local, site.span.end_line) \
-            if _LOCAL.fullmatch(local) else None
+            if _LOCAL.fullmatch(local) or _MEMBER.fullmatch(local) else None
         if call is not None:
             how = f"{made} (made from it)" if made else local
             return Tier.T1, (f"module state: {how} is registered by {call.callee} in {site.scope}; "
@@ -129,7 +133,9 @@ def _takes(arg: str, local: str, on_module: bool) -> bool:
     call (compiled only for the few registrations that name the local)."""
     # a basic slice or an integer index is a view of the same storage (`nn.Parameter(w[lo:hi])`, the
     # split parameters of one contiguous buffer); an index by a tensor or a list is a copy
-    whole = re.escape(local) + r"(?:\[(?:[^\[\]()]*:[^\[\]()]*|\s*-?\d+\s*)\])?(?:\.(?:" + _SAME + r")\([^()]*\))*"
+    # (bounds may index a list themselves: `storage[offsets[i] : offsets[i + 1]]`)
+    whole = re.escape(local) + r"(?:\[(?:" + _BOUND + ":" + _BOUND + r"|\s*-?\d+\s*)\])?(?:\.(?:" + _SAME + \
+        r")\([^()]*\))*"
     # converted first (`nn.Parameter(to_nf4(weight))`): its values become the parameter's
     converted = r"(?![\w.]*(?:_like|\bnew_\w+)\()[A-Za-z_][\w.]*\(\s*" + whole + r"\s*(?:,[^()]*)?\)"
     return re.fullmatch(whole, arg) is not None or (on_module and re.fullmatch(converted, arg) is not None)

@@ -78,6 +78,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .adopted_weights import adopted_weights
     from .bound_init import bound_per_step
     from .buffer_classes import buffer_classes
+    from .built_per_call import built_per_call
     from .built_per_pass import built_per_pass
     from .caller_lifetimes import caller_lifetimes
     from .checkpoint_reads import checkpoint_uploads
@@ -105,6 +106,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .module_build_temps import module_build_temps
     from .module_classes import module_moves
     from .module_state import module_state
+    from .native_uploads import native_uploads
     from .per_test_holders import per_test_holders
     from .registered_members import registered_members
     from .returned_once import returned_once
@@ -116,6 +118,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .stateless_modules import drop_stateless_moves
     from .weight_fills import weight_fills
     from .weight_inits import weight_init_temporaries
+    from .weight_members import weight_members
     from .weight_state import weight_state
     from .workers import Outcomes, job_count
 
@@ -148,19 +151,20 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = drop_stateless_moves(module_moves(direct, index, facts, catalog.tiers, outcomes.skipped_mentioning),
                                  index)
     sites = tiers_from_callers(drop_host_returns(drop_cpu_locals(sites, index), index), index, catalog.callers)
+    sites = built_per_call(sites, index, catalog.callers)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
     sites = built_per_pass(module_state(sites, index), index)
     sites += per_test_holders(tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis),
                                                sites, index, catalog.callers), index)
-    sites = kept_submodules(sites, index, catalog.callers)
+    sites = native_uploads(kept_submodules(sites, index, catalog.callers), index)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
     sites = weight_state(keyed_caches(run_once(self_moves(lazy_members(sites, index), index), index), index), index)
     sites = kept_accumulators(run_accumulators(sites, index, catalog.callers), index, catalog.callers)
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = adopted_weights(module_build_temps(returned_once(sites, index, catalog.callers), index), index)
-    sites = buffer_classes(kept_pinned(kept_slots(sites, index, catalog.callers), index))
+    sites = weight_members(buffer_classes(kept_pinned(kept_slots(sites, index, catalog.callers), index)), index)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")

@@ -357,3 +357,13 @@ def zero_elements(api: str, shape: tuple[str, ...]) -> bool:
     if len(dims) == 1 and dims[0].strip()[:1] in "({[":
         dims = tuple(split_top_level(dims[0].strip()[1:-1]))
     return any(d.strip() == "0" for d in dims)
+
+
+_ZERO_RECEIVER = re.compile(r"(torch\.(?:empty|zeros|ones|rand|randn))\((.*)\)", re.S)
+
+
+def zero_element_receiver(text: str) -> bool:
+    """A move's receiver that is a shaped torch factory with a literal 0
+    dimension (``torch.empty(0, 4).to(device)``): nothing to copy."""
+    m = _ZERO_RECEIVER.fullmatch(text.strip())
+    return m is not None and zero_elements(m.group(1), tuple(p for p in split_top_level(m.group(2)) if "=" not in p))

@@ -274,7 +274,8 @@ def add_site(ext: CppExtractor, sites: list[Site], node: Any, spec: ApiSpec, sco
     kind = spec.kind
     device: str | None = None
     if spec.device in ("options", "inherit"):
-        options = args[1].text if len(args) > 1 else None
+        # the options come last (`torch::randint(lo, hi, {n}, torch::dtype(t))`, `at::full(size, v, opts)`)
+        options = args[-1].text if len(args) > 1 else None
         if options is not None and b"TensorOptions" in ext.src.data:
             options = local_options(ext, node, options)
         found = classify_options(options, spec.device == "inherit")

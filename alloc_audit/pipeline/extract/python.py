@@ -62,6 +62,7 @@ _QUERY_TEXT = """
 _query: ts.Query | None = None
 _DOTTED = re.compile(r"[A-Za-z_][\w.]*")
 _HEAD = re.compile(r"[A-Za-z_]\w*")
+_GETATTR_SELF = re.compile(r"getattr\(\s*self\s*,\s*[A-Za-z_]\w*\s*\)")
 
 _STATEMENT_PARENTS = ("block", "module")
 _CONSTRUCTORS = {"__init__", "__new__", "__post_init__"}
@@ -346,7 +347,7 @@ class PythonExtractor:
                 inner = obj.child_by_field_name("function")
                 if inner is not None and inner.type == "identifier" and self.src.raw(inner) == "super":
                     return f"super().{leaf}", None, leaf
-            if obj is not None and obj.type in ("identifier", "attribute") :
+            if obj is not None and (obj.type in ("identifier", "attribute") or _member_by_name(self, obj)):
                 return f"{self.src.text(obj, 80)}.{leaf}", None, leaf
             return f"(...).{leaf}", None, leaf
         if fn.type == "subscript":
@@ -418,3 +419,9 @@ def _docstring(src: Source, body: Any | None) -> str:
 
 def extract_python(path: str, source: bytes, tree: Any, apis: ApiCatalog) -> FileFacts:
     return PythonExtractor(path, source, tree, apis).run()
+
+
+def _member_by_name(ext: PythonExtractor, obj: Any) -> bool:
+    """``getattr(self, NAME)``: a member the object holds, named by a
+    constant (``getattr(self, PREDICTIONS).append(...)`` shows as written)."""
+    return bool(obj.type == "call" and _GETATTR_SELF.fullmatch(ext.src.raw(obj, 80)))

@@ -34,6 +34,7 @@ _READS_ONLY = frozenset({"int", "float", "bool", "len", "str", "repr", "print", 
 _KEPT_PLACE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\[[^\]]*\])*|[A-Za-z_]\w*(?:\[[^\]]*\])+")
 # a store into a slice (`x[:n] = buf`, `x[i, :n] = buf`): a copy of the values
 _SLICE_STORE = re.compile(r"[A-Za-z_][\w.]*\[[^\]]*:[^\]]*\]")
+_GETATTR_SELF = re.compile(r"^getattr\(\s*self\s*,\s*([A-Za-z_]\w*)\s*\)(?=\.)")
 _CONTAINER_ADD = re.compile(r"^(?P<owner>[A-Za-z_][\w.]*)\.(?:append|extend|insert|add|setdefault|update|put)$")
 
 
@@ -359,6 +360,10 @@ _CALLED = re.compile(rb"(?:\[[^\]]*\])*\.[A-Za-z_]\w*\s*\(")
 def _kept_direct(site: Site) -> Site:
     target = site.target
     if site.wrapper:
+        # `self.pool.append(torch.zeros(n))`, `getattr(self, NAME).append(...)`: into an object's container
+        m = _CONTAINER_ADD.match(_GETATTR_SELF.sub(r"self.\1", site.wrapper))
+        if m is not None and "." in m.group("owner"):
+            return dataclasses.replace(site, kept=f"{m.group('owner')}[]")
         return dataclasses.replace(site, kept=f"handed:{site.wrapper}")
     if target and not _LOCAL.fullmatch(target) and _KEPT_PLACE.fullmatch(target):
         return dataclasses.replace(site, kept=target)

@@ -14,7 +14,10 @@ back onto itself, or given another part of the same model
 parameter annotated with a module type, a name ``model`` / ``module``, or
 the item of a loop over a model's part or its ``named_modules()``): the
 attribute is a sub-module or the model's registered state, kept on the
-model either way. A receiver only computed with or indexed
+model either way. So is a moved value kept in a name that says it is a
+model or module (``self._emb_module = TableBags(...).to(d)``, ``ref_model
+= build(cfg).cuda()``), or handed to a call as its ``module=`` / ``model=``
+argument (``DistributedDataParallel(module=arch.to(d))``). A receiver only computed with or indexed
 stays a tensor, and so does an attribute path of anything else stored back
 (``state.buf = state.buf.to(d)``).
 
@@ -58,8 +61,24 @@ def used_as_module(ext: PythonExtractor, node: Any, text: str, annotated: Callab
     if stored is not None and (stored == text or _same_root(stored, text)) and _model_part(
             stored, lambda root: annotated(root) or _model_loop_item(ext, node, root)):
         return True  # `model.model.embed_tokens = model.model.embed_tokens.to(device)`
+    if stored is not None and _MODEL_NAME.fullmatch(stored.rsplit(".", 1)[-1]) is not None:
+        return True  # `self._emb_module = TableBags(...).to(device)`: kept as a module
+    if _handed_as_module(ext, node):
+        return True  # `DistributedDataParallel(module=arch.to(device))`
     names = [n for n in (text, stored) if n is not None and _RECEIVER.fullmatch(n) is not None]
     return any(_used(ext, node, name) for name in names)
+
+
+def _handed_as_module(ext: PythonExtractor, node: Any) -> bool:
+    """The moved value is the keyword argument ``module=`` / ``model=`` (or
+    ``*_module=``, ``*_model=``) of a call: what the callee takes is a module."""
+    parent = node.parent
+    if parent is None or parent.type != "keyword_argument":
+        return False
+    name = parent.child_by_field_name("name")
+    value = parent.child_by_field_name("value")
+    return name is not None and value is not None and value.start_byte == node.start_byte \
+        and value.end_byte == node.end_byte and _MODEL_NAME.fullmatch(ext.src.text(name, 40)) is not None
 
 
 def _model_part(path: str, annotated: Callable[[str], bool]) -> bool:

@@ -278,6 +278,8 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
             return None  # `engine.to(device, model=True, optimizer=True)`: another class's own `to`
         fn = node.children[0]
         receiver = fn.child_by_field_name("object") if fn.type == "attribute" else None
+        if receiver is not None and common.zero_element_receiver(ext.src.text(receiver, 120)):
+            return None  # `torch.empty(0, 4).to(device)`: zero elements, nothing copied
         own = f"{ext.src.text(receiver, 80)}.device" if receiver is not None else ""
         # `x.to(x.device)` stays where it is: no copy
         wanted = [c for c in (*positional[:1], kwargs.get("device", "")) if c != own]

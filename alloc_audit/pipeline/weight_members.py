@@ -1,0 +1,56 @@
+"""Stage 5, last of the lifetimes: a device copy an object keeps under a
+member named for weights is a weight upload (issue 11, round 19).
+
+A move of existing data to the device (``.cuda()``, ``.to(device)``) kept
+in a member that says it holds weights (``self.weights[k] =
+self.weights[k].float().cuda()``, ``self.all_weight = all_weight.cuda()``,
+``self.weight_list[i]``) uploads the model's weights: model-resident (T1),
+not the constructor's or a set-up method's T2. Only set-up work: a move per
+step (T4, a weight sync), state a method adds into or rebuilds when stale
+(an accumulator, a lazy member: T2) keep their tier, and so does a buffer
+made fresh (``torch.zeros``, ``torch.ones(1).to(device)``: state whatever
+its member is called).
+Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ..model import Site, Tier
+from .index import ProjectIndex
+from .retier import Decision, python_device_site, retier
+
+_MOVES = frozenset({"Tensor.cuda", "Tensor.to"})
+# set-up work by its reason: a constructor, an initialiser, a method run once; not state a method
+# adds into (an accumulator) or rebuilds when stale (a lazy member)
+_FACTORY = re.compile(r"torch\.(?:empty|zeros|ones|full|tensor|as_tensor|arange|linspace|eye|rand\w*)")
+_SET_UP = ("constructor ", "initialiser ", "set up once", "returned to constructor")
+# `self.weights`, `self.all_weight`, `self.weight_list[i]`, `self._weights[k]`: the member, then entries
+_WEIGHT_MEMBER = re.compile(r"self\.(_?(?:\w+_)?weights?(?:_\w+)?)(?:\[[^\]]*\])*")
+
+
+def weight_members(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
+    def eligible(site: Site) -> bool:
+        return python_device_site(site, Tier.T2) and site.api in _MOVES and site.tier_reason.startswith(_SET_UP)
+
+    def decide(site: Site) -> Decision | None:
+        m = _WEIGHT_MEMBER.fullmatch(site.kept.removesuffix("[]")) if site.kept else None
+        if m is None or m.group(1).endswith(("_grad", "_grads", "_scratch", "_buffer", "_workspace")) \
+                or _moves_fresh(site, index):
+            return None
+        return Tier.T1, (f"weight upload: {site.scope} moves data to the device into self.{m.group(1)}, the "
+                         f"object's weights (was: {site.tier_reason})")
+
+    return retier(sites, eligible, decide)
+
+
+def _moves_fresh(site: Site, index: ProjectIndex) -> bool:
+    """The moved value is made by a torch factory in the same expression
+    (``torch.ones(1).to(device)``): a fresh buffer, not data handed in."""
+    func = index.func(site.path, site.scope)
+    span = site.span
+    return func is not None and any(
+        c.span.line == span.line and c.span.col >= span.col and c.span.end_line <= span.end_line
+        and _FACTORY.fullmatch(c.callee) is not None for c in func.calls)
