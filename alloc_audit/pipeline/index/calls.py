@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from ...model import Call
 from .memo import Memo
-from .symbols import Func, Hop, Reach, Symbols, sites_of, split_callee
+from .symbols import Func, Hop, Reach, Symbols, split_callee
 
 
 class CallGraph:
@@ -178,7 +178,7 @@ class CallGraph:
         for level in range(depth + 1):
             next_frontier: list[tuple[Func, tuple[Hop, ...]]] = []
             for current, hops in frontier:
-                names.add(sites_of(current))
+                names.add(current.id)  # sites_of(current)
                 for site in current.sites:
                     if not site.acquires:
                         continue

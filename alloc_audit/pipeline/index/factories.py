@@ -6,7 +6,8 @@ caller's scope (api = the factory, via = the underlying allocation)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+import sys
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ...arglists import split_args
@@ -58,7 +59,7 @@ class Factories:
         ctors += [f for ctor in ctors if ctor.language is not Language.PYTHON
                   for f in [self._symbols.func(ctor.path, ctor.qualname + "::<lambda>")] if f is not None]
         reaches = [self._calls.reach(ctor, depth) for ctor in ctors]
-        _past_constructors(self._symbols.deps.stack, {sites_of(ctor) for ctor in ctors})
+        _past_constructors(self._symbols.deps.stack, {sites_of(ctor) for ctor in ctors}, self._symbols.funcs)
         reached = [r for found in reaches for r in found
                    if self._upload(r.site) or (not _weight(r.site)
                                                and not (r.site.tier is Tier.T4 and (r.hops or r.site.kept == "local")))]
@@ -334,20 +335,21 @@ def _sites_on_lines(symbols: Symbols, lines: frozenset[tuple[str, int]]) -> set[
 PAST = "past:"
 
 
-def _past_constructors(stack: list[set[str]], own: set[str]) -> None:
+def _past_constructors(stack: list[set[str]], own: set[str], funcs: Mapping[str, Func]) -> None:
     """Once the reaches are asked, note the functions they visited past the constructors (``own``)
-    as PAST: a weight or a transient added there cannot change the class's allocation."""
+    as PAST: a weight or a transient added there cannot change the class's allocation. (The names
+    are interned: one string per function, however many entries note it.)"""
     if stack:
         names = stack[-1]
-        past = {n for n in names if n.startswith("sites:") and n not in own}
+        past = {n for n in names if n in funcs and n not in own}  # ``sites_of``: a function's id
         names -= past
-        names.update(PAST + n for n in past)
+        names.update(sys.intern(PAST + n) for n in past)
 
 
 def counted_past_constructors(sites: Iterable[Site], uploads: frozenset[tuple[str, int]]) -> set[str]:
     """What adding ``sites`` touches past a constructor: the functions of those a class allocation
     would count there (not a weight or transient, or a weight upload, or on an upload's line)."""
-    return {PAST + sites_of(f"{s.path}::{s.scope}") for s in sites
+    return {PAST + f"{s.path}::{s.scope}" for s in sites  # PAST + sites_of its function
             if (s.tier not in (Tier.T1, Tier.T4) or _moves_module(s) or (s.path, s.span.line) in uploads)}
 
 

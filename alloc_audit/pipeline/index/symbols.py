@@ -483,10 +483,11 @@ def _statements_into_functions(symbols: Symbols, path: str) -> None:
         func_for(table, path, w.scope, facts).withs.append(w)
 
 
-def sites_of(func: Func | str) -> str:
+def sites_of(func: Func) -> str:
     """What a memo notes when it reads the sites of a function (``add_sites``
-    touches it), given the function or its id (``path::qualname``)."""
-    return "sites:" + (func if isinstance(func, str) else func.id)
+    touches it): the function's id (``path::qualname``, the string the
+    function holds: no copy per memo entry)."""
+    return func.id
 
 
 def _shared_dirs(a: str, b: str) -> int:
