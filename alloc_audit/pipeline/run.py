@@ -87,7 +87,9 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .cpu_locals import drop_cpu_locals
     from .default_device import promote_default_sites
     from .derive import derive_sites
+    from .empty_moves import drop_empty_moves
     from .expand import expand_skipped
+    from .expected_raises import drop_expected_raises
     from .fixture_scoped import fixture_scoped
     from .helper_built import helper_built
     from .hook_closures import hook_closures
@@ -109,6 +111,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .native_uploads import native_uploads
     from .per_test_holders import per_test_holders
     from .registered_members import registered_members
+    from .reset_members import reset_members
     from .returned_once import returned_once
     from .returned_scratch import returned_scratch
     from .roles import with_roles
@@ -149,7 +152,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     errors = outcomes.errors + [FileError(path, e) for path, f in facts.items() for e in f.errors]
     direct = host_reads(hook_closures([s for f in facts.values() for s in f.sites], index), index)
     sites = drop_stateless_moves(module_moves(direct, index, facts, catalog.tiers, outcomes.skipped_mentioning),
-                                 index)
+                                 index, catalog.stateless_modules)
+    sites = drop_empty_moves(sites, index)
     sites = tiers_from_callers(drop_host_returns(drop_cpu_locals(sites, index), index), index, catalog.callers)
     sites = built_per_call(sites, index, catalog.callers)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
@@ -165,7 +169,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = adopted_weights(module_build_temps(returned_once(sites, index, catalog.callers), index), index)
     sites = weight_members(buffer_classes(kept_pinned(kept_slots(sites, index, catalog.callers), index)), index)
-    sites = with_roles(sites, config.roles)
+    sites = reset_members(sites, index, catalog.callers)
+    sites = with_roles(drop_expected_raises(sites, index), config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
     findings = _findings(rules.result(), facts, sites, config, options) if rules is not None else ()
