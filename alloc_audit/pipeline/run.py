@@ -106,6 +106,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .module_build_temps import module_build_temps
     from .module_classes import module_moves
     from .module_state import module_state
+    from .native_pinned import native_pinned
     from .native_uploads import native_uploads
     from .per_test_holders import per_test_holders
     from .registered_members import registered_members
@@ -164,7 +165,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = adopted_weights(module_build_temps(returned_once(sites, index, catalog.callers), index), index)
-    sites = weight_members(buffer_classes(kept_pinned(kept_slots(sites, index, catalog.callers), index)), index)
+    sites = native_pinned(kept_slots(sites, index, catalog.callers), index)
+    sites = weight_members(buffer_classes(kept_pinned(sites, index)), index)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
