@@ -110,6 +110,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .native_uploads import native_uploads
     from .per_test_holders import per_test_holders
     from .registered_members import registered_members
+    from .repinned_members import repinned_members
     from .returned_once import returned_once
     from .returned_scratch import returned_scratch
     from .roles import with_roles
@@ -165,7 +166,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = adopted_weights(module_build_temps(returned_once(sites, index, catalog.callers), index), index)
-    sites = native_pinned(kept_slots(sites, index, catalog.callers), index)
+    sites = repinned_members(native_pinned(kept_slots(sites, index, catalog.callers), index), index, catalog.callers)
     sites = weight_members(buffer_classes(kept_pinned(sites, index)), index)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
