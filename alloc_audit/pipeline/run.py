@@ -87,6 +87,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .cpu_locals import drop_cpu_locals
     from .default_device import promote_default_sites
     from .derive import derive_sites
+    from .dropped_probes import dropped_probes
     from .expand import expand_skipped
     from .fixture_scoped import fixture_scoped
     from .helper_built import helper_built
@@ -167,7 +168,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = adopted_weights(module_build_temps(returned_once(sites, index, catalog.callers), index), index)
     sites = repinned_members(native_pinned(kept_slots(sites, index, catalog.callers), index), index, catalog.callers)
-    sites = weight_members(buffer_classes(kept_pinned(sites, index)), index)
+    sites = dropped_probes(weight_members(buffer_classes(kept_pinned(sites, index)), index), index)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
