@@ -77,6 +77,19 @@ def _locals(func: Func) -> frozenset[str]:
                      for t in a.targets)
 
 
+def member_root(target: str, func: Func) -> str:
+    """The member (or global) name a store to ``target`` in ``func`` starts
+    from (``prefill_update`` of ``prefill_update.indptr``, ``ws_`` of
+    ``this->ws_``), or "" for a local or a parameter."""
+    m = _ROOT.match(target)
+    if m is None or func.scope is None:
+        return ""
+    root = m.group(2)
+    if m.group(1):
+        return root
+    return root if root not in _locals(func) and root not in func.scope.params else ""
+
+
 def _outside(target: str, declared: frozenset[str]) -> str:
     """``target`` if a store to it leaves the function (a member, a global,
     what a parameter refers to), else ""."""

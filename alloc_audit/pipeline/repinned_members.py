@@ -47,10 +47,12 @@ def repinned_members(sites: Sequence[Site], index: ProjectIndex, globs: CallerGl
                 or _SET_UP.match(func.name):
             return None
         line = site.stmt_line or site.span.line
-        if any(b.test and has_word(b.test, member) for b in func.blocks if b.span.contains_line(line)):
-            return None  # re-made only when the member is missing or too small
+        # re-made only when the member (or a local read from it: `pinned = self.x`) is missing or too small
+        names = [member] + [a.targets[0] for a in func.assigns if len(a.targets) == 1 and a.value.strip() == member]
+        if any(b.test and any(has_word(b.test, n) for n in names) for b in func.blocks if b.span.contains_line(line)):
+            return None
         if func.id not in memo:
-            memo[func.id] = _step(func, index, per_step)
+            memo[func.id] = step_reason(func, index, per_step)
         step = memo[func.id]
         if not step:
             return None
@@ -60,7 +62,7 @@ def repinned_members(sites: Sequence[Site], index: ProjectIndex, globs: CallerGl
     return retier(sites, eligible, decide)
 
 
-def _step(func: Func, index: ProjectIndex, per_step: object) -> str:
+def step_reason(func: Func, index: ProjectIndex, per_step: object) -> str:
     """How ``func`` runs once per step, or "": its name, or a caller (by
     name, resolving to it or to nothing known) within ``_UP`` calls up that
     calls the chain in a loop or is per step."""

@@ -118,6 +118,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .run_accumulators import run_accumulators
     from .run_once import run_once
     from .self_moves import self_moves
+    from .setup_members import setup_members
     from .stateless_modules import drop_stateless_moves
     from .weight_fills import weight_fills
     from .weight_inits import weight_init_temporaries
@@ -168,6 +169,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = adopted_weights(module_build_temps(returned_once(sites, index, catalog.callers), index), index)
     sites = repinned_members(native_pinned(kept_slots(sites, index, catalog.callers), index), index, catalog.callers)
+    sites = setup_members(sites, index, catalog.callers)
     sites = dropped_probes(weight_members(buffer_classes(kept_pinned(sites, index)), index), index)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
