@@ -74,7 +74,7 @@ def step_reason(func: Func, index: ProjectIndex, per_step: object) -> str:
     for _ in range(_UP):
         ups: list[Func] = []
         for callee in frontier:
-            for caller, call in _callers(callee, index):
+            for caller, call in callers_by_name(callee, index):
                 if caller.scope is not None and (caller.scope.role == "constructor" or _SET_UP.match(caller.name)):
                     continue
                 if _looped(caller, call):
@@ -88,7 +88,7 @@ def step_reason(func: Func, index: ProjectIndex, per_step: object) -> str:
     return ""
 
 
-def _callers(func: Func, index: ProjectIndex) -> list[tuple[Func, Call]]:
+def callers_by_name(func: Func, index: ProjectIndex) -> list[tuple[Func, Call]]:
     """The calls by ``func``'s name that resolve to it, or to no project function."""
     out = []
     for caller, i in index.calls_named(func.name):
