@@ -124,6 +124,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .weight_inits import weight_init_temporaries
     from .weight_members import weight_members
     from .weight_state import weight_state
+    from .worker_buffers import worker_buffers
     from .workers import Outcomes, job_count
 
     outcomes = Outcomes(catalog, cache, files, discovery.errors, job_count(options.jobs, config.jobs),
@@ -169,7 +170,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = adopted_weights(module_build_temps(returned_once(sites, index, catalog.callers), index), index)
     sites = repinned_members(native_pinned(kept_slots(sites, index, catalog.callers), index), index, catalog.callers)
-    sites = setup_members(sites, index, catalog.callers)
+    sites = worker_buffers(setup_members(sites, index, catalog.callers), index)
     sites = dropped_probes(weight_members(buffer_classes(kept_pinned(sites, index)), index), index)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
