@@ -112,6 +112,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .per_test_holders import per_test_holders
     from .registered_members import registered_members
     from .repinned_members import repinned_members
+    from .reset_per_step import reset_per_step
     from .returned_once import returned_once
     from .returned_scratch import returned_scratch
     from .roles import with_roles
@@ -172,6 +173,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = repinned_members(native_pinned(kept_slots(sites, index, catalog.callers), index), index, catalog.callers)
     sites = worker_buffers(setup_members(sites, index, catalog.callers), index)
     sites = dropped_probes(weight_members(buffer_classes(kept_pinned(sites, index)), index), index)
+    sites = reset_per_step(sites, index, catalog.callers)
     sites = with_roles(sites, config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
