@@ -28,10 +28,20 @@ _KEPT = "persistent pinned host buffer kept in self."  # lifetimes' reason for a
 _MEMBER = re.compile(r"self\.[A-Za-z_]\w*")
 _SET_UP = re.compile(r"_*(?:init|setup|set_up|__init__)")
 _UP = 2
+_FLAG = re.compile(r"(?:not\s+)?[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?")
+
+
+def flag_test(test: str) -> bool:
+    """A bare flag (``actual_run``, ``not self.enabled``), not a comparison."""
+    return _FLAG.fullmatch(test.strip()) is not None
 
 
 def repinned_members(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
-    per_step = matcher(globs.per_step) if globs.per_step else (lambda name: False)
+    step = matcher(globs.per_step) if globs.per_step else (lambda name: False)
+    load = matcher(globs.load) if globs.load else (lambda name: False)
+
+    def per_step(name: str) -> bool | None:
+        return None if load(name) else step(name)
     memo: dict[str, str] = {}
 
     def eligible(site: Site) -> bool:
@@ -47,9 +57,11 @@ def repinned_members(sites: Sequence[Site], index: ProjectIndex, globs: CallerGl
                 or _SET_UP.match(func.name):
             return None
         line = site.stmt_line or site.span.line
-        # re-made only when the member (or a local read from it: `pinned = self.x`) is missing or too small
+        # re-made only when the member (or a local read from it: `pinned = self.x`) is missing or too small,
+        # or under any test but a bare flag (`if actual_run:`): grown on demand (`if n > self.capacity:`)
         names = [member] + [a.targets[0] for a in func.assigns if len(a.targets) == 1 and a.value.strip() == member]
-        if any(b.test and any(has_word(b.test, n) for n in names) for b in func.blocks if b.span.contains_line(line)):
+        if any(b.test and (any(has_word(b.test, n) for n in names) or not flag_test(b.test))
+               for b in func.blocks if b.span.contains_line(line)):
             return None
         if func.id not in memo:
             memo[func.id] = step_reason(func, index, per_step)
@@ -65,9 +77,13 @@ def repinned_members(sites: Sequence[Site], index: ProjectIndex, globs: CallerGl
 def step_reason(func: Func, index: ProjectIndex, per_step: object) -> str:
     """How ``func`` runs once per step, or "": its name, or a caller (by
     name, resolving to it or to nothing known) within ``_UP`` calls up that
-    calls the chain in a loop or is per step."""
+    calls the chain in a loop or is per step. ``per_step`` answers None for a
+    load path: the walk stops there (a loader's loop over modules)."""
     assert callable(per_step)
-    if per_step(func.name):
+    own = per_step(func.name)
+    if own is None:
+        return ""
+    if own:
         return f"{func.name} is per step"
     frontier = [func]
     seen = {func.id}
@@ -77,9 +93,12 @@ def step_reason(func: Func, index: ProjectIndex, per_step: object) -> str:
             for caller, call in callers_by_name(callee, index):
                 if caller.scope is not None and (caller.scope.role == "constructor" or _SET_UP.match(caller.name)):
                     continue
+                step = per_step(caller.name)
+                if step is None or _conditional(caller, call):
+                    continue
                 if _looped(caller, call):
                     return f"{caller.qualname} calls {call.callee} in a loop"
-                if per_step(caller.name):
+                if step:
                     return f"{caller.qualname} is per step"
                 if caller.id not in seen:
                     seen.add(caller.id)
@@ -88,15 +107,24 @@ def step_reason(func: Func, index: ProjectIndex, per_step: object) -> str:
     return ""
 
 
+def _conditional(caller: Func, call: Call) -> bool:
+    """The call runs only under a test that is not a bare flag (a re-init
+    when a size grows: ``if n > self.max_n: self._reinitialize(n)``)."""
+    return any(b.test and not flag_test(b.test) for b in caller.blocks
+               if b.kind in ("if", "elif") and b.span.contains_line(call.span.line))
+
+
 def callers_by_name(func: Func, index: ProjectIndex) -> list[tuple[Func, Call]]:
-    """The calls by ``func``'s name that resolve to it, or to no project function."""
+    """The calls by ``func``'s name that resolve to it, or to no project
+    function and are no allocation site themselves (``x.pin_memory()`` on a
+    tensor is not a call of a project method named ``pin_memory``)."""
     out = []
     for caller, i in index.calls_named(func.name):
         call = caller.table[i] if caller.table is not None else None
         if call is None:
             continue
         targets = index.resolve(caller, call)
-        if not targets or func in targets:
+        if func in targets or (not targets and not any(s.span == call.span for s in caller.sites)):
             out.append((caller, call))
     return out
 

@@ -51,7 +51,10 @@ def reset_per_step(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlob
         if func is None or func.owner is None:
             return None
         member = member_of(site, func)
-        if member is None:
+        line = site.stmt_line or site.span.line
+        # rebuilt when the member is missing (`if self.x is None:`), not moved while present (`is not None`)
+        if member is None or not any(b.test and _missing(b.test, member) for b in func.blocks
+                                     if b.span.contains_line(line)):
             return None
         prefix = func.owner.qualname + "."
         for method in index.functions_in(site.path):
@@ -79,3 +82,7 @@ def _resets(method: Func, member: str) -> bool:
                != member for b in around):
             return True
     return False
+
+
+def _missing(test: str, member: str) -> bool:
+    return f"{member} is None" in test or f"not {member}" in test.replace("not hasattr", "")
