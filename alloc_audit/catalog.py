@@ -122,6 +122,8 @@ class Catalog:
     tiers: tuple[TierPattern, ...]
     digest: str
     callers: CallerGlobs = CallerGlobs()
+    # torch module classes that hold no tensor unless one is passed in (rules/tiers.toml [modules])
+    stateless_modules: frozenset[str] = frozenset()
 
     @cached_property
     def prefilter(self) -> Prefilter:
@@ -176,6 +178,7 @@ def load_catalog(config: Config) -> Catalog:
         tiers=tiers,
         digest=digest,
         callers=callers,
+        stateless_modules=frozenset(_str_tuple("rules/tiers.toml", shipped_tiers.get("modules", {}), "stateless")),
     )
 
 

@@ -14,7 +14,13 @@ the model's weights, kept until the model is unloaded: T1 (DESIGN.md,
 "Lifetime tiers"), whatever the code's role (a test materialising its
 model holds weights as long as any loader). ``Module.apply(fn)`` passes
 sub-modules, not tensors; ``load_state_dict`` without ``assign=True``
-copies into the module's own tensors: neither is taken. Pure.
+copies into the module's own tensors: neither is taken as the weights.
+
+A local state a function builds and hands to a module's loader that copies
+it (``load_state_dict(sd)`` without ``assign``, ``set_peft_model_state_dict
+(model, sd)``), then drops, is a load-time temporary: T1 by the load-time
+convention (round 19). One kept (returned, stored) is not, nor one in test
+code (a state made for one check). Pure.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import re
 from collections.abc import Sequence
 
 from ..arglists import split_args
+from ..globs import test_path
 from ..model import Call, Site, Tier
 from .index import Func, ProjectIndex
 from .retier import Decision, python_device_site, retier
@@ -30,6 +37,7 @@ from .retier import Decision, python_device_site, retier
 _LAMBDA = "<lambda>"
 _ASSIGN = re.compile(r"\bassign\s*=\s*True\b")
 _NAME = re.compile(r"[A-Za-z_]\w*")
+_LOADER = re.compile(r"(?:^|\.)(?:_?load_state_dict|load_\w*state_dict|set_\w*state_dict)$")
 
 
 def adopted_weights(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
@@ -37,7 +45,7 @@ def adopted_weights(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
         return python_device_site(site, Tier.T2, Tier.T3, Tier.T4)
 
     def decide(site: Site) -> Decision | None:
-        return _applied(site, index) or _assigned(site, index)
+        return _applied(site, index) or _assigned(site, index) or _loaded(site, index)
 
     return retier(sites, eligible, decide)
 
@@ -95,3 +103,24 @@ def _takes(call: Call, name: str, site: Site, func: Func) -> bool:
     args = split_args(call.arglist)
     state = next((a.text for a in args if a.keyword in (None, "state_dict")), "")
     return name in _NAME.findall(state)
+
+
+def _loaded(site: Site, index: ProjectIndex) -> Decision | None:
+    """The site's local, dropped (kept nowhere), is handed later in the
+    function to a loader that copies it into a module's weights."""
+    name = site.target
+    if test_path(site.path):
+        return None  # a test's state for one check (the judges: its own tier), not a load path
+    handed = site.kept.startswith("handed:") and _LOADER.search(site.kept[len("handed:"):]) is not None
+    if name is None or not _NAME.fullmatch(name) or (site.kept != "local" and not handed):
+        return None
+    func = index.func(site.path, site.scope)
+    if func is None or not any(_LOADER.search(c) for c in func.callees):
+        return None
+    call = next((c for c in func.calls if _LOADER.search(c.callee) and c.span.line > site.span.line
+                 and not _ASSIGN.search(c.arglist)
+                 and any(a.text.strip() == name for a in split_args(c.arglist))), None)
+    if call is None:
+        return None
+    return Tier.T1, (f"load-time temporary: {name} is copied into a module's weights by {call.callee} (line "
+                     f"{call.span.line}) and dropped; was: {site.tier_reason}")

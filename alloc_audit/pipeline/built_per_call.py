@@ -50,7 +50,7 @@ def built_per_call(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlob
         key = func.owner.key
         if key not in memo:
             ctors = index.constructors(func.owner)
-            memo[key] = "" if class_factories(index, ctors, factories) else _per_call_builders(ctors, index, per_step)
+            memo[key] = "" if class_factories(index, ctors, factories) else per_call_builders(ctors, index, per_step)
         found = memo[key]
         if not found:
             return None
@@ -60,7 +60,7 @@ def built_per_call(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlob
     return retier(sites, eligible, decide)
 
 
-def _per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object) -> str:
+def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object) -> str:
     """The functions that build the class, each per step or reached from a
     per-step function, named with the per-step function; "" when any is not."""
     if not ctors:

@@ -6,10 +6,14 @@ to the CPU are not sites (issue 11, rounds 10 and 16).
 memory: no device allocation. The name is either a local of the function
 itself, every binding of which in the function is that literal, or a
 parameter of a test the function's own ``pytest.mark.parametrize`` decorator
-gives only CPU values (``@parametrize("device", [torch.device("cpu")])``)
-and the body never rebinds. Anything else keeps the site: a binding to
+gives only CPU values (``@parametrize("device", [torch.device("cpu")])``,
+or that position of every tuple of a several-name one, round 19) and the
+body never rebinds. Anything else keeps the site: a binding to
 anything else, a parametrize list with any other value (or ``indirect``),
-a parameter with only a CPU default (callers may pass a GPU). Pure.
+a parameter with only a CPU default (callers may pass a GPU). A parameter
+of a nested function that every call in its enclosing function binds to
+the CPU, the function never handed on as a value, is the CPU too (round
+19: ``move_tensor(param, "cpu")``). Pure.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from collections.abc import Sequence
 from ..arglists import split_args
 from ..model import Call, Language, Site
 from .index import Func, ProjectIndex
+from .index.values import bind_edge, off_device
 
 _MOVES = frozenset({"Tensor.to", "Module.to"})
+_CUT = 390  # the extractor keeps the first 400 bytes of an argument list
 _CPU = re.compile(r"""(?:torch\.device\(\s*)?["']cpu["']\s*\)?""")
 
 
@@ -57,7 +63,37 @@ class _HostDevices:
             return False
         if name not in func.scope.params:
             return _only_cpu(func, name)
-        return not _bound(func, name) and self._parametrized_cpu(func, name)
+        return not _bound(func, name) and (self._parametrized_cpu(func, name) or self._callers_cpu(func, name))
+
+    def _callers_cpu(self, func: Func, name: str) -> bool:
+        """``func`` is a function nested in another, every call of which
+        binds parameter ``name`` to the CPU (`move_tensor(p, "cpu")`), and
+        that its enclosing function never hands on as a value (a callback's
+        calls are not seen; nor is a name that may be imported elsewhere,
+        so module-level functions are left out)."""
+        if "." not in func.qualname or func.owner is not None or func.scope is None \
+                or func.scope.role != "function":
+            return False
+        index = self.index
+        outer = index.func(func.path, func.qualname.rsplit(".", 1)[0])
+        if outer is None or outer.scope is None or outer.scope.role not in ("function", "method"):
+            return False
+        mention = re.compile(rf"\b{re.escape(func.name)}\b(?!\s*\()")
+        inner = [f for f in index.functions_in(func.path) if f.qualname.startswith(outer.qualname + ".")]
+        for f in (outer, *inner):
+            if any(mention.search(c.arglist) or len(c.arglist) >= _CUT for c in f.calls) \
+                    or any(mention.search(a.value) for a in f.assigns):
+                return False  # handed on (`map(move_tensor, ...)`), or an argument list cut short
+        found = False
+        for caller in (outer, *inner):
+            for call in caller.calls:
+                if call.callee != func.name:
+                    continue
+                env = bind_edge(caller, call, func, {}, index.visible_constants(caller.path))
+                if not off_device(env.get(name)):
+                    return False
+                found = True
+        return found
 
     def _parametrized_cpu(self, func: Func, name: str) -> bool:
         """``func``'s own ``parametrize`` decorators give ``name`` only CPU values."""
@@ -101,10 +137,15 @@ def _cpu_only(arglist: str, name: str) -> bool | None:
     if name not in names:
         return None
     values = call.args[1]
-    if len(names) != 1 or not isinstance(values, (ast.List, ast.Tuple)) or not values.elts \
+    if not isinstance(values, (ast.List, ast.Tuple)) or not values.elts \
             or any(k.arg == "indirect" for k in call.keywords):
         return False
-    return all(_CPU.fullmatch(ast.unparse(v)) is not None for v in values.elts)
+    if len(names) == 1:
+        return all(_CPU.fullmatch(ast.unparse(v)) is not None for v in values.elts)
+    # `parametrize("offload,device", [(False, "cpu"), (True, "cpu")])`: that position of every tuple
+    at = names.index(name)
+    return all(isinstance(v, (ast.Tuple, ast.List)) and len(v.elts) == len(names)
+               and _CPU.fullmatch(ast.unparse(v.elts[at])) is not None for v in values.elts)
 
 
 def _bound(func: Func, name: str) -> bool:

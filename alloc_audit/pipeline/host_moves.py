@@ -10,7 +10,9 @@ bound to either, imported or not: ``move_to(m, device=CPU)``) or leaves it
 never runs: ``build_buffers(n)`` without ``device``; an unguarded
 ``x.to(None)`` leaves ``x`` where it is, which a default-device context may
 have made the GPU, so it keeps its site). Such a derived site
-is dropped. The values come from the index (``values.bind_edge``): only what the
+is dropped. So is a move to ``self.device`` in the constructor (or a
+method it calls on ``self``) that stored the parameter there (round 19).
+The values come from the index (``values.bind_edge``): only what the
 calls state is known, so a chain with an unknown link keeps its site.
 """
 
@@ -22,8 +24,11 @@ from collections.abc import Sequence
 from ..arglists import split_args
 from ..model import Call, Language, Site, Tier
 from .index import Func, ProjectIndex, Reach
-from .index.values import NONE, Env, bind_edge, off_device
+from .index.values import NONE, Env, Value, bind_edge, off_device
+from .off_device import attr_value
 
+_SELF_ATTR = re.compile(r"self\.([A-Za-z_]\w*)")
+_ATTR_DEPTH = 4
 _MOVES = frozenset({"Tensor.to", "Module.to"})
 _DEPTH = 3
 
@@ -67,7 +72,7 @@ def _on_host(reach: Reach, start: Func, env: Env, index: ProjectIndex) -> str:
     site = reach.site
     if site.api not in _MOVES:
         return ""
-    funcs = [start]
+    funcs, start_env = [start], env
     for i, hop in enumerate(reach.hops):
         caller = funcs[-1]
         nxt = reach.hops[i + 1] if i + 1 < len(reach.hops) else None
@@ -87,6 +92,8 @@ def _on_host(reach: Reach, start: Func, env: Env, index: ProjectIndex) -> str:
     name = device.strip()
     value = env.get(name)
     if value is None:
+        value = _own_attr(name, start, start_env, reach, index)
+    if value is None:
         return ""
     if value.kind == NONE:
         # only a branch the call never takes; `x.to(None)` leaves x where it is,
@@ -99,6 +106,18 @@ def _on_host(reach: Reach, start: Func, env: Env, index: ProjectIndex) -> str:
     if off_device(value):
         return f"{site.api} at {site.path}:{site.span.line} moves to the {value.literal}: {value.why}"
     return ""
+
+
+def _own_attr(name: str, start: Func, env: Env, reach: Reach, index: ProjectIndex) -> Value | None:
+    """``self.device`` of the object being built, when the move runs in its
+    constructor or a method the constructor calls on ``self``: what the
+    constructor stored there from its parameter (round 19: `ULDLoss(cfg)`
+    leaves ``device=None``, stored in ``self.device``)."""
+    m = _SELF_ATTR.fullmatch(name)
+    if m is None or start.scope is None or start.scope.role != "constructor" \
+            or not all(hop.call.callee.startswith("self.") for hop in reach.hops):
+        return None
+    return attr_value(start, env, m.group(1), index, _ATTR_DEPTH)
 
 
 def edge_stays_on_host(site: Site, caller: Func, call: Call, func: Func, index: ProjectIndex) -> str:

@@ -15,18 +15,26 @@ A direct ``x.pin_memory()`` (T5a, a tensor's staging copy by its name) that
 resolves to a project method named ``pin_memory`` (``ema.pin_memory()`` of
 ``ema = Ema(...)``, also from a nested function through its enclosing
 one's local) is that method's call: the method's persistent pinned memory
-(T5b, kept on its object) is what it allocates. Pure.
+(T5b, kept on its object) is what it allocates.
+
+A pinned copy stored back into a tensor's storage (``p.data =
+p.data.pin_memory()`` over a module's parameters; not ``self.data``, an
+object's own member, nor a ``.grad``) re-points the parameter at pinned
+memory: the parameter keeps it, T5b (round 19). Pure.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 
 from ..model import Language, Site, SiteKind, Tier
 from .buffer_classes import buffer_class_sites
 from .derive import keeps_pinned
 from .index import Func, ProjectIndex
+
+_STORAGE = re.compile(r"(?!self\.|cls\.)[A-Za-z_]\w*(?:\.(?!grad\b)[A-Za-z_]\w*)*\.data")
 
 
 def kept_pinned(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
@@ -39,7 +47,11 @@ def kept_pinned(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     for site in sites:
         if site.via is None and site.tier is Tier.T5A and site.api == "Tensor.pin_memory":
             method = _pinning_method(site, index, kept_by)
-            if method:
+            if not method and site.target is not None and _STORAGE.fullmatch(site.target.strip()):
+                site = dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
+                    f"kept pinned: stored into {site.target.strip()}, the tensor's own storage re-pointed at the "
+                    f"pinned copy (T5b); was: {site.tier_reason}"))
+            elif method:
                 site = dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
                     f"calls {method}, which keeps the pinned host memory on its object (T5b); was: {site.tier_reason}"))
         via = site.via

@@ -17,7 +17,10 @@ assigned once in its class (the store), so a method that runs later reads
 the call's value. When every allocation that counts is so, the call
 allocates nothing on the device: the derived site is dropped. Anything
 unknown (a device variable, a `.device` of a tensor, an attribute stored
-twice) keeps it. Pure.
+twice) keeps it. A list or tuple of only such literals (round 19:
+``Pipe(model, devices=["cpu", "cpu"])``) counts for a parameter the callee
+takes its devices from, read back as ``devices[j]`` or a local bound only
+to one. Pure.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from ..arglists import split_args
 from ..model import Call, Language, Site, Tier
 from .cpu_locals import only_off_device
 from .index import Func, ProjectIndex, Reach
-from .index.values import LITERAL, Env, Value, bind_edge, off_device
+from .index.values import LITERAL, Env, Value, bind_edge, off_device, off_devices
 
 _DEPTH = 3  # as the derived sites' own search
 _MOVES = frozenset({"Tensor.to", "Tensor.cuda", "Module.to", "Module.cuda"})
@@ -56,7 +59,7 @@ def _off_device(site: Site, index: ProjectIndex) -> bool:
     for start in starts:
         env = bind_edge(caller, call, start, known, index.visible_constants(caller.path))
         devices = [p for p in (start.scope.params if start.scope is not None else ()) if "device" in p]
-        if not any(off_device(v) for v in env.values()) or not all(off_device(env.get(p)) for p in devices):
+        if not any(_off(v) for v in env.values()) or not all(_off(env.get(p)) for p in devices):
             return False  # nothing off the GPU, or another device it takes may be the GPU (`dense_device=dev`)
         for reached in index.reach(start, _DEPTH):
             candidate = reached.site
@@ -70,7 +73,9 @@ def _off_device(site: Site, index: ProjectIndex) -> bool:
 
 def _off_device_locals(caller: Func, call: Call) -> dict[str, Value]:
     """The call's plain-name arguments that are locals of the caller bound only
-    to the CPU or meta device (`device = torch.device("cpu")`)."""
+    to the CPU or meta device (`device = torch.device("cpu")`), and its
+    `x.device` arguments of a local tensor the caller makes on the host
+    (`x = torch.rand(2, 3)`: no device, no move)."""
     out: dict[str, Value] = {}
     params = caller.scope.params if caller.scope is not None else ()
     for arg in split_args(call.arglist):
@@ -79,7 +84,25 @@ def _off_device_locals(caller: Func, call: Call) -> dict[str, Value]:
             literal = only_off_device(caller, name)
             if literal:
                 out[name] = Value(LITERAL, literal, f"{caller.path}: {name} is only ever {literal}")
+        elif name.endswith(".device") and name[:-7].isidentifier() and name[:-7] not in params \
+                and _host_tensor(caller, name[:-7]):
+            out[name] = Value(LITERAL, "cpu", f"{caller.path}: {name[:-7]} is a host tensor made without a device")
     return out
+
+
+_HOST_FACTORY = re.compile(r"torch\.(?:rand|randn|randint|randperm|zeros|ones|empty|full|arange|linspace|eye|tensor)")
+
+
+def _host_tensor(func: Func, name: str) -> bool:
+    """Every binding of local ``name`` is a torch factory call given no
+    device, not made on the device by a default-device context (no site)."""
+    calls = [c for c in func.calls if (c.target or "").strip() == name]
+    assigns = [a for a in func.assigns if name in a.targets]
+    if not calls or any(s.target == name for s in func.sites) or any(
+            _HOST_FACTORY.fullmatch(c.callee) is None or "device" in c.arglist for c in calls):
+        return False
+    return all(a.op == "=" and len(a.targets) == 1 and _HOST_FACTORY.match(a.value.strip()) is not None
+               and ")." not in a.value for a in assigns)
 
 
 def _placed_off(reached: Reach, start: Func, env: Env, index: ProjectIndex) -> bool:
@@ -103,9 +126,32 @@ def _placed_off(reached: Reach, start: Func, env: Env, index: ProjectIndex) -> b
         return False
     if text in env:
         return off_device(env[text])
+    if _item_of_off(func, text, env):
+        return True
     m = _SELF_ATTR.fullmatch(text)
-    return m is not None and obj is not None and off_device(_attr_value(obj[0], obj[1], m.group(1), index,
+    return m is not None and obj is not None and off_device(attr_value(obj[0], obj[1], m.group(1), index,
                                                                         _ATTR_DEPTH))
+
+
+def _off(value: Value | None) -> bool:
+    return off_device(value) or off_devices(value)
+
+
+_ITEM = re.compile(r"([A-Za-z_]\w*)\[[^\[\]]*\]")
+
+
+def _item_of_off(func: Func, text: str, env: Env) -> bool:
+    """``devices[j]``, or a local every binding of which is one, where
+    ``devices`` holds only CPU/meta devices (`Pipe(..., devices=["cpu"])`)."""
+    m = _ITEM.fullmatch(text)
+    if m is not None:
+        return off_devices(env.get(m.group(1)))
+    if not text.isidentifier() or (func.scope is not None and text in func.scope.params) \
+            or any((c.target or "").strip() == text for c in func.calls):
+        return False
+    assigns = [a for a in func.assigns if text in a.targets]
+    return bool(assigns) and all(a.op == "=" and len(a.targets) == 1 and _item_of_off(func, a.value.strip(), env)
+                                 for a in assigns)
 
 
 def _constructor(func: Func) -> bool:
@@ -126,7 +172,7 @@ def _device_text(func: Func, site: Site) -> str:
     return ""
 
 
-def _attr_value(ctor: Func, env: Env, attr: str, index: ProjectIndex, depth: int) -> Value | None:
+def attr_value(ctor: Func, env: Env, attr: str, index: ProjectIndex, depth: int) -> Value | None:
     """What ``self.attr`` holds once ``ctor`` ran under ``env``: a store of a
     parameter in it (the only store in its class), a property returning
     another attribute, or a base constructor it calls that stores it."""
@@ -142,12 +188,12 @@ def _attr_value(ctor: Func, env: Env, attr: str, index: ProjectIndex, depth: int
     if len(prop) == 1 and len(prop[0].returns) == 1:
         m = _SELF_ATTR.fullmatch(prop[0].returns[0].value.strip())
         if m is not None and m.group(1) != attr:
-            return _attr_value(ctor, env, m.group(1), index, depth - 1)
+            return attr_value(ctor, env, m.group(1), index, depth - 1)
     for call in ctor.calls:
         if call.callee.startswith("super") and call.callee.endswith("__init__"):
             for base in index.resolve(ctor, call):
                 if _constructor(base):
-                    return _attr_value(base, bind_edge(ctor, call, base, env, index.visible_constants(ctor.path)),
+                    return attr_value(base, bind_edge(ctor, call, base, env, index.visible_constants(ctor.path)),
                                        attr, index, depth - 1)
     return None
 

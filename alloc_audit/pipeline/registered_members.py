@@ -23,7 +23,9 @@ become a parameter's storage.
 A per-call buffer (T4) becomes module state too when the function hands it
 to an object it builds, of a class that registers the member as a buffer
 (``layer = cls(...)`` ... ``qzeros = torch.ones(...) * v`` ...
-``layer.qzeros = qzeros``, ``return layer``), or a copy made of it by a chain
+``layer.qzeros = qzeros``, ``return layer``; round 19: stored right there,
+``qmodule.input_scale = torch.ones_like(...)`` of ``qmodule =
+cls.qcreate(...)``, a classmethod factory of the class), or a copy made of it by a chain
 of its methods (``layer.qzeros = qzeros.transpose(1, 0).contiguous()``: the
 buffer was filled to make the state, a load-time temporary). Otherwise a per-step store
 (T4) stays: re-creating a buffer on every step churns it.
@@ -123,19 +125,24 @@ def _member_of_built(site: Site, func: Func, index: ProjectIndex) -> str:
     line = site.stmt_line or site.span.line
     local = (site.target or "").strip() or next(
         (a.targets[0] for a in func.assigns if a.line == line and len(a.targets) == 1), "")
-    if not local.isidentifier():
+    direct = _ATTR.fullmatch(local)
+    if direct is not None and direct.group(1) != "self":
+        # stored right there: `qmodule.input_scale = torch.ones_like(...)`
+        stores = [(line, local, local)]
+    elif not local.isidentifier():
         return ""
-    stores = [(a.line, a.targets[0], a.value.strip()) for a in func.assigns
-              if a.line > line and len(a.targets) == 1 and _value_of(a.value.strip(), local)]
-    stores += [(c.span.line, c.target.strip(), f"{c.callee}({c.arglist})") for c in func.calls
-               if c.span.line > line and c.target and _value_of(f"{c.callee}({c.arglist})", local)]
+    else:
+        stores = [(a.line, a.targets[0], a.value.strip()) for a in func.assigns
+                  if a.line > line and len(a.targets) == 1 and _value_of(a.value.strip(), local)]
+        stores += [(c.span.line, c.target.strip(), f"{c.callee}({c.arglist})") for c in func.calls
+                   if c.span.line > line and c.target and _value_of(f"{c.callee}({c.arglist})", local)]
     for at, target, value in stores:  # `layer.x = x.t().contiguous()`: a call's target
         m = _ATTR.fullmatch(target)
         if m is None:
             continue
         obj, name = m.groups()
         maker = next((c.callee for c in func.calls if (c.target or "").strip() == obj and c.span.line < at), "")
-        if maker == "cls" and func.owner is not None:
+        if (maker == "cls" or maker.startswith("cls.")) and func.owner is not None:  # `cls.qcreate(...)` too
             owners = [func.owner]
         elif maker[:1].isupper() or "." in maker:
             owners = index.classes_named(maker.rsplit(".", 1)[-1]) if maker.rsplit(".", 1)[-1][:1].isupper() else []

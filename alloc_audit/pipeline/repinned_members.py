@@ -7,7 +7,9 @@ the object holds it. When the method that stores it does so on every call
 work (a constructor, an ``init*``/``setup*`` method) and runs once per step
 (a per-step name, or called inside a loop body by a function within two
 calls up: ``while queue: scheduler.bench_text_gen(...)``, or by a method
-that is: ``batch.to_pinned()`` there), each step pins a fresh tensor and
+that is: ``batch.to_pinned()`` there; the method's own per-step name does
+not count: a ``forward`` storing ``self.host`` keeps it, the
+project-caller-lifetimes convention), each step pins a fresh tensor and
 rebinds the member; the previous one is dropped, never reused. That is
 staging re-made per step (T5a). Pure.
 """
@@ -64,7 +66,7 @@ def repinned_members(sites: Sequence[Site], index: ProjectIndex, globs: CallerGl
                for b in func.blocks if b.span.contains_line(line)):
             return None
         if func.id not in memo:
-            memo[func.id] = step_reason(func, index, per_step)
+            memo[func.id] = step_reason(func, index, per_step, own=False)
         step = memo[func.id]
         if not step:
             return None
@@ -74,16 +76,17 @@ def repinned_members(sites: Sequence[Site], index: ProjectIndex, globs: CallerGl
     return retier(sites, eligible, decide)
 
 
-def step_reason(func: Func, index: ProjectIndex, per_step: object) -> str:
+def step_reason(func: Func, index: ProjectIndex, per_step: object, own: bool = True) -> str:
     """How ``func`` runs once per step, or "": its name, or a caller (by
     name, resolving to it or to nothing known) within ``_UP`` calls up that
     calls the chain in a loop or is per step. ``per_step`` answers None for a
-    load path: the walk stops there (a loader's loop over modules)."""
+    load path: the walk stops there (a loader's loop over modules). With
+    ``own`` false, ``func``'s own per-step name does not count."""
     assert callable(per_step)
-    own = per_step(func.name)
-    if own is None:
+    own_step = per_step(func.name)
+    if own_step is None:
         return ""
-    if own:
+    if own_step and own:
         return f"{func.name} is per step"
     frontier = [func]
     seen = {func.id}

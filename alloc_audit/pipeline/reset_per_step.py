@@ -77,7 +77,7 @@ def _resets(method: Func, member: str) -> bool:
     for a in method.assigns:
         if a.op != "=" or a.targets != (member,) or a.value.strip() != "None":
             continue
-        around = [b for b in method.blocks if b.span.contains_line(a.line) and b.span.line != a.line]
+        around = [b for b in method.blocks if b.span.contains_line(a.line)]
         if all(b.kind == "if" and _FLAG.fullmatch(b.test.strip()) and b.test.strip().removeprefix("not ").strip()
                != member for b in around):
             return True

@@ -88,7 +88,9 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .default_device import promote_default_sites
     from .derive import derive_sites
     from .dropped_probes import dropped_probes
+    from .empty_moves import drop_empty_moves
     from .expand import expand_skipped
+    from .expected_raises import drop_expected_raises
     from .fixture_scoped import fixture_scoped
     from .helper_built import helper_built
     from .hook_closures import hook_closures
@@ -112,6 +114,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .per_test_holders import per_test_holders
     from .registered_members import registered_members
     from .repinned_members import repinned_members
+    from .reset_members import reset_members
     from .reset_per_step import reset_per_step
     from .returned_once import returned_once
     from .returned_scratch import returned_scratch
@@ -155,7 +158,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     errors = outcomes.errors + [FileError(path, e) for path, f in facts.items() for e in f.errors]
     direct = host_reads(hook_closures([s for f in facts.values() for s in f.sites], index), index)
     sites = drop_stateless_moves(module_moves(direct, index, facts, catalog.tiers, outcomes.skipped_mentioning),
-                                 index)
+                                 index, catalog.stateless_modules)
+    sites = drop_empty_moves(sites, index)
     sites = tiers_from_callers(drop_host_returns(drop_cpu_locals(sites, index), index), index, catalog.callers)
     sites = built_per_call(sites, index, catalog.callers)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
@@ -173,8 +177,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = repinned_members(native_pinned(kept_slots(sites, index, catalog.callers), index), index, catalog.callers)
     sites = worker_buffers(setup_members(sites, index, catalog.callers), index)
     sites = dropped_probes(weight_members(buffer_classes(kept_pinned(sites, index)), index), index)
-    sites = reset_per_step(sites, index, catalog.callers)
-    sites = with_roles(sites, config.roles)
+    sites = reset_per_step(reset_members(sites, index, catalog.callers), index, catalog.callers)
+    sites = with_roles(drop_expected_raises(sites, index), config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
     findings = _findings(rules.result(), facts, sites, config, options) if rules is not None else ()

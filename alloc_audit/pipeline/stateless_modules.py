@@ -10,7 +10,10 @@ argument the construction passes is a literal, ``None``, an enum-like
 ``Name.member``, a name of project functions or an imported name (nothing the object
 could keep that holds memory). Moving such a module allocates nothing.
 A class with a project base, a method that stores a call's value, or an
-argument that is any other name stays a weight upload. Pure.
+argument that is any other name stays a weight upload. A torch class the
+shipped list names (rules/tiers.toml [modules] stateless: losses,
+activations, pooling; `nn.L1Loss().to(device)`), built with such arguments,
+moves nothing too (round 19). Pure.
 """
 
 from __future__ import annotations
@@ -29,24 +32,36 @@ _LITERAL = re.compile(r"None|True|False|-?[\d.]+(?:e-?\d+)?|[rbf]?[\"'][^\"']*[\
 _REGISTERS = re.compile(r"(?:^|\.)(?:register_\w+|add_module|Parameter|setattr)$")
 
 
-def drop_stateless_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
+def drop_stateless_moves(sites: Sequence[Site], index: ProjectIndex,
+                         stateless: frozenset[str] = frozenset()) -> list[Site]:
     memo: dict[str, bool] = {}
     return [s for s in sites if not (s.api in _MOVES and s.via is None and s.language is Language.PYTHON
-                                     and _moves_nothing(s, index, memo))]
+                                     and _moves_nothing(s, index, memo, stateless))]
 
 
-def _moves_nothing(site: Site, index: ProjectIndex, memo: dict[str, bool]) -> bool:
+def _moves_nothing(site: Site, index: ProjectIndex, memo: dict[str, bool], stateless: frozenset[str]) -> bool:
     func = index.func(site.path, site.scope)
     call = receiver_builder(func, site) if func is not None else None
     if func is None or call is None:
         return False
     cls = index.constructed_class(func, call)
     if cls is None:
-        return False
+        return _torch_stateless(call.callee, func, index, stateless) and \
+            all(_plain_argument(a.text.strip(), func, index) for a in split_args(call.arglist))
     holds = memo.get(cls.key)
     if holds is None:
         holds = memo[cls.key] = _holds_nothing(cls) and index.class_allocates(cls) is None
     return holds and all(_plain_argument(a.text.strip(), func, index) for a in split_args(call.arglist))
+
+
+def _torch_stateless(callee: str, func: Func, index: ProjectIndex, stateless: frozenset[str]) -> bool:
+    """``nn.L1Loss``, ``torch.nn.ReLU``, or ``L1Loss`` imported from ``torch.nn``: a listed torch class."""
+    head, _, name = callee.rpartition(".")
+    if name not in stateless:
+        return False
+    if not head:
+        head = (index.imported(func.path, name) or "").rpartition(".")[0]
+    return head in ("nn", "torch.nn", "torch.nn.modules.loss", "torch.nn.modules.activation")
 
 
 def _holds_nothing(cls: ClassInfo) -> bool:

@@ -178,6 +178,10 @@ class ProjectIndex:
 
     # ------------------------------------------------------------ call graph
     # ------------------------------------------------------------ values
+    def imported(self, path: str, name: str) -> str | None:
+        """The dotted target a name is imported as in ``path`` (``from torch.nn import ReLU``: ``torch.nn.ReLU``)."""
+        return self._symbols.module_imports.get(path, {}).get(name)
+
     def module_constants(self, path: str) -> Mapping[str, Value]:
         """Literal constants a Python module assigns once (``USE_SPLIT = False``)."""
         found = self._constants.get(path)

@@ -79,7 +79,12 @@ class CppResolution:
         candidates = self._symbols.cpp_functions.get(name, [])
         if len(candidates) <= 1:
             return list(candidates)
-        # several: prefer those sharing the caller's namespace, then the same file
+        # several: a definition in the caller's own file is the one it calls
+        # (a `static` helper named like another file's); then those sharing
+        # the caller's namespace
+        here = [c for c in candidates if c.path == func.path]
+        if here and len({c.qualname for c in here}) == 1:
+            return here
         quals = {c.qualname for c in candidates}
         if len(quals) == 1:
             return list(candidates)
@@ -87,9 +92,6 @@ class CppResolution:
         same_ns = [c for c in candidates if prefix and c.qualname.startswith(prefix + "::")]
         if len({c.qualname for c in same_ns}) == 1:
             return same_ns
-        same_file = [c for c in candidates if c.path == func.path]
-        if len({c.qualname for c in same_file}) == 1:
-            return same_file
         return []
 
 

@@ -56,6 +56,30 @@ def cpu_device_value(text: str, why: str) -> Value | None:
     return Value(LITERAL, m.group(2), why) if m else None
 
 
+_OFF_ITEM = r"""(?:(?:torch\.)?device\(\s*)?(['"])(cpu|meta)(?::\d+)?\GROUP\s*\)?"""
+_OFF_FIRST, _OFF_LAST = _OFF_ITEM.replace("GROUP", "1"), _OFF_ITEM.replace("GROUP", "3")
+# `[torch.device("cpu"), torch.device("cpu")]`, `[torch.device("cpu")] * 2`, `["cpu" for _ in range(2)]`
+_OFF_DISPLAY = re.compile(r"[\[(]\s*(?:" + _OFF_FIRST + r"\s*,\s*)*" + _OFF_LAST + r"\s*,?\s*[\])](?:\s*\*\s*\w+)?")
+_OFF_COMPREHENSION = re.compile(r"[\[(]\s*" + _OFF_FIRST + r"\s+for\s+\w+\s+in\s+[^\[\]()]*(?:\([^()]*\))?\s*[\])]")
+
+
+def cpu_devices_value(text: str, why: str) -> Value | None:
+    """A list or tuple of CPU/meta devices (a display, its repetition, or a
+    comprehension of one such literal): the tuple of their literals."""
+    text = text.strip()
+    if not text.startswith(("[", "(")) or ("cpu" not in text and "meta" not in text):
+        return None
+    if _OFF_DISPLAY.fullmatch(text) is None and _OFF_COMPREHENSION.fullmatch(text) is None:
+        return None
+    return Value(LITERAL, tuple(m.group(2) for m in re.finditer(r"""(['"])(cpu|meta)""", text)), why)
+
+
+def off_devices(value: Value | None) -> bool:
+    """A non-empty list or tuple of only CPU or ``meta`` device literals."""
+    return value is not None and value.kind == LITERAL and isinstance(value.literal, (list, tuple)) and \
+        bool(value.literal) and all(isinstance(d, str) and d.startswith(("cpu", "meta")) for d in value.literal)
+
+
 def off_device(value: Value | None) -> bool:
     """A literal device where nothing is allocated on the GPU: the CPU or ``meta``."""
     return value is not None and value.kind == LITERAL and isinstance(value.literal, str) and \
@@ -141,9 +165,11 @@ def literal_value(text: str, why: str) -> Value | None:
 def value_of(func: Func, text: str, env: Env, constants: Env, why: str) -> Value:
     """What an argument expression in ``func`` is known to be."""
     text = text.strip()
-    found = literal_value(text, why) or cpu_device_value(text, why)
+    found = literal_value(text, why) or cpu_device_value(text, why) or cpu_devices_value(text, why)
     if found is not None:
         return found
+    if text in env and not text.isidentifier():  # `x.device` the caller knows (off_device)
+        return Value(env[text].kind, env[text].literal, f"{why}, {env[text].why}")
     if text.isidentifier():
         if text in env:
             inner = env[text]
