@@ -30,6 +30,7 @@ _KEPT = "persistent pinned host buffer kept in self."  # lifetimes' reason for a
 _MEMBER = re.compile(r"self\.[A-Za-z_]\w*")
 _SET_UP = re.compile(r"_*(?:init|setup|set_up|__init__)")
 _UP = 2
+_NAME = re.compile(r"[A-Za-z_]\w*")
 _FLAG = re.compile(r"(?:not\s+)?[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?")
 
 
@@ -111,10 +112,12 @@ def step_reason(func: Func, index: ProjectIndex, per_step: object, own: bool = T
 
 
 def _conditional(caller: Func, call: Call) -> bool:
-    """The call runs only under a test that is not a bare flag (a re-init
-    when a size grows: ``if n > self.max_n: self._reinitialize(n)``)."""
-    return any(b.test and not flag_test(b.test) for b in caller.blocks
-               if b.kind in ("if", "elif") and b.span.contains_line(call.span.line))
+    """The call runs only under a test on what it is given (a re-init when a
+    size grows: ``if n > self.max_n: self._reinitialize(n)``), not a bare
+    flag and not a test of something else (``if __name__ == "__main__":``)."""
+    given = set(_NAME.findall(call.arglist))
+    return any(b.test and not flag_test(b.test) and given.intersection(_NAME.findall(b.test))
+               for b in caller.blocks if b.kind in ("if", "elif") and b.span.contains_line(call.span.line))
 
 
 def callers_by_name(func: Func, index: ProjectIndex) -> list[tuple[Func, Call]]:
