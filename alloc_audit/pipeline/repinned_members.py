@@ -28,7 +28,7 @@ from .retier import Decision, retier
 
 _KEPT = "persistent pinned host buffer kept in self."  # lifetimes' reason for a member store
 _MEMBER = re.compile(r"self\.[A-Za-z_]\w*")
-_SET_UP = re.compile(r"_*(?:init|setup|set_up|__init__)")
+_SET_UP = re.compile(r"_*(?:init|setup|set_up|load)")  # set-up work, loading included
 _UP = 2
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _FLAG = re.compile(r"(?:not\s+)?[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?")
@@ -77,12 +77,14 @@ def repinned_members(sites: Sequence[Site], index: ProjectIndex, globs: CallerGl
     return retier(sites, eligible, decide)
 
 
-def step_reason(func: Func, index: ProjectIndex, per_step: object, own: bool = True) -> str:
+def step_reason(func: Func, index: ProjectIndex, per_step: object, own: bool = True, depth: int = _UP,
+                loops: bool = True) -> str:
     """How ``func`` runs once per step, or "": its name, or a caller (by
     name, resolving to it or to nothing known) within ``_UP`` calls up that
     calls the chain in a loop or is per step. ``per_step`` answers None for a
     load path: the walk stops there (a loader's loop over modules). With
-    ``own`` false, ``func``'s own per-step name does not count."""
+    ``own`` false, ``func``'s own per-step name does not count; with ``loops``
+    false, only per-step callers count, ``depth`` calls up."""
     assert callable(per_step)
     own_step = per_step(func.name)
     if own_step is None:
@@ -91,7 +93,7 @@ def step_reason(func: Func, index: ProjectIndex, per_step: object, own: bool = T
         return f"{func.name} is per step"
     frontier = [func]
     seen = {func.id}
-    for _ in range(_UP):
+    for _ in range(depth):
         ups: list[Func] = []
         for callee in frontier:
             for caller, call in callers_by_name(callee, index):
@@ -100,7 +102,7 @@ def step_reason(func: Func, index: ProjectIndex, per_step: object, own: bool = T
                 step = per_step(caller.name)
                 if step is None or _conditional(caller, call):
                     continue
-                if _looped(caller, call):
+                if loops and _looped(caller, call):
                     return f"{caller.qualname} calls {call.callee} in a loop"
                 if step:
                     return f"{caller.qualname} is per step"

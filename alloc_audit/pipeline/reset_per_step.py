@@ -5,8 +5,8 @@ is made anew each step (issue 11, round 20).
 the process (T2): it is rebuilt only when ``self.x`` is None. What sets it
 back to None decides: another method of the class that sets ``self.x =
 None`` and runs once per step (a per-step name, or ``train_batch``/``eval_batch``, or
-one that a caller within two calls up calls in a loop or is per step:
-``_release_buffers()`` from a backward epilogue) drops it every step, so
+one a per-step function calls: ``release_workspace()`` from ``generate``;
+a loop's calls do not count: ``unload()`` in a loader's loop, a test's loop) drops it every step, so
 the next step builds it again: T4. The reset may sit under a test of a
 configuration flag of the object (``if self.contiguous_gradients:``, a bare
 ``self.flag``, decided once); under any other test (``if stale:``) or in a
@@ -62,7 +62,7 @@ def reset_per_step(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlob
                     or method.scope.role == "constructor" or not _resets(method, member):
                 continue
             if method.id not in memo:
-                memo[method.id] = step_reason(method, index, per_step)
+                memo[method.id] = step_reason(method, index, per_step, depth=1, loops=False)
             if memo[method.id]:
                 return Tier.T4, (f"rebuilt per step: {method.qualname} sets {member} back to None on every step "
                                  f"({memo[method.id]}); was: {site.tier_reason}")
