@@ -15,11 +15,11 @@ import pytest
 
 from alloc_audit.catalog import load_catalog
 from alloc_audit.config import load_config
-from alloc_audit.model import FileFacts, Span
+from alloc_audit.model import FileFacts, Span, Tier
 from alloc_audit.pipeline.discover import language_of
 from alloc_audit.pipeline.extract import extract_facts
 from alloc_audit.pipeline.index import ProjectIndex, Reach
-from alloc_audit.pipeline.index.memo import Deps, Memo
+from alloc_audit.pipeline.index.memo import CutOff, Deps, Memo
 from alloc_audit.pipeline.parse import parse_source
 
 PROJECT = Path(__file__).parent / "fixtures" / "python" / "project-expansion-rounds"
@@ -54,7 +54,8 @@ def answers(index: ProjectIndex) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for fid in sorted(index.funcs):
         func = index.funcs[fid]
-        out[fid] = ([(c, tuple(t.id for t in index.resolve(func, c))) for c in func.callees],
+        out[fid] = ([(c, tuple(t.id for t in index.resolve(func, c)), index.missing_names(func, c))
+                     for c in func.callees],
                     _reach(index.reach(func, 3)), _reach(index.factory_allocation(func, 3)),
                     list(index.callers_within([func], 2).items()))  # in the order found, as the passes read it
     for name in sorted({c.name for f in index.funcs.values() if f.owner for c in [f.owner]}):
@@ -169,3 +170,178 @@ def test_a_settled_index_forgets_the_names_and_starts_over_if_files_come_after_a
     assert answers(index) == answers(ProjectIndex({p: facts[p] for p in FIRST}))
     index.add({p: facts[p] for p in ON_DEMAND})
     assert answers(index) == answers(ProjectIndex(facts))
+
+
+def test_a_site_added_later_forgets_only_what_read_its_function(facts: dict[str, FileFacts]) -> None:
+    index = ProjectIndex(facts)
+    arena_init = index.func("pkg/pools.py", "Arena.__init__")
+    make_pool = index.func("pkg/pools.py", "make_pool")
+    engine_init = index.func("pkg/engine.py", "Engine.__init__")
+    assert arena_init is not None and make_pool is not None and engine_init is not None
+    answers(index)
+    same_file = index.reach(make_pool, 3)
+    before = index.reach(engine_init, 3)
+    site = dataclasses.replace(same_file[0].site, path="pkg/pools.py", scope="Arena.__init__", span=Span(17, 9, 17, 30))
+    index.add_sites([site])
+    assert index.reach(make_pool, 3) is same_file  # the same file, another function: kept
+    assert site in [r.site for r in index.reach(engine_init, 3)] and site not in [r.site for r in before]
+    fresh = ProjectIndex(facts)
+    fresh.add_sites([site])
+    assert answers(index) == answers(fresh)
+
+
+def test_a_site_in_a_scope_without_a_function_answers_as_a_fresh_index(facts: dict[str, FileFacts]) -> None:
+    index = ProjectIndex(facts)
+    answers(index)
+    make_pool = index.func("pkg/pools.py", "make_pool")
+    assert make_pool is not None
+    site = dataclasses.replace(index.reach(make_pool, 3)[0].site, path="pkg/pools.py", scope="Nowhere",
+                               span=Span(30, 1, 30, 20))
+    index.add_sites([site])
+    assert index.func("pkg/pools.py", "Nowhere") is not None
+    fresh = ProjectIndex(facts)
+    fresh.add_sites([site])
+    assert answers(index) == answers(fresh)
+
+
+def test_weight_uploads_given_later_forget_only_the_factories_that_read_their_sites(
+        facts: dict[str, FileFacts], monkeypatch: pytest.MonkeyPatch) -> None:
+    from alloc_audit.pipeline.index.factories import Factories
+
+    raw = facts["pkg/raw.py"]
+    empty = next(s for s in raw.sites if s.api == "torch.empty")
+    # a weight (T1) is no factory's allocation, unless it is a weight upload
+    facts = {**facts, raw.path: dataclasses.replace(raw, sites=tuple(
+        dataclasses.replace(s, tier=Tier.T1) if s is empty else s for s in raw.sites))}
+    uploads = frozenset({(empty.path, empty.span.line)})
+    index = ProjectIndex(facts)
+    index.factories(uploads=True)  # what the expansion asks, no upload known yet
+    index.settle()  # the derivation comes after the index settled
+    computed: list[str] = []
+    find = Factories._find_class_allocation
+
+    def counted(self: Factories, cls: Any, depth: int) -> Any:
+        computed.append(cls.name)
+        return find(self, cls, depth)
+
+    monkeypatch.setattr(Factories, "_find_class_allocation", counted)
+    derived = index.derived_sites(uploads=uploads)
+    assert "Arena" in computed and "Pool" not in computed  # Pool's constructor reads nothing of raw.py: kept
+    # the upload makes alloc_block a factory, and make_pool and Arena through it
+    assert {"alloc_block", "Arena"} <= {s.api for s in derived}
+    assert not {"alloc_block", "Arena"} & {s.api for s in ProjectIndex(facts).derived_sites()}
+    assert derived == ProjectIndex(facts).derived_sites(uploads=uploads)
+    computed.clear()  # asked again with other uploads, the names freed: everything is computed again
+    assert index.derived_sites() == ProjectIndex(facts).derived_sites() and "Pool" in computed
+
+
+def test_a_lookup_that_finds_the_same_keeps_what_was_built_on_it_and_one_that_finds_another_does_not() -> None:
+    deps = Deps()
+    pool, arena = object(), object()
+    table: dict[str, object | None] = {"pool": pool, "arena": None}
+
+    def find(name: str) -> object | None:
+        deps.note("name:" + name)
+        return table[name]
+
+    lookups: CutOff[str, object | None] = CutOff(deps, find, "lookup:")
+    built: Memo[str, object | None] = Memo(deps)
+    for name in table:
+        deps.begin()
+        built.store(name, lookups.get(name), deps.end())
+    assert built.names["pool"] == {"lookup:'pool'"}  # the entry's token, not the names it looked up
+    table["arena"] = arena  # a new file defines it
+    touched = {"name:pool", "name:arena"}
+    changed = lookups.recheck(touched)
+    assert changed == {"lookup:'arena'"}
+    assert built.invalidate(touched | changed) == 1 and "pool" in built and "arena" not in built
+    deps.begin()
+    assert lookups.get("arena") is arena
+    assert deps.end() == {"lookup:'arena'"}
+
+
+def test_a_module_named_like_one_a_lookup_found_keeps_the_resolutions_built_on_it(
+        facts: dict[str, FileFacts], monkeypatch: pytest.MonkeyPatch) -> None:
+    from alloc_audit.pipeline.index.python import PythonResolution
+
+    index = ProjectIndex({p: facts[p] for p in FIRST})
+    init = index.func("pkg/engine.py", "Engine.__init__")
+    assert init is not None
+    make_pool = next(c for c in init.callees if c.endswith("make_pool"))
+    assert index.resolve(init, make_pool) == ()  # looked up `pkg` (found) for `pools` (not in it)
+    resolved: list[str] = []
+    resolve = PythonResolution.resolve
+
+    def counted(self: PythonResolution, func: Any, callee: str) -> Any:
+        resolved.append(callee)
+        return resolve(self, func, callee)
+
+    monkeypatch.setattr(PythonResolution, "resolve", counted)
+    # a vendored copy: module `vendor.pkg` touches every lookup of `pkg`, which still finds pkg/__init__.py
+    index.add({"vendor/pkg/__init__.py": dataclasses.replace(facts["pkg/__init__.py"], path="vendor/pkg/__init__.py",
+                                                             module="vendor.pkg")})
+    assert index.resolve(init, make_pool) == () and make_pool not in resolved
+    index.add({p: facts[p] for p in ON_DEMAND})  # pools.py: the lookup finds another, the resolution follows
+    assert [f.id for f in index.resolve(init, make_pool)] == ["pkg/pools.py::make_pool"] and make_pool in resolved
+
+
+def _facts_of(path: str, source: str) -> FileFacts:
+    apis = load_catalog(load_config(PROJECT, None)).apis
+    lang = language_of(path)
+    assert lang is not None
+    parsed = parse_source(source.encode(), lang, apis.attribute_macros, apis.specifier_macros, apis.lone_macro_lines)
+    return extract_facts(path, lang, parsed, apis)
+
+
+def test_what_an_unresolved_call_misses_is_asked_again_once_a_package_re_exports_it() -> None:
+    app = _facts_of("app.py", "import pkg\n\n\ndef run(n):\n    return pkg.make_pool(n)\n")
+    init = _facts_of("pkg/__init__.py", "from .pools import make_pool\n")
+    index = ProjectIndex({"app.py": app})
+    run = index.func("app.py", "run")
+    assert run is not None
+    callee = next(c for c in run.callees if c.endswith("make_pool"))
+    assert index.missing_names(run, callee) == {"module:pkg"}
+    index.add({"pkg/__init__.py": init})  # the package says where make_pool is: the module to parse next
+    assert index.missing_names(run, callee) == {"module:pkg", "module:pkg.pools"} == \
+        ProjectIndex({"app.py": app, "pkg/__init__.py": init}).missing_names(run, callee)
+
+
+def test_a_weight_added_past_a_constructor_keeps_the_class_allocation_and_a_buffer_does_not(
+        facts: dict[str, FileFacts], monkeypatch: pytest.MonkeyPatch) -> None:
+    from alloc_audit.pipeline.index.factories import Factories
+
+    index = ProjectIndex(facts)
+    arena = index.classes_named("Arena")[0]
+    init = index.func("pkg/pools.py", "Arena.__init__")
+    assert init is not None
+    before = index.class_allocates(arena)
+    assert before is not None and before.site.scope == "alloc_block"  # two calls past the constructor
+    computed: list[str] = []
+    find = Factories._find_class_allocation
+
+    def counted(self: Factories, cls: Any, depth: int) -> Any:
+        computed.append(cls.name)
+        return find(self, cls, depth)
+
+    monkeypatch.setattr(Factories, "_find_class_allocation", counted)
+    # a weight (T1) one call past Arena's constructor: the reach sees it, the class allocation cannot
+    weight = dataclasses.replace(before.site, path="pkg/pools.py", scope="make_pool", span=Span(10, 5, 10, 11),
+                                 tier=Tier.T1)
+    index.add_sites([weight])
+    assert weight in [r.site for r in index.reach(init, 3)]
+    assert index.class_allocates(arena) is before and "Arena" not in computed
+    # a buffer there is nearer than alloc_block's: the class allocation is computed again and changes
+    buffer = dataclasses.replace(weight, span=Span(10, 12, 10, 26), tier=Tier.T2)
+    index.add_sites([buffer])
+    after = index.class_allocates(arena)
+    assert "Arena" in computed and after is not None and after.site == buffer
+    # a transient in the constructor itself counts too (no call away): computed again
+    computed.clear()
+    transient = dataclasses.replace(weight, scope="Arena.__init__", span=Span(16, 9, 16, 20), tier=Tier.T4)
+    index.add_sites([transient])
+    index.class_allocates(arena)
+    assert "Arena" in computed
+    fresh = ProjectIndex(facts)
+    for site in (weight, buffer, transient):
+        fresh.add_sites([site])
+    assert answers(index) == answers(fresh)

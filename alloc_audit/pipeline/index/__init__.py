@@ -47,6 +47,7 @@ class ProjectIndex:
         self._calls = CallGraph(self._symbols, self.resolve)
         self._factories = Factories(self._symbols, self._calls, self.resolve, self.constructed_class)
         self._resolved: Memo[tuple[str, str], tuple[Func, ...]] = Memo(self._deps)
+        self._missing: Memo[tuple[str, str], frozenset[str]] = Memo(self._deps)  # (function id, callee) -> names
         self._constants: dict[str, dict[str, Value]] = {}
         self._visible: dict[str, dict[str, Value]] = {}
         self.add(files)
@@ -62,8 +63,10 @@ class ProjectIndex:
         if self._deps.settled:  # the names are gone: start over
             self._reset_memos()
         touched = self._symbols.add(files)
+        touched |= self._symbols.symbol_lookups.recheck(touched)  # the symbol lookups that find another now
         kept = len(self._resolved)
         dropped = self._resolved.invalidate(touched)
+        self._missing.invalidate(touched)
         self._calls.invalidate(touched)
         self._factories.invalidate(touched)
         if kept:
@@ -72,25 +75,33 @@ class ProjectIndex:
 
     def add_sites(self, sites: Iterable[Site]) -> None:
         """Add sites found after indexing (stage default_device). Calls
-        resolve as before; what read the sites of those files is forgotten."""
+        resolve as before; what read the sites of the functions they go into
+        is forgotten (everything, where a site needed a new function)."""
         self._constants = {}
         self._visible = {}
         if self._deps.settled:
             self._reset_memos()
+        sites = list(sites)
         touched = self._symbols.add_sites(sites)
+        if touched is None:
+            self._reset_memos()
+            return
         self._calls.invalidate(touched)
-        self._factories.invalidate(touched)
+        self._factories.invalidate(touched, sites)
 
     def settle(self) -> None:
         """No file or site will be added: the memos keep their values but
         not the names each used (memory: tens of MB on a large tree)."""
         self._deps.settled = True
+        self._symbols.symbol_lookups.clear()  # no longer asked: a settled index looks symbols up directly
         self._resolved.settle()
-        self._calls.settle()
-        self._factories.settle()
+        self._missing.clear()  # asked by the expansion only
+        self._calls.settle()  # the factories keep their names until derived_sites: its uploads drop what read them
 
     def _reset_memos(self) -> None:
         self._resolved.clear()
+        self._missing.clear()
+        self._symbols.symbol_lookups.clear()
         for part in (self._types, self._python, self._calls, self._factories):
             part.reset()
 
@@ -168,13 +179,24 @@ class ProjectIndex:
             return self._python.constructed_class(func, call.callee)
         return self._cpp.constructed_class(call.callee)
 
-    def missing_names(self, func: Func, callee: str) -> set[str]:
+    def missing_names(self, func: Func, callee: str) -> frozenset[str]:
         """For a call that did not resolve, what could resolve it if analysed:
         for Python the modules its names are imported from (``module:`` +
-        dotted name), for C++ the class or function names involved."""
+        dotted name), for C++ the class or function names involved. Kept
+        across the expansion's rounds like a resolution (``memo``)."""
+        key = (func.id, callee)
+        memo = self._missing
+        if key in memo:
+            return memo.hit(key)
+        self._deps.begin()
+        scope = func.scope
+        if scope is not None and scope.owner:  # a method defined out of line may meet its class later
+            self._deps.note(last_name(scope.owner))
         if func.language is Language.PYTHON:
-            return {f"module:{m}" for m in self._python.missing_modules(func, callee)}
-        return self._cpp.missing_names(func, callee)
+            found = frozenset(f"module:{m}" for m in self._python.missing_modules(func, callee))
+        else:
+            found = frozenset(self._cpp.missing_names(func, callee))
+        return memo.store(key, found, self._deps.end())
 
     # ------------------------------------------------------------ call graph
     # ------------------------------------------------------------ values

@@ -178,7 +178,7 @@ class CallGraph:
         for level in range(depth + 1):
             next_frontier: list[tuple[Func, tuple[Hop, ...]]] = []
             for current, hops in frontier:
-                names.add(current.path)  # sites_of
+                names.add(current.id)  # sites_of(current)
                 for site in current.sites:
                     if not site.acquires:
                         continue

@@ -6,7 +6,8 @@ caller's scope (api = the factory, via = the underlying allocation)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ...arglists import split_args
@@ -37,12 +38,9 @@ class Factories:
         self._factory.clear()
         self._class_alloc.clear()
 
-    def settle(self) -> None:
-        self._factory.settle()
-        self._class_alloc.settle()
-
-    def invalidate(self, touched: set[str]) -> None:
-        """Files were added: forget what looked up a name they define (``memo``)."""
+    def invalidate(self, touched: set[str], sites: Iterable[Site] = ()) -> None:
+        """Files (or ``sites``) were added: forget what looked up a name they define (``memo``)."""
+        touched = touched | counted_past_constructors(sites, self._uploads)
         self._factory.invalidate(touched)
         self._class_alloc.invalidate(touched)
 
@@ -60,7 +58,9 @@ class Factories:
         ctors = self._symbols.constructors(cls)
         ctors += [f for ctor in ctors if ctor.language is not Language.PYTHON
                   for f in [self._symbols.func(ctor.path, ctor.qualname + "::<lambda>")] if f is not None]
-        reached = [r for ctor in ctors for r in self._calls.reach(ctor, depth)
+        reaches = [self._calls.reach(ctor, depth) for ctor in ctors]
+        _past_constructors(self._symbols.deps.stack, {sites_of(ctor) for ctor in ctors}, self._symbols.funcs)
+        reached = [r for found in reaches for r in found
                    if self._upload(r.site) or (not _weight(r.site)
                                                and not (r.site.tier is Tier.T4 and (r.hops or r.site.kept == "local")))]
         return min(reached, key=self._significance) if reached else None
@@ -72,7 +72,7 @@ class Factories:
         if keep is not None:
             return self._find_factory_allocation(func, depth, keep)
         return self._memoised(self._factory, (func.id, depth, self._with_uploads),
-                              lambda: self._find_factory_allocation(func, depth), sites_of(func.path))
+                              lambda: self._find_factory_allocation(func, depth), sites_of(func))
 
     def _memoised(self, memo: Memo[tuple[str, int, bool], Reach | None], key: tuple[str, int, bool],
                   compute: Callable[[], Reach | None], note: str | None = None) -> Reach | None:
@@ -154,19 +154,23 @@ class Factories:
         Constructions of allocating classes and native factories always count.
         """
         if uploads != self._uploads:
+            # an entry's value changes only where it asked ``_upload`` of a site whose line moved in or out
+            read = _sites_on_lines(self._symbols, uploads ^ self._uploads)
             self._uploads = uploads
-            self._factory.discard(lambda k: k[2])
-            self._class_alloc.discard(lambda k: k[2])
+            self._factory.discard(lambda k: k[2], read)
+            self._class_alloc.discard(lambda k: k[2], read)
         self._with_uploads = True
         try:
             return self._derived_sites(depth)
         finally:
             self._with_uploads = False
+            for memo in (self._factory, self._class_alloc) if self._symbols.deps.settled else ():
+                memo.settle()  # the names served the discard above: free them
 
     def _derived_sites(self, depth: int) -> tuple[Site, ...]:
         by_leaf = self._calls.calls_by_leaf()
         out: list[Site] = []
-        for name in sorted(self._factory_names()):
+        for name in sorted({f.name for f in self._factories(3)}):
             for func, i in by_leaf.get(name, ()):
                 assert func.table is not None
                 derived = self._derive(func, func.table[i], depth)
@@ -174,9 +178,6 @@ class Factories:
                     out.append(derived)
         out.sort(key=lambda s: s.sort_key)
         return tuple(out)
-
-    def _factory_names(self, depth: int = 3) -> set[str]:
-        return {f.name for f in self._factories(depth)}
 
     def factories(self, depth: int = 3, uploads: bool = False) -> set[Factory]:
         """With ``uploads``, as the derived sites see them (weight uploads
@@ -315,6 +316,41 @@ class Factories:
             if func is not None and (hop.call.span.line, hop.call.span.col) in _to_scalar(func):
                 return True
         return False
+
+
+def _sites_on_lines(symbols: Symbols, lines: frozenset[tuple[str, int]]) -> set[str]:
+    """What a memo noted that read a site on one of ``lines`` (by path and line): ``sites_of`` its function,
+    and the same past a constructor (``_past_constructors``)."""
+    out: set[str] = set()
+    for path, line in lines:
+        for func in symbols.by_path.get(path, {}).values():
+            if any(site.span.line == line for site in func.sites):
+                out |= {sites_of(func), PAST + sites_of(func)}
+    return out
+
+
+# a class allocation counts, past its constructors (one call or more away), no
+# weight (T1) and no transient (T4) but a weight upload: there it notes a
+# function's sites as PAST + ``sites_of``, which only such a site added touches
+PAST = "past:"
+
+
+def _past_constructors(stack: list[set[str]], own: set[str], funcs: Mapping[str, Func]) -> None:
+    """Once the reaches are asked, note the functions they visited past the constructors (``own``)
+    as PAST: a weight or a transient added there cannot change the class's allocation. (The names
+    are interned: one string per function, however many entries note it.)"""
+    if stack:
+        names = stack[-1]
+        past = {n for n in names if n in funcs and n not in own}  # ``sites_of``: a function's id
+        names -= past
+        names.update(sys.intern(PAST + n) for n in past)
+
+
+def counted_past_constructors(sites: Iterable[Site], uploads: frozenset[tuple[str, int]]) -> set[str]:
+    """What adding ``sites`` touches past a constructor: the functions of those a class allocation
+    would count there (not a weight or transient, or a weight upload, or on an upload's line)."""
+    return {PAST + f"{s.path}::{s.scope}" for s in sites  # PAST + sites_of its function
+            if (s.tier not in (Tier.T1, Tier.T4) or _moves_module(s) or (s.path, s.span.line) in uploads)}
 
 
 _KIND_RANK = {SiteKind.DEVICE: 0, SiteKind.IPC: 1, SiteKind.MANAGED: 2, SiteKind.VIRTUAL: 3,

@@ -47,8 +47,8 @@ class Deps:
             self.stack[-1].add(name)
 
     def used(self, names: set[str]) -> None:
-        """A memo hit: the entry's names are the caller's too."""
-        if self.stack and names:
+        """A memo hit: the entry's names are the caller's too (no matter once settled)."""
+        if self.stack and names and not self.settled:
             self.stack[-1].update(names)
 
     def begin(self) -> None:
@@ -100,11 +100,17 @@ class Memo(Generic[K, V]):
         self.values = {}
         self.names = {}
 
-    def discard(self, drop: Callable[[K], bool]) -> None:
-        """Forget the entries whose key ``drop`` says (the factories' weight uploads changed)."""
+    def discard(self, drop: Callable[[K], bool], touched: Collection[str]) -> None:
+        """Forget the entries whose key ``drop`` says and that used a name in
+        ``touched`` (the factories' weight uploads changed), the unstable ones, and
+        those whose names are not known (computed once the index settled)."""
+        touched = frozenset(touched)
+        names = self.names
         for key in [k for k in self.values if drop(k)]:
-            del self.values[key]
-            self.names.pop(key, None)
+            used = names.get(key)
+            if used is None or used is SETTLED or UNSTABLE in used or not touched.isdisjoint(used):
+                del self.values[key]
+                names.pop(key, None)
 
     def settle(self) -> None:
         """Keep the values, forget the names (no file will be added)."""
@@ -123,3 +129,67 @@ class Memo(Generic[K, V]):
             self.values.pop(key, None)
             self.names.pop(key, None)
         return len(drop)
+
+
+class CutOff(Generic[K, V]):
+    """A memo whose entries stand in for the names they looked up (early
+    cut-off): a computation that uses an entry notes the entry's token, not
+    its names. Adding files recomputes the entries they touch (``recheck``)
+    and reports the tokens of those whose value changed: a lookup that
+    finds what it found before keeps what was built on it (a new module
+    named like a stdlib one, a package ``__init__`` that defines nothing
+    the lookup asked for). The value must be all a caller takes from it.
+    An entry computed inside another notes names, not a token."""
+
+    __slots__ = ("_deps", "_compute", "_prefix", "_memo", "_tokens", "_running")
+
+    def __init__(self, deps: Deps, compute: Callable[[K], V], prefix: str) -> None:
+        self._deps = deps
+        self._compute = compute
+        self._prefix = prefix  # a token is the prefix and the key's repr: no other name noted starts so
+        self._memo: Memo[K, V] = Memo(deps)
+        self._tokens: dict[K, str] = {}
+        self._running = 0
+
+    def get(self, key: K) -> V:
+        deps = self._deps
+        if deps.settled or self._running:  # nothing will be added; or inside an entry: its names are the entry's
+            return self._compute(key)
+        memo = self._memo
+        if key in memo.values:
+            value = memo.values[key]
+        else:
+            value = memo.store(key, self._run(key), deps.stack.pop())
+        if deps.stack:
+            token = self._tokens.get(key)
+            if token is None:
+                token = self._tokens[key] = self._prefix + repr(key)
+            deps.stack[-1].add(token)
+        return value
+
+    def _run(self, key: K) -> V:
+        """``compute(key)`` with a fresh set of names on the stack (left there for the caller to pop)."""
+        self._deps.stack.append(set())
+        self._running += 1
+        try:
+            return self._compute(key)
+        finally:
+            self._running -= 1
+
+    def recheck(self, touched: Collection[str]) -> set[str]:
+        """Files were added: recompute the entries that used a name in
+        ``touched``; the tokens of those whose value is another one now."""
+        touched = frozenset(touched)
+        memo = self._memo
+        stale = [(key, memo.values[key]) for key, names in memo.names.items() if not touched.isdisjoint(names)]
+        for key, _value in stale:
+            del memo.values[key], memo.names[key]
+        changed: set[str] = set()
+        for key, value in stale:
+            if memo.store(key, self._run(key), self._deps.stack.pop()) is not value:
+                changed.add(self._tokens.get(key) or self._prefix + repr(key))
+        return changed
+
+    def clear(self) -> None:
+        self._memo.clear()
+        self._tokens = {}

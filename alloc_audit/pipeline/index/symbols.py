@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ...model import Assign, Block, Call, CallTable, FileFacts, Language, Return, Scope, Site, Span, With
-from .memo import Deps
+from .memo import CutOff, Deps
 
 _CONSTRUCTOR_NAMES = ("__init__", "__post_init__", "__new__")
 
@@ -161,6 +161,8 @@ class Symbols:
         # lookups by name are noted here: the memos of the index keep what
         # files added later cannot change (see ``memo``)
         self.deps = Deps()
+        self.symbol_lookups: CutOff[tuple[str, str], Func | ClassInfo | None] = CutOff(
+            self.deps, lambda key: _find_symbol(self, key[0], 0, key[1]), "symbol:")
 
     def _func(self, path: str, qualname: str, scope: Scope | None, facts: FileFacts) -> Func:
         table = self.by_path.setdefault(path, {})
@@ -258,21 +260,23 @@ class Symbols:
         if cls.language is not Language.PYTHON:  # a Python class is one file's; a native one grows
             self.deps.note(cls.name)
 
-    def add_sites(self, sites: Iterable[Site]) -> set[str]:
-        """Add sites found after the files were indexed (allocations without a
-        device found to run under a default-device context); their files'
-        facts are updated to match. Returns what a memo that read the sites
-        of those files noted (``sites_of``)."""
+    def add_sites(self, sites: Iterable[Site]) -> set[str] | None:
+        """Add sites found after the files were indexed (default-device allocations), updating their files'
+        facts. Returns what a memo that read the sites of their functions noted (``sites_of``); None where a
+        site needed a new function (lookups of its scope change: keep nothing)."""
         added: dict[str, list[Site]] = {}
+        touched, made = set[str](), False
         for site in sites:
-            facts = self.files[site.path]
-            self._func_for(self.by_path[site.path], site.path, site.scope, facts).sites.append(site)
+            table = self.by_path[site.path]
+            made = made or site.scope not in table
+            func = self._func_for(table, site.path, site.scope, self.files[site.path])
+            func.sites.append(site)
+            touched.add(sites_of(func))
             added.setdefault(site.path, []).append(site)
         for path, extra in added.items():
-            facts = self.files[path]
-            merged = sorted((*facts.sites, *extra), key=lambda s: (s.span.line, s.span.col))
-            self.files[path] = dataclasses.replace(facts, sites=tuple(merged))
-        return {sites_of(path) for path in added}
+            merged = sorted((*self.files[path].sites, *extra), key=lambda s: (s.span.line, s.span.col))
+            self.files[path] = dataclasses.replace(self.files[path], sites=tuple(merged))
+        return None if made else touched
 
     def _func_for(self, table: dict[str, Func], path: str, scope: str, facts: FileFacts) -> Func:
         found = table.get(scope)
@@ -360,30 +364,11 @@ class Symbols:
     def resolve_symbol(self, dotted: str, depth: int = 0, near: str = "") -> Func | ClassInfo | None:
         """A Python dotted name -> a project function or class, following
         re-exports (`from .x import y` in a package `__init__`); ``near``:
-        the file that names it (see ``module_path``)."""
-        if depth > 4:
-            return None
-        parts = dotted.split(".")
-        for i in range(len(parts) - 1, 0, -1):
-            path = self.module_path(".".join(parts[:i]), near)
-            if path is None:
-                continue
-            rest = parts[i:]
-            symbol = self.module_symbols.get(path, {}).get(rest[0])
-            if symbol is None:
-                target = self.module_imports.get(path, {}).get(rest[0])
-                if target is not None and target != dotted:
-                    symbol = self.resolve_symbol(".".join([target, *rest[1:]]), depth + 1, path) if len(rest) > 1 \
-                        else self.resolve_symbol(target, depth + 1, path)
-                    return symbol
-                return None
-            if len(rest) == 1:
-                return symbol
-            if isinstance(symbol, ClassInfo) and len(rest) == 2:
-                methods = self.method_lookup(symbol, rest[1])
-                return methods[0] if methods else None
-            return None
-        return None
+        the file that names it (see ``module_path``). Kept across the
+        expansion's rounds while it finds the same (``memo.CutOff``)."""
+        if depth:
+            return _find_symbol(self, dotted, depth, near)
+        return self.symbol_lookups.get((dotted, near))
 
     def base_classes(self, cls: ClassInfo, depth: int = 0) -> list[ClassInfo]:
         out: list[ClassInfo] = []
@@ -442,6 +427,33 @@ class Symbols:
         return list(cls.methods.get(cls.name, ()))
 
 
+def _find_symbol(symbols: Symbols, dotted: str, depth: int, near: str) -> Func | ClassInfo | None:
+    """``Symbols.resolve_symbol``, computed."""
+    if depth > 4:
+        return None
+    parts = dotted.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        path = symbols.module_path(".".join(parts[:i]), near)
+        if path is None:
+            continue
+        rest = parts[i:]
+        symbol = symbols.module_symbols.get(path, {}).get(rest[0])
+        if symbol is None:
+            target = symbols.module_imports.get(path, {}).get(rest[0])
+            if target is not None and target != dotted:
+                symbol = symbols.resolve_symbol(".".join([target, *rest[1:]]), depth + 1, path) if len(rest) > 1 \
+                    else symbols.resolve_symbol(target, depth + 1, path)
+                return symbol
+            return None
+        if len(rest) == 1:
+            return symbol
+        if isinstance(symbol, ClassInfo) and len(rest) == 2:
+            methods = symbols.method_lookup(symbol, rest[1])
+            return methods[0] if methods else None
+        return None
+    return None
+
+
 def _touched_class(cls: ClassInfo) -> str:
     """What a new or extended class touches (``memo``): a native class by its
     name (``cpp_class``, its methods and fields), a Python class as a
@@ -471,10 +483,11 @@ def _statements_into_functions(symbols: Symbols, path: str) -> None:
         func_for(table, path, w.scope, facts).withs.append(w)
 
 
-def sites_of(path: str) -> str:
-    """What a memo notes when it reads the sites of a file's functions: the
-    path itself (a source file's path has a suffix; no name noted has)."""
-    return path
+def sites_of(func: Func) -> str:
+    """What a memo notes when it reads the sites of a function (``add_sites``
+    touches it): the function's id (``path::qualname``, the string the
+    function holds: no copy per memo entry)."""
+    return func.id
 
 
 def _shared_dirs(a: str, b: str) -> int:
