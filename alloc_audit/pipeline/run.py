@@ -87,6 +87,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .cpu_locals import drop_cpu_locals
     from .default_device import promote_default_sites
     from .derive import derive_sites
+    from .dropped_probes import dropped_probes
     from .empty_moves import drop_empty_moves
     from .expand import expand_skipped
     from .expected_raises import drop_expected_raises
@@ -109,10 +110,13 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .module_build_temps import module_build_temps
     from .module_classes import module_moves
     from .module_state import module_state
+    from .native_pinned import native_pinned
     from .native_uploads import native_uploads
     from .per_test_holders import per_test_holders
     from .registered_members import registered_members
+    from .repinned_members import repinned_members
     from .reset_members import reset_members
+    from .reset_per_step import reset_per_step
     from .returned_once import returned_once
     from .returned_scratch import returned_scratch
     from .roles import with_roles
@@ -120,11 +124,13 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .run_once import run_once
     from .same_device_moves import drop_same_device_moves
     from .self_moves import self_moves
+    from .setup_members import setup_members
     from .stateless_modules import drop_stateless_moves
     from .weight_fills import weight_fills
     from .weight_inits import weight_init_temporaries
     from .weight_members import weight_members
     from .weight_state import weight_state
+    from .worker_buffers import worker_buffers
     from .workers import Outcomes, job_count
 
     outcomes = Outcomes(catalog, cache, files, discovery.errors, job_count(options.jobs, config.jobs),
@@ -173,8 +179,10 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = adopted_weights(module_build_temps(returned_once(sites, index, catalog.callers), index), index)
-    sites = weight_members(buffer_classes(kept_pinned(kept_slots(sites, index, catalog.callers), index)), index)
-    sites = reset_members(sites, index, catalog.callers)
+    sites = repinned_members(native_pinned(kept_slots(sites, index, catalog.callers), index), index, catalog.callers)
+    sites = worker_buffers(setup_members(sites, index, catalog.callers), index)
+    sites = dropped_probes(weight_members(buffer_classes(kept_pinned(sites, index)), index), index)
+    sites = reset_per_step(reset_members(sites, index, catalog.callers), index, catalog.callers)
     sites = with_roles(drop_expected_raises(sites, index), config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
