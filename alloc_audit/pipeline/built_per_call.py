@@ -12,12 +12,18 @@ awaitable, a request) and what its constructor allocates is per call: T4,
 not the constructor's T2. A class also built in a constructor, at module
 level, by a ``cls(...)`` factory, or in a function no per-step function
 reaches, or kept by its builder (stored on an object or in a container,
-handed to another class's constructor) keeps T2. Pure.
+handed to another class's constructor) keeps T2.
+
+Transitively (round 20): a class built only in the constructor of a class
+built per call (``self.buffers = Buffers(...)`` in ``Metadata.__init__``,
+and ``Metadata`` built every step) is per call too, and so are the buffers
+of an initialiser method called only where its object is built
+(``self.buffers.allocate()`` in that constructor). Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..catalog import CallerGlobs
 from ..globs import matcher, test_path
@@ -28,8 +34,11 @@ from .names import has_word, starts_with_word
 from .retier import Decision, retier
 
 _CONSTRUCTOR = "constructor "  # the reason of the constructor pattern (rules/tiers.toml)
+_INITIALISER = "initialiser "  # the reason of the initialiser pattern (`allocate_*`, `init_*`)
+_REASONS = (_CONSTRUCTOR, _INITIALISER)
 _PLAIN = frozenset({"function", "method"})
 _UP = 2  # calls up from a constructing function to a per-step function
+_SET_UP = 3  # calls up through the object's own methods to where it is built
 
 
 def built_per_call(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
@@ -39,19 +48,29 @@ def built_per_call(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlob
     memo: dict[str, str] = {}
     factories: dict[str, list[Func]] = {}
 
+    def per_call(owner: ClassInfo) -> str:
+        """Where ``owner`` is built per call, "" when it is not."""
+        key = owner.key
+        if key not in memo:
+            memo[key] = ""  # a class that builds itself (recursion) is not per call
+            ctors = index.constructors(owner)
+            memo[key] = "" if class_factories(index, ctors, factories) else \
+                per_call_builders(ctors, index, per_step, per_call)
+        return memo[key]
+
     def eligible(site: Site) -> bool:
-        return site.tier is Tier.T2 and site.via is None and site.language is Language.PYTHON \
-            and site.kind is SiteKind.DEVICE and site.tier_reason.startswith(_CONSTRUCTOR)
+        return site.tier is Tier.T2 and site.language is Language.PYTHON \
+            and site.kind is SiteKind.DEVICE and site.tier_reason.startswith(_REASONS)
 
     def decide(site: Site) -> Decision | None:
         func = index.func(site.path, site.scope)
-        if func is None or func.scope is None or func.scope.role != "constructor" or func.owner is None:
+        if func is None or func.scope is None or func.owner is None:
             return None
-        key = func.owner.key
-        if key not in memo:
-            ctors = index.constructors(func.owner)
-            memo[key] = "" if class_factories(index, ctors, factories) else per_call_builders(ctors, index, per_step)
-        found = memo[key]
+        if func.scope.role != "constructor" and not (
+                func.scope.role == "method" and site.tier_reason.startswith(_INITIALISER)
+                and _set_up_at_build(func, func.owner, index, _SET_UP)):
+            return None
+        found = per_call(func.owner)
         if not found:
             return None
         return Tier.T4, (f"per call: {func.owner.name} is built only in per-call code ({found}); "
@@ -60,9 +79,11 @@ def built_per_call(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlob
     return retier(sites, eligible, decide)
 
 
-def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object) -> str:
+def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
+                      per_call: Callable[[ClassInfo], str] | None = None) -> str:
     """The functions that build the class, each per step or reached from a
-    per-step function, named with the per-step function; "" when any is not."""
+    per-step function, or the constructor of a class built per call, named
+    with the per-step function; "" when any is not."""
     if not ctors:
         return ""
     dist = index.callers_within(ctors, 1)
@@ -72,8 +93,16 @@ def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object) 
     named = []
     owner = ctors[0].owner
     for builder in builders:
-        if builder.scope is None or builder.scope.role not in _PLAIN or owner is None \
-                or _keeps(builder, owner, index):
+        if owner is None or builder.scope is None:
+            return ""
+        if per_call is not None and builder.scope.role == "constructor" and builder.owner is not None \
+                and builder.owner is not owner:
+            # `self.buffers = Buffers(...)` in the constructor of a class built per call
+            if not per_call(builder.owner):
+                return ""
+            named.append(f"{builder.qualname} of a per-call {builder.owner.name}")
+            continue
+        if builder.scope.role not in _PLAIN or _keeps(builder, owner, index) or _result_kept(builder, index):
             return ""
         stepper = _stepper(builder, index, per_step)
         if stepper is None and not _only_tests_call(builder, index):
@@ -84,6 +113,57 @@ def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object) 
         return ""
     shown = ", ".join(named[:3]) + (f", +{len(named) - 3} more" if len(named) > 3 else "")
     return shown
+
+
+def _set_up_at_build(func: Func, owner: ClassInfo, index: ProjectIndex, depth: int) -> bool:
+    """Every caller of the method ``func`` of ``owner`` is ``owner``'s
+    constructor, a function that builds ``owner`` (``self.buffers =
+    Buffers(...); self.buffers.allocate()``), or (``depth`` calls up) another
+    method of ``owner`` called only there: it runs once per object."""
+    builders = {fid for fid, d in index.callers_within(index.constructors(owner), 1).items() if d == 1}
+    callers = [fid for fid, d in index.callers_within([func], 1).items() if d == 1]
+    callers += [fid for fid in sorted(builders) if fid not in callers and _calls_on_built(index.funcs.get(fid), owner,
+                                                                                       func.name, index)]
+    if not callers:
+        return False
+    for fid in callers:
+        caller = index.funcs.get(fid)
+        if caller is None or caller.scope is None:
+            return False
+        if fid in builders or (caller.owner is owner and caller.scope.role == "constructor"):
+            continue
+        if caller.owner is owner and caller is not func and depth > 1 and caller.scope.role == "method" \
+                and _set_up_at_build(caller, owner, index, depth - 1):
+            continue
+        return False
+    return True
+
+
+def _calls_on_built(builder: Func | None, owner: ClassInfo, method: str, index: ProjectIndex) -> bool:
+    """``builder`` calls ``method`` on the object of ``owner`` it builds
+    (``self.buffers = Buffers(...)`` then ``self.buffers.allocate()``), a
+    call the call graph may not resolve."""
+    if builder is None:
+        return False
+    targets = {(c.target or "").strip() for c in builder.calls if index.constructed_class(builder, c) is owner}
+    return any(c.callee == f"{t}.{method}" for c in builder.calls for t in targets if t)
+
+
+def _result_kept(builder: Func, index: ProjectIndex) -> bool:
+    """A caller stores what ``builder`` returns in a container entry
+    (``module.samplers[name] = make_sampler(...)``, made once per key): the
+    object outlives the call. (``self.controller = make_controller(...)`` in
+    a per-call method replaces it on every call: still per call.)"""
+    for fid, distance in index.callers_within([builder], 1).items():
+        caller = index.funcs.get(fid)
+        if distance != 1 or caller is None:
+            continue
+        for call in caller.calls:
+            target = (call.target or "").strip()
+            if target.endswith("]") and call.callee.rsplit(".", 1)[-1] == builder.name \
+                    and builder in index.resolve(caller, call):
+                return True
+    return False
 
 
 def _keeps(func: Func, owner: ClassInfo, index: ProjectIndex) -> bool:

@@ -94,6 +94,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .fixture_scoped import fixture_scoped
     from .helper_built import helper_built
     from .hook_closures import hook_closures
+    from .host_params import drop_host_param_moves
     from .host_reads import host_reads
     from .host_returns import drop_host_returns
     from .index import build_index
@@ -121,6 +122,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .roles import with_roles
     from .run_accumulators import run_accumulators
     from .run_once import run_once
+    from .same_device_moves import drop_same_device_moves
     from .self_moves import self_moves
     from .setup_members import setup_members
     from .stateless_modules import drop_stateless_moves
@@ -160,13 +162,16 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = drop_stateless_moves(module_moves(direct, index, facts, catalog.tiers, outcomes.skipped_mentioning),
                                  index, catalog.stateless_modules)
     sites = drop_empty_moves(sites, index)
-    sites = tiers_from_callers(drop_host_returns(drop_cpu_locals(sites, index), index), index, catalog.callers)
+    sites = drop_host_param_moves(drop_host_returns(drop_cpu_locals(sites, index), index), index)
+    sites = drop_same_device_moves(sites, index)
+    sites = tiers_from_callers(sites, index, catalog.callers)
     sites = built_per_call(sites, index, catalog.callers)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
     sites = built_per_pass(module_state(sites, index), index)
-    sites += per_test_holders(tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis),
-                                               sites, index, catalog.callers), index)
+    derived = tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
+                               catalog.callers)
+    sites += per_test_holders(built_per_call(derived, index, catalog.callers), index)
     sites = native_uploads(kept_submodules(sites, index, catalog.callers), index)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
     sites = weight_state(keyed_caches(run_once(self_moves(lazy_members(sites, index), index), index), index), index)

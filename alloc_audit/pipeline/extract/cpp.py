@@ -28,7 +28,7 @@ from ...model import (
     Site,
 )
 from ..parse import language
-from . import common, cpp_meta, cpp_sites, cpp_statements
+from . import common, cpp_meta, cpp_sites, cpp_statements, dead_code
 from .common import Containers, Source
 from .cpp_names import declared_name, function_declarator, strip_templates, unwrap_type
 
@@ -70,6 +70,7 @@ class CppExtractor:
         self.tree = tree
         self.apis = apis
         self.up = common.Ancestry(tree.root_node)
+        self.dead = dead_code.Exits(source, self.up.parent, cpp=True)  # statements after a return/throw
         self.at = common.SiteAt(path, lang, _STATEMENT_PARENTS, tree.root_node.has_error, self.up.parent)
 
     def run(self, grammar: Language) -> FileFacts:

@@ -15,6 +15,7 @@ from ...model import Arg, Assign, Call, Site, SiteKind
 from . import common
 from .common import Source, zero_elements
 from .cpp_names import MAKERS, PRIMITIVE_LIKE, declared_name, strip_templates, unwrap_type
+from .dead_code import after_exit
 
 if TYPE_CHECKING:
     from .cpp import CppExtractor
@@ -271,6 +272,8 @@ def declarations(ext: CppExtractor, nodes: list[Any], calls: list[Call], sites: 
 
 def add_site(ext: CppExtractor, sites: list[Site], node: Any, spec: ApiSpec, scope: str, span: Any,
               args: tuple[Arg, ...], target: str | None) -> None:
+    if after_exit(ext.dead, node):
+        return  # after an unconditional return/throw in its block: never runs
     kind = spec.kind
     device: str | None = None
     if spec.device in ("options", "inherit"):

@@ -25,6 +25,7 @@ from ...model import (
 from ..parse import language
 from . import (
     common,
+    dead_code,
     python_empty,
     python_fake,
     python_host_kernel,
@@ -102,9 +103,9 @@ class PythonExtractor:
         # copies of host tensors only: a host test file, a converter loading on the host
         self.host_test_file = python_host_tests.host_test_file(path, source) \
             or python_host_tests.host_loaded_file(source)
-        # type-checker-only code: a type-level test file, `if TYPE_CHECKING:` (python_typeonly)
-        self.type_level = python_typeonly.type_level_file(path, tree.root_node)
-        self.type_checking_file = python_typeonly.type_checking_file(source)
+        self.type_level = python_typeonly.type_level_file(path, tree.root_node)  # type-checker-only code
+        self.type_checking_file = python_typeonly.type_checking_file(source)  # `if TYPE_CHECKING:`
+        self.dead = dead_code.Exits(source, self.up.parent)  # statements after an unconditional raise/return
         self.fake_aliases: frozenset[str] | None = None  # names bound to a fake-impl decorator (python_fake)
         # (function or class start, receiver) -> whether the code uses it as a module (python_module_move, _use)
         self.module_uses: dict[tuple[int, str], bool] = {}

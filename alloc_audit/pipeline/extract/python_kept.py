@@ -316,6 +316,7 @@ def _all_uses_seen(ext: PythonExtractor, site: Site, assigns: list[Assign], retu
         end = min(end, starts[rebound])  # through the rebinding line, whose target is the new binding
     in_source = _count_word(ext.src.data, name.encode(), begin, end)
     in_source -= _header_reads(ext.src.data, name.encode(), begin, end)
+    in_source -= _comment_mentions(ext.src.data, name.encode(), begin, end)
     seen = sum(_count_word(a.value, name) + sum(_count_word(t, name) for t in a.targets)
                for a in assigns if a.line > site.span.end_line)
     seen += sum(_count_word(r.value, name) for r in returns if r.line > site.span.end_line)
@@ -355,6 +356,15 @@ def _header_reads(data: bytes, name: bytes, begin: int, end: int) -> int:
 
 
 _CALLED = re.compile(rb"(?:\[[^\]]*\])*\.[A-Za-z_]\w*\s*\(")
+_COMMENT = re.compile(rb"#[^\n]*")
+
+
+def _comment_mentions(data: bytes, name: bytes, begin: int, end: int) -> int:
+    """How often ``name`` occurs in comments of ``data[begin:end]`` (a use
+    commented out, ``# f(buf)``): no use at all."""
+    if data.find(b"#", begin, end) < 0:
+        return 0
+    return sum(_count_word(m.group(0), name) for m in _COMMENT.finditer(data, begin, end))
 
 
 def _kept_direct(site: Site) -> Site:

@@ -16,6 +16,7 @@ from ...catalog import ApiSpec
 from ...model import Arg, CallTable, Site, SiteKind
 from . import common
 from .common import Source, zero_elements
+from .dead_code import after_exit
 from .python_empty import empty_guarded
 from .python_fake import in_fake_scope
 from .python_host import default_source, host_source, on_current_gpu
@@ -229,8 +230,8 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
         return None  # a fake/meta impl or a FakeTensorMode block: fake tensors, no memory
     if ext.host_kernel_file and in_host_kernel(ext, node):
         return None  # a kernel registered only for the "cpu" device: host memory
-    if ext.type_level or (ext.type_checking_file and in_type_checking(ext, node)):
-        return None  # code only a type checker reads: never runs
+    if ext.type_level or (ext.type_checking_file and in_type_checking(ext, node)) or after_exit(ext.dead, node):
+        return None  # code only a type checker reads, or after an unconditional raise/return: never runs
     kwargs = {a.keyword: ext.resolve_text(a.text) for a in args if a.keyword}
     positional = [ext.resolve_text(a.text) for a in args if a.keyword is None and not a.text.startswith("**")]
     kind = spec.kind

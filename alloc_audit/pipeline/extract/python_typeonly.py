@@ -3,7 +3,7 @@ allocations are not sites. Two provable shapes:
 
 - the body of ``if TYPE_CHECKING:`` (also ``typing.TYPE_CHECKING``), which is
   false at run time (its ``else`` branch runs and keeps its sites), and the
-  body of ``if False:`` (dead code, kept for reference);
+  body of ``if False:`` or ``if 0:`` (dead code, kept for reference);
 - a type-level test file: a file under a ``stubs`` or ``typings`` directory
   where some function declares a local by annotation only (``x: Tensor``),
   never assigns it and then reads it, so running the function would raise
@@ -22,16 +22,16 @@ if TYPE_CHECKING:
     from .python import PythonExtractor
 
 _STUB_DIRS = frozenset({"stubs", "typings"})
-_TYPE_CHECKING = re.compile(r"^(?:(?:typing\.)?TYPE_CHECKING|False)$")
+_TYPE_CHECKING = re.compile(r"^(?:(?:typing\.)?TYPE_CHECKING|False|0)$")
 
 
 def type_checking_file(source: bytes) -> bool:
     """The cheap gate for ``in_type_checking``."""
-    return b"TYPE_CHECKING" in source or b"if False" in source
+    return b"TYPE_CHECKING" in source or b"if False" in source or b"if 0" in source
 
 
 def in_type_checking(ext: PythonExtractor, node: Any) -> bool:
-    """Whether ``node`` lies in the body of an ``if TYPE_CHECKING:`` or ``if False:``."""
+    """Whether ``node`` lies in the body of an ``if TYPE_CHECKING:``, ``if False:`` or ``if 0:``."""
     child = node
     parent = node.parent
     while parent is not None:

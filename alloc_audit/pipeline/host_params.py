@@ -1,0 +1,155 @@
+"""Stage 5, before the callers: a move to the device of a module's weight
+where every caller hands in a module it has just moved to the CPU is a
+host copy, not a device site (issue 11, round 20).
+
+    def from_linear(cls, linear, scale):
+        weight = linear.weight.data
+        weight = weight.div_(scale.to(weight.device))   # no site: weight is on the CPU
+
+    module = module.cpu()            # in the only caller, just before the call
+    q = Quantized.from_linear(module, scale)
+
+The move's device is ``NAME.device`` where every binding of the local
+``NAME`` before the move is the weight of a parameter (``P.weight``,
+``P.weight.data``) or a method chain on ``NAME`` or that weight that keeps
+the device (not ``.cuda()``, not a ``.to`` other than to a dtype); and
+every call of the function (one or more, all resolved) passes for ``P`` a
+name whose last binding before the call, in the caller, is a literal CPU
+move of it (``m = m.cpu()``, ``m = m.to("cpu")``). A caller that passes
+anything else, a move to another device, a rebinding between the move and
+the call, or a binding of ``NAME`` the rule cannot read keeps the site. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ..arglists import split_args
+from ..model import Call, Language, Site
+from .index import Func, ProjectIndex
+
+_DEVICE_OF = re.compile(r"([A-Za-z_]\w*)\.device")
+_WEIGHT = re.compile(r"([A-Za-z_]\w*)\.weight(?:\.data)?")
+_DTYPE = re.compile(r"(?:dtype\s*=\s*)?torch\.(?:u?int\d+|float\d*|bfloat16|half|bool|long|int|double|float8\w*)")
+_CPU = re.compile(r"""(?:device\s*=\s*)?(?:torch\.device\(\s*)?["']cpu["']\s*\)?""")
+_CHANGES_DEVICE = frozenset({"cuda", "to", "npu", "xpu"})
+_SELF = frozenset({"self", "cls"})
+
+
+def drop_host_param_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
+    memo: dict[tuple[str, str], bool] = {}
+
+    def host(site: Site) -> bool:
+        if site.api != "Tensor.to" or site.via is not None or site.language is not Language.PYTHON \
+                or site.device not in (None, "unknown"):
+            return False
+        func = index.func(site.path, site.scope)
+        if func is None or func.scope is None:
+            return False
+        call = next((c for c in func.calls if c.span == site.span), None)
+        args = split_args(call.arglist) if call is not None else ()
+        device = next((a for a in args if a.keyword == "device"), None) or \
+            next((a for a in args if a.keyword is None and _DEVICE_OF.fullmatch(a.text.strip())), None)
+        found = _DEVICE_OF.fullmatch(device.text.strip()) if device is not None else None
+        if found is None:
+            return False
+        param = _weight_param(func, found.group(1), site.span.line)
+        if param is None:
+            return False
+        key = (func.id, param)
+        if key not in memo:
+            memo[key] = _callers_pass_cpu(func, param, index)
+        return memo[key]
+
+    return [s for s in sites if not host(s)]
+
+
+def chain(func: Func, call: Call) -> list[Call]:
+    """The calls of a method chain that ends in ``call`` (they start where it starts), innermost first."""
+    start = (call.span.line, call.span.col)
+    return sorted((c for c in func.calls if (c.span.line, c.span.col) == start),
+                  key=lambda c: (c.span.end_line, c.span.end_col))
+
+
+def keeps_device(call: Call) -> bool:
+    method = call.callee.rsplit(".", 1)[-1]
+    if method not in _CHANGES_DEVICE:
+        return True
+    args = split_args(call.arglist)
+    return method == "to" and len(args) == 1 and bool(_DTYPE.fullmatch(args[0].text.strip()))
+
+
+def _weight_param(func: Func, name: str, line: int) -> str | None:
+    """The parameter whose weight every binding of ``name`` before ``line`` holds, if any."""
+    assert func.scope is not None
+    params = set(func.scope.params)
+    found: set[str] = set()
+    for assign in func.assigns:
+        if assign.line >= line or name not in assign.targets:
+            continue
+        weight = _WEIGHT.fullmatch(assign.value.strip())
+        if len(assign.targets) != 1 or assign.op != "=" or weight is None or weight.group(1) not in params:
+            return None
+        found.add(weight.group(1))
+    for call in func.calls:
+        if call.span.line >= line or (call.target or "").strip() != name:
+            continue
+        links = chain(func, call)
+        root = links[0].callee.rpartition(".")[0] if links else ""
+        weight = _WEIGHT.fullmatch(root)
+        if not all(keeps_device(c) for c in links) or not (root == name or weight and weight.group(1) in params):
+            return None
+        if weight is not None:
+            found.add(weight.group(1))
+    return found.pop() if len(found) == 1 else None
+
+
+def _callers_pass_cpu(func: Func, param: str, index: ProjectIndex) -> bool:
+    assert func.scope is not None
+    params = list(func.scope.params)
+    position = params.index(param)
+    if params and params[0] in _SELF:
+        position -= 1
+    seen = False
+    for caller, call in calls_of(func, index):
+        args = split_args(call.arglist)
+        passed = next((a for a in args if a.keyword == param), None)
+        if passed is None:
+            positional = [a for a in args if a.keyword is None]
+            passed = positional[position] if 0 <= position < len(positional) else None
+        if passed is None or not _moved_to_cpu(caller, passed.text.strip(), call.span.line):
+            return False
+        seen = True
+    return seen
+
+
+def calls_of(func: Func, index: ProjectIndex) -> list[tuple[Func, Call]]:
+    """The calls that resolve to ``func``, and those of a method that name
+    its class (``Quantized.from_linear(...)`` through a package's star
+    re-export, which the call graph does not follow)."""
+    owner = func.owner.name if func.owner is not None else None
+    out = []
+    for caller, i in index.calls_named(func.name):
+        if caller.table is None:
+            continue
+        call = caller.table[i]
+        resolved = index.resolve(caller, call)
+        if func in resolved or not resolved and owner is not None \
+                and call.callee.rpartition(".")[0].rpartition(".")[2] == owner:
+            out.append((caller, call))
+    return out
+
+
+def _moved_to_cpu(caller: Func, name: str, line: int) -> bool:
+    """The last binding of ``name`` before ``line`` in ``caller`` is ``name = name.cpu()`` or ``.to("cpu")``."""
+    if not name.isidentifier():
+        return False
+    moves = [c for c in caller.calls if c.span.line < line and (c.target or "").strip() == name]
+    last = max(moves, key=lambda c: c.span.line, default=None)
+    if last is None or any(last.span.line < a.line < line and name in a.targets for a in caller.assigns):
+        return False
+    if last.callee == f"{name}.cpu" and not last.arglist.strip():
+        return True
+    args = split_args(last.arglist)
+    return last.callee == f"{name}.to" and len(args) == 1 and bool(_CPU.fullmatch(args[0].text.strip()))

@@ -1,0 +1,134 @@
+"""Stage 5, before the callers: a sub-module moved to the device of the
+module it belongs to, where every caller hands in a model it has just moved
+whole, moves nothing: not a site (issue 11, round 20).
+
+    def warm_up(tower, device):
+        device = tower.device
+        embed = tower.vision_model.embeddings.patch
+        embed = embed.to(device)                        # no site: already there
+
+    self.model = Model(cfg).half().to(self.device)  # in every caller, before the call
+    warm_up(self.model.get_tower(), device=self.device)
+
+The move is ``R.to(D)`` (or ``R.to(M.device)``) where every binding of the
+local ``R`` before the move is an attribute chain of the parameter ``M``
+(``M.a.b``) and every binding of ``D`` is ``M.device``; and every call of
+the function (one or more) passes for ``M`` an expression on a name the
+caller moved whole to a device earlier in the same function (``self.model =
+....to(self.device)``, ``.cuda()``, not a dtype-only ``.to``), with no
+rebinding of that name in between. Anything else keeps the site (a model
+split across devices is not moved whole by one ``.to``). Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ..arglists import split_args
+from ..model import Language, Site
+from .host_params import calls_of, chain, keeps_device
+from .index import Func, ProjectIndex
+
+_MOVES = frozenset({"Module.to", "Tensor.to"})
+_DEVICE_OF = re.compile(r"([A-Za-z_]\w*)\.device")
+_SELF = frozenset({"self", "cls"})
+
+
+def drop_same_device_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
+    memo: dict[tuple[str, str], bool] = {}
+
+    def same(site: Site) -> bool:
+        if site.api not in _MOVES or site.via is not None or site.language is not Language.PYTHON \
+                or not site.target or not site.target.isidentifier():
+            return False
+        func = index.func(site.path, site.scope)
+        if func is None or func.scope is None:
+            return False
+        call = next((c for c in func.calls if c.span == site.span), None)
+        args = split_args(call.arglist) if call is not None else ()
+        if call is None or len(args) != 1 or args[0].keyword not in (None, "device"):
+            return False
+        receiver = call.callee.rpartition(".")[0]
+        owner = _device_owner(func, args[0].text.strip(), site.span.line)
+        if owner is None or owner not in func.scope.params or _member_of(func, receiver, site.span.line) != owner:
+            return False
+        key = (func.id, owner)
+        if key not in memo:
+            memo[key] = _callers_moved_whole(func, owner, index)
+        return memo[key]
+
+    return [s for s in sites if not same(s)]
+
+
+def _device_owner(func: Func, text: str, line: int) -> str | None:
+    """``M`` when the device is ``M.device``, directly or through a local every earlier binding of which is it."""
+    found = _DEVICE_OF.fullmatch(text)
+    if found is not None:
+        return found.group(1)
+    if not text.isidentifier():
+        return None
+    values = {a.value.strip() for a in func.assigns if a.line < line and text in a.targets}
+    if len(values) != 1 or any(a.line < line and text in a.targets and len(a.targets) != 1 for a in func.assigns) \
+            or any(c.span.line < line and (c.target or "").strip() == text for c in func.calls):
+        return None
+    found = _DEVICE_OF.fullmatch(values.pop())
+    return found.group(1) if found is not None else None
+
+
+def _member_of(func: Func, receiver: str, line: int) -> str | None:
+    """The parameter ``M`` of which the local ``receiver`` is an attribute chain (every earlier binding)."""
+    if not receiver.isidentifier():
+        return None
+    values = {a.value.strip() for a in func.assigns if a.line < line and receiver in a.targets}
+    if len(values) != 1 or any(c.span.line < line and (c.target or "").strip() == receiver for c in func.calls):
+        return None
+    head, dot, rest = values.pop().partition(".")
+    return head if dot and re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", rest) else None
+
+
+def _callers_moved_whole(func: Func, param: str, index: ProjectIndex) -> bool:
+    assert func.scope is not None
+    params = list(func.scope.params)
+    position = params.index(param) - (1 if params and params[0] in _SELF else 0)
+    seen = False
+    for caller, call in calls_of(func, index):
+        args = split_args(call.arglist)
+        passed = next((a for a in args if a.keyword == param), None)
+        if passed is None:
+            positional = [a for a in args if a.keyword is None]
+            passed = positional[position] if 0 <= position < len(positional) else None
+        if passed is None or not _moved_before(caller, passed.text.strip(), call.span.line):
+            return False
+        seen = True
+    return seen
+
+
+def _moved_before(caller: Func, passed: str, line: int) -> bool:
+    """``passed`` is (an expression on) a name the caller moved whole to a device before ``line``."""
+    def on(target: str) -> bool:
+        target = target.strip()
+        return bool(target) and (passed == target or passed.startswith(target + "."))
+
+    calls = [c for c in caller.calls if c.span.line < line and c.target and on(c.target)]
+    assigns = [a for a in caller.assigns if a.line < line and len(a.targets) == 1 and on(a.targets[0])]
+    last_call = max(calls, key=lambda c: c.span.line, default=None)
+    last_assign = max(assigns, key=lambda a: a.line, default=None)
+    if last_assign is not None and (last_call is None or last_assign.line > last_call.span.line):
+        # `self.model = (Model(...).half().to(self.device).eval())`: a parenthesised chain, whose
+        # outermost call starts on the assignment's line or the next one
+        if _MOVE_TEXT.search(last_assign.value) is not None:
+            return True
+        if not last_assign.value.startswith("("):
+            return False
+        inner = [c for c in caller.calls if last_assign.line <= c.span.line <= last_assign.line + 1
+                 and c.span.end_line < line]
+        last_call = max(inner, key=lambda c: (c.span.end_line, c.span.end_col), default=None)
+    if last_call is None:
+        return False
+    return any(c.callee.endswith(".cuda") or c.callee.endswith(".to") and not keeps_device(c)
+               for c in chain(caller, last_call))
+
+
+_MOVE_TEXT = re.compile(r"\.cuda\(|\.to\(\s*(?!(?:dtype\s*=\s*)?torch\.(?:u?int\d+|float\d*|bfloat16|half|bool|long"
+                        r"|int|double|float8\w*)\s*\))")
