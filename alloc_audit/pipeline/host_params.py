@@ -23,7 +23,7 @@ the call, or a binding of ``NAME`` the rule cannot read keeps the site. Pure.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..arglists import split_args
 from ..model import Call, Language, Site
@@ -106,11 +106,16 @@ def _weight_param(func: Func, name: str, line: int) -> str | None:
 
 
 def _callers_pass_cpu(func: Func, param: str, index: ProjectIndex) -> bool:
+    return every_caller_passes(func, param, index, _moved_to_cpu)
+
+
+def every_caller_passes(func: Func, param: str, index: ProjectIndex,
+                        test: Callable[[Func, str, int], bool]) -> bool:
+    """``func`` has callers, and every one hands ``param`` an argument for which
+    ``test(caller, argument text, call line)`` holds."""
     assert func.scope is not None
     params = list(func.scope.params)
-    position = params.index(param)
-    if params and params[0] in _SELF:
-        position -= 1
+    position = params.index(param) - (1 if params and params[0] in _SELF else 0)
     seen = False
     for caller, call in calls_of(func, index):
         args = split_args(call.arglist)
@@ -118,7 +123,7 @@ def _callers_pass_cpu(func: Func, param: str, index: ProjectIndex) -> bool:
         if passed is None:
             positional = [a for a in args if a.keyword is None]
             passed = positional[position] if 0 <= position < len(positional) else None
-        if passed is None or not _moved_to_cpu(caller, passed.text.strip(), call.span.line):
+        if passed is None or not test(caller, passed.text.strip(), call.span.line):
             return False
         seen = True
     return seen

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from ..arglists import split_args
 from ..model import Language, Site
-from .host_params import calls_of, chain, keeps_device
+from .host_params import chain, every_caller_passes, keeps_device
 from .index import Func, ProjectIndex
 
 _MOVES = frozenset({"Module.to", "Tensor.to"})
@@ -88,20 +88,7 @@ def _member_of(func: Func, receiver: str, line: int) -> str | None:
 
 
 def _callers_moved_whole(func: Func, param: str, index: ProjectIndex) -> bool:
-    assert func.scope is not None
-    params = list(func.scope.params)
-    position = params.index(param) - (1 if params and params[0] in _SELF else 0)
-    seen = False
-    for caller, call in calls_of(func, index):
-        args = split_args(call.arglist)
-        passed = next((a for a in args if a.keyword == param), None)
-        if passed is None:
-            positional = [a for a in args if a.keyword is None]
-            passed = positional[position] if 0 <= position < len(positional) else None
-        if passed is None or not _moved_before(caller, passed.text.strip(), call.span.line):
-            return False
-        seen = True
-    return seen
+    return every_caller_passes(func, param, index, _moved_before)
 
 
 def _moved_before(caller: Func, passed: str, line: int) -> bool:
