@@ -48,11 +48,13 @@ class _HostDevices:
     def on_cpu(self, site: Site) -> bool:
         if site.device not in (None, "unknown"):
             return False  # a device said literally
-        func = self.index.func(site.path, site.scope)
-        if func is None or func.scope is None:
+        found_call = self.index.site_call(site)
+        if found_call is None:
             return False
-        call = next((c for c in func.calls if c.span == site.span), None)
-        if call is None or "device" not in call.arglist and site.api not in _MOVES:
+        func, call = found_call
+        if func.scope is None:
+            return False
+        if "device" not in call.arglist and site.api not in _MOVES:
             return False
         args = list(split_args(call.arglist))
         named = next((a for a in args if a.keyword == "device"), None)

@@ -29,7 +29,7 @@ from ..arglists import split_args
 from ..model import Call, Language, Site
 from .index import Func, ProjectIndex
 
-_DEVICE_OF = re.compile(r"([A-Za-z_]\w*)\.device")
+DEVICE_OF = re.compile(r"([A-Za-z_]\w*)\.device")
 _WEIGHT = re.compile(r"([A-Za-z_]\w*)\.weight(?:\.data)?")
 _DTYPE = re.compile(r"(?:dtype\s*=\s*)?torch\.(?:u?int\d+|float\d*|bfloat16|half|bool|long|int|double|float8\w*)")
 _CPU = re.compile(r"""(?:device\s*=\s*)?(?:torch\.device\(\s*)?["']cpu["']\s*\)?""")
@@ -44,14 +44,16 @@ def drop_host_param_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Si
         if site.api != "Tensor.to" or site.via is not None or site.language is not Language.PYTHON \
                 or site.device not in (None, "unknown"):
             return False
-        func = index.func(site.path, site.scope)
-        if func is None or func.scope is None:
+        found_call = index.site_call(site)
+        if found_call is None:
             return False
-        call = next((c for c in func.calls if c.span == site.span), None)
-        args = split_args(call.arglist) if call is not None else ()
+        func, call = found_call
+        if func.scope is None:
+            return False
+        args = split_args(call.arglist)
         device = next((a for a in args if a.keyword == "device"), None) or \
-            next((a for a in args if a.keyword is None and _DEVICE_OF.fullmatch(a.text.strip())), None)
-        found = _DEVICE_OF.fullmatch(device.text.strip()) if device is not None else None
+            next((a for a in args if a.keyword is None and DEVICE_OF.fullmatch(a.text.strip())), None)
+        found = DEVICE_OF.fullmatch(device.text.strip()) if device is not None else None
         if found is None:
             return False
         param = _weight_param(func, found.group(1), site.span.line)

@@ -27,12 +27,10 @@ from collections.abc import Sequence
 
 from ..arglists import split_args
 from ..model import Language, Site
-from .host_params import chain, every_caller_passes, keeps_device
+from .host_params import DEVICE_OF, chain, every_caller_passes, keeps_device
 from .index import Func, ProjectIndex
 
 _MOVES = frozenset({"Module.to", "Tensor.to"})
-_DEVICE_OF = re.compile(r"([A-Za-z_]\w*)\.device")
-_SELF = frozenset({"self", "cls"})
 
 
 def drop_same_device_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
@@ -42,12 +40,14 @@ def drop_same_device_moves(sites: Sequence[Site], index: ProjectIndex) -> list[S
         if site.api not in _MOVES or site.via is not None or site.language is not Language.PYTHON \
                 or not site.target or not site.target.isidentifier():
             return False
-        func = index.func(site.path, site.scope)
-        if func is None or func.scope is None:
+        found_call = index.site_call(site)
+        if found_call is None:
             return False
-        call = next((c for c in func.calls if c.span == site.span), None)
-        args = split_args(call.arglist) if call is not None else ()
-        if call is None or len(args) != 1 or args[0].keyword not in (None, "device"):
+        func, call = found_call
+        if func.scope is None:
+            return False
+        args = split_args(call.arglist)
+        if len(args) != 1 or args[0].keyword not in (None, "device"):
             return False
         receiver = call.callee.rpartition(".")[0]
         owner = _device_owner(func, args[0].text.strip(), site.span.line)
@@ -63,7 +63,7 @@ def drop_same_device_moves(sites: Sequence[Site], index: ProjectIndex) -> list[S
 
 def _device_owner(func: Func, text: str, line: int) -> str | None:
     """``M`` when the device is ``M.device``, directly or through a local every earlier binding of which is it."""
-    found = _DEVICE_OF.fullmatch(text)
+    found = DEVICE_OF.fullmatch(text)
     if found is not None:
         return found.group(1)
     if not text.isidentifier():
@@ -72,7 +72,7 @@ def _device_owner(func: Func, text: str, line: int) -> str | None:
     if len(values) != 1 or any(a.line < line and text in a.targets and len(a.targets) != 1 for a in func.assigns) \
             or any(c.span.line < line and (c.target or "").strip() == text for c in func.calls):
         return None
-    found = _DEVICE_OF.fullmatch(values.pop())
+    found = DEVICE_OF.fullmatch(values.pop())
     return found.group(1) if found is not None else None
 
 
