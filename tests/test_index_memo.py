@@ -19,6 +19,7 @@ from alloc_audit.model import FileFacts, Span, Tier
 from alloc_audit.pipeline.discover import language_of
 from alloc_audit.pipeline.extract import extract_facts
 from alloc_audit.pipeline.index import ProjectIndex, Reach
+from alloc_audit.pipeline.index.factories import Factories
 from alloc_audit.pipeline.index.memo import CutOff, Deps, Memo
 from alloc_audit.pipeline.parse import parse_source
 
@@ -206,8 +207,6 @@ def test_a_site_in_a_scope_without_a_function_answers_as_a_fresh_index(facts: di
 
 def test_weight_uploads_given_later_forget_only_the_factories_that_read_their_sites(
         facts: dict[str, FileFacts], monkeypatch: pytest.MonkeyPatch) -> None:
-    from alloc_audit.pipeline.index.factories import Factories
-
     raw = facts["pkg/raw.py"]
     empty = next(s for s in raw.sites if s.api == "torch.empty")
     # a weight (T1) is no factory's allocation, unless it is a weight upload
@@ -217,14 +216,7 @@ def test_weight_uploads_given_later_forget_only_the_factories_that_read_their_si
     index = ProjectIndex(facts)
     index.factories(uploads=True)  # what the expansion asks, no upload known yet
     index.settle()  # the derivation comes after the index settled
-    computed: list[str] = []
-    find = Factories._find_class_allocation
-
-    def counted(self: Factories, cls: Any, depth: int) -> Any:
-        computed.append(cls.name)
-        return find(self, cls, depth)
-
-    monkeypatch.setattr(Factories, "_find_class_allocation", counted)
+    computed = _count_class_allocations(monkeypatch)
     derived = index.derived_sites(uploads=uploads)
     assert "Arena" in computed and "Pool" not in computed  # Pool's constructor reads nothing of raw.py: kept
     # the upload makes alloc_block a factory, and make_pool and Arena through it
@@ -308,22 +300,13 @@ def test_what_an_unresolved_call_misses_is_asked_again_once_a_package_re_exports
 
 def test_a_weight_added_past_a_constructor_keeps_the_class_allocation_and_a_buffer_does_not(
         facts: dict[str, FileFacts], monkeypatch: pytest.MonkeyPatch) -> None:
-    from alloc_audit.pipeline.index.factories import Factories
-
     index = ProjectIndex(facts)
     arena = index.classes_named("Arena")[0]
     init = index.func("pkg/pools.py", "Arena.__init__")
     assert init is not None
     before = index.class_allocates(arena)
     assert before is not None and before.site.scope == "alloc_block"  # two calls past the constructor
-    computed: list[str] = []
-    find = Factories._find_class_allocation
-
-    def counted(self: Factories, cls: Any, depth: int) -> Any:
-        computed.append(cls.name)
-        return find(self, cls, depth)
-
-    monkeypatch.setattr(Factories, "_find_class_allocation", counted)
+    computed = _count_class_allocations(monkeypatch)
     # a weight (T1) one call past Arena's constructor: the reach sees it, the class allocation cannot
     weight = dataclasses.replace(before.site, path="pkg/pools.py", scope="make_pool", span=Span(10, 5, 10, 11),
                                  tier=Tier.T1)
@@ -345,3 +328,16 @@ def test_a_weight_added_past_a_constructor_keeps_the_class_allocation_and_a_buff
     for site in (weight, buffer, transient):
         fresh.add_sites([site])
     assert answers(index) == answers(fresh)
+
+
+def _count_class_allocations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the classes whose allocation the factories compute from now on, in order."""
+    computed: list[str] = []
+    find = Factories._find_class_allocation
+
+    def counted(self: Factories, cls: Any, depth: int) -> Any:
+        computed.append(cls.name)
+        return find(self, cls, depth)
+
+    monkeypatch.setattr(Factories, "_find_class_allocation", counted)
+    return computed
