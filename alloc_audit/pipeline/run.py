@@ -112,6 +112,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .module_state import module_state
     from .native_pinned import native_pinned
     from .native_uploads import native_uploads
+    from .object_moves import object_moves
     from .per_test_holders import per_test_holders
     from .registered_members import registered_members
     from .repinned_members import repinned_members
@@ -161,7 +162,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     direct = host_reads(hook_closures([s for f in facts.values() for s in f.sites], index), index)
     sites = drop_stateless_moves(module_moves(direct, index, facts, catalog.tiers, outcomes.skipped_mentioning),
                                  index, catalog.stateless_modules)
-    sites = drop_empty_moves(sites, index)
+    sites = drop_empty_moves(object_moves(sites, index, facts, catalog.tiers), index)
     sites = drop_host_param_moves(drop_host_returns(drop_cpu_locals(sites, index), index), index)
     sites = drop_same_device_moves(sites, index)
     sites = tiers_from_callers(sites, index, catalog.callers)
