@@ -113,6 +113,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .native_pinned import native_pinned
     from .native_uploads import native_uploads
     from .object_moves import object_moves
+    from .per_pass_storage import per_pass_storage
     from .per_test_holders import per_test_holders
     from .registered_members import registered_members
     from .repinned_members import repinned_members
@@ -174,7 +175,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
                                catalog.callers)
     sites += per_test_holders(built_per_call(derived, index, catalog.callers), index)
     sites = native_uploads(kept_submodules(sites, index, catalog.callers), index)
-    sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
+    sites = returned_scratch(weight_fills(per_pass_storage(decided_by_use(sites, index), index), index), index)
     sites = weight_state(keyed_caches(run_once(self_moves(lazy_members(sites, index), index), index), index), index)
     sites = kept_accumulators(run_accumulators(sites, index, catalog.callers), index, catalog.callers)
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
