@@ -115,6 +115,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .object_moves import object_moves
     from .per_pass_storage import per_pass_storage
     from .per_test_holders import per_test_holders
+    from .pinned_containers import pinned_containers
     from .registered_members import registered_members
     from .repinned_members import repinned_members
     from .reset_members import reset_members
@@ -175,7 +176,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
                                catalog.callers)
     sites += per_test_holders(built_per_call(derived, index, catalog.callers), index)
     sites = native_uploads(kept_submodules(sites, index, catalog.callers), index)
-    sites = returned_scratch(weight_fills(per_pass_storage(decided_by_use(sites, index), index), index), index)
+    sites = per_pass_storage(pinned_containers(decided_by_use(sites, index), index), index)
+    sites = returned_scratch(weight_fills(sites, index), index)
     sites = weight_state(keyed_caches(run_once(self_moves(lazy_members(sites, index), index), index), index), index)
     sites = kept_accumulators(run_accumulators(sites, index, catalog.callers), index, catalog.callers)
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
