@@ -92,6 +92,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .expand import expand_skipped
     from .expected_raises import drop_expected_raises
     from .fixture_scoped import fixture_scoped
+    from .grown_params import grown_params
     from .helper_built import helper_built
     from .hook_closures import hook_closures
     from .host_params import drop_host_param_moves
@@ -178,7 +179,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = native_uploads(kept_submodules(sites, index, catalog.callers), index)
     sites = per_pass_storage(pinned_containers(decided_by_use(sites, index), index), index)
     sites = returned_scratch(weight_fills(sites, index), index)
-    sites = weight_state(keyed_caches(run_once(self_moves(lazy_members(sites, index), index), index), index), index)
+    sites = grown_params(lazy_members(sites, index), index)
+    sites = weight_state(keyed_caches(run_once(self_moves(sites, index), index), index), index)
     sites = kept_accumulators(run_accumulators(sites, index, catalog.callers), index, catalog.callers)
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
