@@ -13,11 +13,12 @@ module moves what that class's method moves, not a model's weights
         data.to("cuda")                 # Tensor.to: the batch's upload, per call
 
 A move whose result is dropped looks like a module's to one file
-(``extract/python_module_move.py``). Where the receiver's class is known --
-a parameter annotated with a project class (``data: Batch[Any]``), or a
-local built by a project class's construction above (``receiver_builder``)
--- and that class, or a project base of it, defines the method itself and
-no base reaches ``nn.Module`` (nor a library module), the site is a
+(``extract/python_module_move.py``). Where the receiver is a parameter
+annotated with a project class (``data: Batch[Any]``: data handed in per
+call; an object the function builds itself, an EMA copy of the weights,
+is set-up and left alone) and that class, or a project base of it,
+defines the method itself and no base reaches ``nn.Module`` (nor a library
+module, nor ``torch.Tensor``/``nn.Parameter``: weights), the site is a
 tensor move (``Tensor.to``/``Tensor.cuda``), classified again, so the
 calling function decides its tier (a batch uploaded per step: T4). Pure.
 """
@@ -33,7 +34,7 @@ from ..model import FileFacts, Language, Site
 from .classify import classify_sites
 from .default_device import is_module
 from .index import ClassInfo, Func, ProjectIndex, last_name
-from .module_classes import external_module_base, receiver_builder
+from .module_classes import external_module_base, external_module_base_of_tensors
 
 _MOVES = {"Module.to": "Tensor.to", "Module.cuda": "Tensor.cuda"}
 # an annotation naming one class: `Batch`, `pkg.Batch`, `Batch[Any]`, `"Batch"`
@@ -76,13 +77,12 @@ def _receiver_classes(index: ProjectIndex, func: Func, site: Site, receiver: str
         text = types[position].strip() if position < len(types) else ""
         named = _ANNOTATION.fullmatch(text)
         return index.classes_named(last_name(named.group(1))) if named is not None else []
-    builder = receiver_builder(func, site)
-    cls = index.constructed_class(func, builder) if builder is not None else None
-    return [cls] if cls is not None else []
+    return []
 
 
 def _own_move(index: ProjectIndex, cls: ClassInfo, method: str, memo: dict[str, bool]) -> bool:
     """The class (or a project base) defines ``method`` itself and is no torch module."""
     if cls.language is not Language.PYTHON or not index.method_lookup(cls, method):
         return False
-    return not is_module(index, cls.qualname, cls.bases, memo) and not external_module_base(index, cls.bases)
+    return not is_module(index, cls.qualname, cls.bases, memo) and not external_module_base(index, cls.bases) \
+        and not external_module_base_of_tensors(index, cls.bases)

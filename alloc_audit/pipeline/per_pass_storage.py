@@ -15,7 +15,9 @@ module's parameter: per step, T4 (issue 11, round 22).
 parameter of a module is made once, outside the training loop; a name a
 loop binds holds a new tensor in every pass. Every call must resolve and
 pass a bare name bound (assigned or a call's target) inside a loop that
-contains the call; anything else keeps T1. Pure.
+contains the call, by a value made there: a lookup (``params.get(k)``,
+``params[k]``, ``getattr``) in a container bound outside the loop fetches a
+parameter that exists already. Anything else keeps T1. Pure.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from .index import Func, ProjectIndex
 from .retier import Decision, python_device_site, retier
 
 _STORAGE = "model-resident: becomes the storage of parameters or buffers (stored to "
+_LOOKUP = re.compile(r"([A-Za-z_]\w*)(?:\.[A-Za-z_]\w*)*(?:\[|\.get\()")
 _PARAM_DATA = re.compile(r"([A-Za-z_]\w*)\.data")
 
 
@@ -73,10 +76,24 @@ def _loop_binding(caller: Func, name: str, line: int) -> str:
         if block.kind != "loop" or not block.span.contains_line(line):
             continue
         span = block.span
-        if any(span.contains_line(a.line) and name in _names(a.targets) for a in caller.assigns) \
-                or any(span.contains_line(c.span.line) and name in _names((c.target or "",)) for c in caller.calls):
+        values = [a.value.strip() for a in caller.assigns if span.contains_line(a.line) and name in _names(a.targets)]
+        values += [c.callee + "(" for c in caller.calls
+                   if span.contains_line(c.span.line) and name in _names((c.target or "",))]
+        inside = {n for a in caller.assigns if span.contains_line(a.line) for n in _names(a.targets)} | {
+            n for c in caller.calls if span.contains_line(c.span.line) for n in _names((c.target or "",))}
+        if values and all(_made(v, inside) for v in values):
             return f"{caller.qualname}:{line} passes {name}, bound in the loop at line {span.line}"
     return ""
+
+
+def _made(value: str, inside: set[str]) -> bool:
+    """The value is made in the pass: not a lookup (``params.get(k)``,
+    ``params[k]``, ``getattr(m, k)``) in a container bound outside the loop
+    (a module's parameters fetched by name are still its parameters)."""
+    if value.startswith("getattr("):
+        return False
+    lookup = _LOOKUP.match(value)
+    return lookup is None or lookup.group(1) in inside
 
 
 def _names(targets: Sequence[str]) -> set[str]:

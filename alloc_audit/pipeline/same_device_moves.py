@@ -85,12 +85,21 @@ def _own_device_params(func: Func, call: Call, line: int) -> tuple[str, str, str
 
 
 def _same_owner(caller: Func, passed: tuple[str, ...], line: int) -> bool:
-    """The caller passes ``M.a`` for the tensor and ``M.device`` (or ``M.a.device``) for its device."""
+    """The caller passes for the device the tensor's own (``t=m.weight, device=m.weight.device``), or a
+    parameter of a module and that module's device or its other parameter's (``t=m.bias``,
+    ``device=m.device`` / ``m.weight.device``): a state holder's chosen device (``state.device``
+    beside ``state.image``) is no tensor's own."""
     tensor, device = passed
-    owner = _OWNED.fullmatch(tensor)
-    moved_to = _OWN_DEVICE.fullmatch(device)
-    return owner is not None and moved_to is not None and owner.group(1) == moved_to.group(1) \
-        and owner.group(1) not in ("self", "cls")
+    found = _OWN_DEVICE.fullmatch(device)
+    if found is None or _OWNED.fullmatch(tensor) is None or tensor.split(".")[0] in ("self", "cls"):
+        return False
+    held = found.group(1)
+    if held == tensor:
+        return True  # `weight=m.weight, device=m.weight.device`
+    # a module's parameters share its device: `bias=m.bias, device=m.weight.device` or `m.device`
+    parent, _, leaf = tensor.rpartition(".")
+    return leaf in _PARAMS and (held == parent or held.rpartition(".")[0] == parent
+                                and held.rpartition(".")[2] in _PARAMS)
 
 
 def _device_owner(func: Func, text: str, line: int) -> str | None:
@@ -151,6 +160,7 @@ def _moved_before(caller: Func, passed: str, line: int) -> bool:
 
 _OWN_RECEIVER = re.compile(r"[A-Za-z_]\w*(?:\.data)?")
 _OWNED = re.compile(r"([A-Za-z_]\w*)(?:\.[A-Za-z_]\w*)+")
-_OWN_DEVICE = re.compile(r"([A-Za-z_]\w*)(?:\.[A-Za-z_]\w*)*\.device")
+_OWN_DEVICE = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\.device")
+_PARAMS = frozenset({"weight", "bias"})
 _MOVE_TEXT = re.compile(r"\.cuda\(|\.to\(\s*(?!(?:dtype\s*=\s*)?torch\.(?:u?int\d+|float\d*|bfloat16|half|bool|long"
                         r"|int|double|float8\w*)\s*\))")
