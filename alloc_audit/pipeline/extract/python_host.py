@@ -385,3 +385,15 @@ def _statement_at(source: str, pos: int) -> bool:
         elif ch in ")]}":
             depth -= 1
     return depth <= 0
+
+
+def to_one_device(positional: list[str], kwargs: dict[str, str]) -> str | None:
+    """`.to("cuda")` / `.to(device="cuda")`: ``"cuda"``, the current GPU;
+    `.to(dev)`: the device variable's name; no dtype change."""
+    texts = positional + [v for k, v in kwargs.items() if k == "device"]
+    if len(texts) != 1 or not set(kwargs) <= {"device", "non_blocking"}:
+        return None
+    text = texts[0].strip()
+    if re.fullmatch(r"""(['"])cuda\1""", text):
+        return "cuda"
+    return text if text.isidentifier() and text != "cuda" else None
