@@ -25,9 +25,9 @@ from .untaken import drop_untaken
 def derive_sites(index: ProjectIndex, files: Mapping[str, FileFacts], tiers: tuple[TierPattern, ...],
                  direct: Sequence[Site], apis: ApiCatalog | None = None) -> list[Site]:
     uploads = {(s.path, s.span.line): s for s in direct if _upload(s)}
-    # buffers a function returns to callers that keep them (kept_returns) count like uploads: factories' allocations
-    counted = frozenset(uploads) | {(s.path, s.span.line) for s in direct
-                                    if s.via is None and s.tier_reason.startswith(RETURNED_KEPT)}
+    # workspaces a function returns to callers that keep them (kept_returns) count like uploads: factories' allocations
+    counted = frozenset(uploads) | {(s.path, s.span.line) for s in direct if s.via is None and s.tier is Tier.T2
+                                    and s.tier_reason.startswith(RETURNED_KEPT)}
     kept, branches = drop_untaken(drop_host_moves(index.derived_sites(uploads=counted), index), index)
     derived = tuple(drop_off_device(kept, index))
     if apis is not None:

@@ -8,8 +8,8 @@ return names) is
 - a weight (T1) when every call of F outside test code keeps the result as
   one: stored in a ``self.x`` its class registers as a buffer, wrapped in a
   ``Parameter`` or a registration (``self.weight = nn.Parameter(w)`` after
-  ``w = m.transform_weight(w)``), or copied into one (``p.copy_(w)``): a
-  weight transform run at load time;
+  ``w = m.transform_weight(w)``), or copied into one (``layer.weight.copy_(w)``,
+  a registered member): a weight transform run at load time;
 - kept by the object (T2) when F takes nothing but its object (a workspace
   factory, not an op making its output from its inputs) and every such call
   stores the result in a ``self.x`` (``self.workspace =
@@ -19,8 +19,9 @@ Calls are found by F's name, resolved or not (a call resolved to another
 function does not count); tests exercise F, their use says nothing about its
 lifetime. A call that drops the result or uses it per call keeps the site
 T4, and so does a function nobody outside tests calls. ``derive`` then
-counts the buffer as its callers' allocation (``Matmul(...)`` whose
-constructor keeps the workspace is a derived site through it). Pure.
+counts a kept workspace (T2) as its callers' allocation (``Matmul(...)``
+whose constructor keeps the workspace is a derived site through it); a
+weight never makes a construction a derived site. Pure.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ RETURNED_KEPT = "returned and kept: "  # derive counts these as allocations of t
 _WORDS = re.compile(r"[A-Za-z_]\w*")
 _MEMBER = re.compile(r"self\.[A-Za-z_]\w*")
 _COPY = re.compile(r"\.(?:copy_|set_)$")
+# what a weight is called: `layer.weight`, `self.qweight.data`, `p.bias`
+_WEIGHTY = re.compile(r"(?:^|[._])(?:\w*weights?|bias)(?:\.data)?$")
 
 
 def kept_returns(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
@@ -127,10 +130,18 @@ def _as_weight(caller: Func, call: Call) -> str:
         args = [a.text.strip() for a in split_args(later.arglist)]
         if REGISTERS.search(later.callee) and any(a == target or a.startswith(target + ".") for a in args):
             return f"wrapped in {later.callee}"
-        if _COPY.search(later.callee) and args[:1] == [target]:
+        if _COPY.search(later.callee) and args[:1] == [target] and _into_weight(caller, later.callee):
             return f"copied by {later.callee}"
     for assign in caller.assigns:
         if assign.line > line and len(assign.targets) == 1 and assign.value.strip() == target \
                 and assign.targets[0].startswith("self.") and registration_of_member(caller, assign.targets[0]):
             return f"stored in the registered {assign.targets[0]}"
     return ""
+
+
+def _into_weight(caller: Func, callee: str) -> bool:
+    """``callee`` (``w.copy_``) copies into a weight: a member its class
+    registers as a buffer, or one named for weights."""
+    receiver = callee.rsplit(".", 1)[0]
+    return _WEIGHTY.search(receiver) is not None or (
+        _MEMBER.fullmatch(receiver) is not None and bool(registration_of_member(caller, receiver)))
