@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from ..arglists import split_args
+from ..arglists import split_args, split_top_level
 from ..catalog import CallerGlobs
 from ..globs import matcher, test_path
 from ..model import Call, Site, Tier
@@ -67,7 +67,7 @@ def kept_returns(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs)
 
 def _returned(site: Site, func: Func) -> bool:
     """``func`` returns the site's memory: on the return's line, or a local
-    (or a local holding it, `result = [weight]`) the return names."""
+    (or a list or tuple holding it, `result = [weight]`) the return names."""
     lines = {r.line for r in func.returns}
     if site.stmt_line in lines or site.span.line in lines:
         return True
@@ -78,7 +78,8 @@ def _returned(site: Site, func: Func) -> bool:
     if local in named:
         return True
     return any(len(a.targets) == 1 and a.targets[0] in named and a.line > site.span.line
-               and local in _WORDS.findall(a.value) for a in func.assigns)
+               and a.value.strip()[:1] in "[(" and local in (e.strip() for e in split_top_level(a.value.strip()[1:-1]))
+               for a in func.assigns)
 
 
 def _kept_by_callers(func: Func, index: ProjectIndex,
