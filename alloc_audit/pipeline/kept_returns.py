@@ -13,7 +13,8 @@ return names) is
 - kept by the object (T2) when F takes nothing but its object (a workspace
   factory, not an op making its output from its inputs) and every such call
   stores the result in a ``self.x`` (``self.workspace =
-  self._alloc_workspace()``) in a method that is not per step.
+  self._alloc_workspace()``) in set-up work: a constructor, or a method only
+  constructors call (within three calls).
 
 Calls are found by F's name, resolved or not (a call resolved to another
 function does not count); tests exercise F, their use says nothing about its
@@ -103,14 +104,24 @@ def _kept_by_callers(func: Func, index: ProjectIndex,
             if how:
                 weights.append(f"{how} in {caller.qualname}")
             elif factory and _MEMBER.fullmatch((call.target or "").strip()) \
-                    and caller.scope is not None and caller.scope.role in ("method", "constructor") \
-                    and not (per_step is not None and per_step(caller.name)):
+                    and not (per_step is not None and per_step(caller.name)) and _set_up(caller, index, 3):
                 members.append(f"{call.target} in {caller.qualname}")
             else:
                 return None
     if members:
         return Tier.T2, f"kept on the object ({', '.join((members + weights)[:2])})"
     return (Tier.T1, f"a weight transform run at load time ({', '.join(weights[:2])})") if weights else None
+
+
+def _set_up(func: Func, index: ProjectIndex, depth: int) -> bool:
+    """``func`` is a constructor, or a method only constructors call (through
+    at most ``depth`` calls): set-up work, run once per object."""
+    if func.scope is None or func.scope.role == "constructor":
+        return func.scope is not None
+    if depth <= 0 or func.scope.role != "method":
+        return False
+    callers = [index.funcs[fid] for fid, d in index.callers_within([func], 1).items() if d == 1 and fid in index.funcs]
+    return bool(callers) and all(_set_up(c, index, depth - 1) for c in callers)
 
 
 def _as_weight(caller: Func, call: Call) -> str:
