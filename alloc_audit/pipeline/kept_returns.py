@@ -68,13 +68,18 @@ def kept_returns(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs)
 
 def _returned(site: Site, func: Func) -> bool:
     """``func`` returns the site's memory: on the return's line, or a local
-    (or a list or tuple holding it, `result = [weight]`) the return names."""
+    (or a list or tuple holding it, `result = [weight]`) the return names
+    and nothing binds again."""
     lines = {r.line for r in func.returns}
     if site.stmt_line in lines or site.span.line in lines:
         return True
     local = (site.target or "").strip()
     if not local.isidentifier():
         return False
+    line = site.span.line
+    if any(a.line > line and local in a.targets for a in func.assigns) or \
+            any(c.span.line > line and (c.target or "").strip() == local for c in func.calls):
+        return False  # bound again (`n = n.int() // k`): what is returned is another tensor
     named = {w for r in func.returns for w in _WORDS.findall(r.value)}
     if local in named:
         return True
