@@ -101,6 +101,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .kept_accumulators import kept_accumulators
     from .kept_pinned import kept_pinned
     from .kept_results import kept_results
+    from .kept_returns import kept_returns
     from .kept_slots import kept_slots
     from .kept_submodules import kept_submodules
     from .keyed_caches import keyed_caches
@@ -168,7 +169,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = built_per_call(sites, index, catalog.callers)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
-    sites = built_per_pass(module_state(sites, index), index)
+    sites = kept_returns(built_per_pass(module_state(sites, index), index), index, catalog.callers)
     derived = tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
                                catalog.callers)
     sites += per_test_holders(built_per_call(derived, index, catalog.callers), index)
