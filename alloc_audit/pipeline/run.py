@@ -94,6 +94,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .fixture_scoped import fixture_scoped
     from .helper_built import helper_built
     from .hook_closures import hook_closures
+    from .hooked_state import hooked_state
     from .host_params import drop_host_param_moves
     from .host_reads import host_reads
     from .host_returns import drop_host_returns
@@ -183,6 +184,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = worker_buffers(setup_members(sites, index, catalog.callers), index)
     sites = dropped_probes(weight_members(buffer_classes(kept_pinned(sites, index)), index), index)
     sites = reset_per_step(reset_members(sites, index, catalog.callers), index, catalog.callers)
+    sites = hooked_state(sites, index)
     sites = with_roles(drop_expected_raises(sites, index), config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
