@@ -87,6 +87,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .cpu_locals import drop_cpu_locals
     from .default_device import promote_default_sites
     from .derive import derive_sites
+    from .dropped_objects import dropped_objects
     from .dropped_probes import dropped_probes
     from .empty_moves import drop_empty_moves
     from .expand import expand_skipped
@@ -166,7 +167,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = drop_host_param_moves(drop_host_returns(drop_cpu_locals(sites, index), index), index)
     sites = drop_same_device_moves(sites, index)
     sites = tiers_from_callers(sites, index, catalog.callers)
-    sites = built_per_call(sites, index, catalog.callers)
+    sites = dropped_objects(built_per_call(sites, index, catalog.callers), index)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
     sites = built_per_pass(module_state(sites, index), index)
