@@ -128,6 +128,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .self_moves import self_moves
     from .setup_members import setup_members
     from .stateless_modules import drop_stateless_moves
+    from .swapped_storage import swapped_storage
     from .weight_fills import weight_fills
     from .weight_inits import weight_init_temporaries
     from .weight_members import weight_members
@@ -185,7 +186,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = worker_buffers(setup_members(sites, index, catalog.callers), index)
     sites = dropped_probes(weight_members(buffer_classes(kept_pinned(sites, index)), index), index)
     sites = reset_per_step(reset_members(sites, index, catalog.callers), index, catalog.callers)
-    sites = hooked_state(sites, index)
+    sites = swapped_storage(hooked_state(sites, index), index)
     sites = with_roles(drop_expected_raises(sites, index), config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
