@@ -95,9 +95,12 @@ def _scan(root: Path, *args: str) -> dict:
 @forks
 def test_findings_are_the_same_from_a_child_and_from_the_parent(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    # the rule fixtures as one project (the repository's configuration leaves them out)
+    # the rule fixtures as one project (the repository's configuration leaves
+    # them out); the census and tier fixtures hold no findings, so they only
+    # made this slower
     root = tmp_path / "project"
-    shutil.copytree(FIXTURES, root)
+    shutil.copytree(FIXTURES, root, ignore=lambda _dir, names: [
+        name for name in names if name.startswith(("sites-", "tiers-", "project-"))])
     (root / "alloc-audit.toml").write_text("# alloc-audit configuration\n")
     in_child = _scan(root, "--jobs", "1")
     assert _scan(root, "--jobs", "2") == in_child

@@ -341,7 +341,9 @@ class Blocks:
 _SHAPED = frozenset({"torch.empty", "torch.zeros", "torch.ones", "torch.rand", "torch.randn", "torch.empty_strided",
                      "Tensor.new_empty", "Tensor.new_zeros", "Tensor.new_ones", "cupy.empty", "cupy.zeros",
                      "at::empty", "at::zeros", "at::ones", "at::empty_strided", "torch::empty", "torch::zeros",
-                     "torch::ones", "torch::empty_strided", "Tensor::new_empty", "Tensor::new_zeros"})
+                     "torch::ones", "torch::empty_strided", "Tensor::new_empty", "Tensor::new_zeros",
+                     "torch.UntypedStorage", "torch.TypedStorage", "torch.storage.UntypedStorage",
+                     "torch.storage.TypedStorage", "torch.cuda.UntypedStorage"})
 
 
 _FROM_DATA = frozenset({"torch.tensor", "torch.as_tensor", "torch.asarray"})
