@@ -116,6 +116,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .native_uploads import native_uploads
     from .per_test_holders import per_test_holders
     from .registered_members import registered_members
+    from .removed_hooks import removed_hooks
     from .repinned_members import repinned_members
     from .reset_members import reset_members
     from .reset_per_step import reset_per_step
@@ -186,7 +187,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = worker_buffers(setup_members(sites, index, catalog.callers), index)
     sites = dropped_probes(weight_members(buffer_classes(kept_pinned(sites, index)), index), index)
     sites = reset_per_step(reset_members(sites, index, catalog.callers), index, catalog.callers)
-    sites = swapped_storage(hooked_state(sites, index), index)
+    sites = removed_hooks(swapped_storage(hooked_state(sites, index), index), index)
     sites = with_roles(drop_expected_raises(sites, index), config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
