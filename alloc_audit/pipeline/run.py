@@ -129,6 +129,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .weight_fills import weight_fills
     from .weight_inits import weight_init_temporaries
     from .weight_members import weight_members
+    from .weight_modules import weight_module_constructions
     from .weight_state import weight_state
     from .worker_buffers import worker_buffers
     from .workers import Outcomes, job_count
@@ -172,7 +173,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     derived = tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
                                catalog.callers)
     sites += per_test_holders(built_per_call(derived, index, catalog.callers), index)
-    sites = native_uploads(kept_submodules(sites, index, catalog.callers), index)
+    sites = native_uploads(weight_module_constructions(
+        kept_submodules(sites, index, catalog.callers), index, catalog.callers), index)
     sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
     sites = weight_state(keyed_caches(run_once(self_moves(lazy_members(sites, index), index), index), index), index)
     sites = kept_accumulators(run_accumulators(sites, index, catalog.callers), index, catalog.callers)
