@@ -327,15 +327,15 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
 
 
 def _to_one_device(positional: list[str], kwargs: dict[str, str]) -> str | None:
-    """`.to("cuda")` / `.to(device="cuda")`: ``"cuda"``, the current GPU;
-    `.to(dev)`: the device variable's name; no dtype change."""
+    """`.to("cuda")` / `.to(device="cuda")`: ``"cuda"``, the current GPU; `.to(dev)`,
+    `.to(x.device)`: the device variable's name or attribute chain; no dtype change."""
     texts = positional + [v for k, v in kwargs.items() if k == "device"]
     if len(texts) != 1 or not set(kwargs) <= {"device", "non_blocking"}:
         return None
     text = texts[0].strip()
     if re.fullmatch(r"""(['"])cuda\1""", text):
         return "cuda"
-    return text if text.isidentifier() and text != "cuda" else None
+    return text if all(part.isidentifier() for part in text.split(".")) and text != "cuda" else None
 
 
 # the keywords `Tensor.to` and `nn.Module.to` accept
