@@ -129,7 +129,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .weight_fills import weight_fills
     from .weight_inits import weight_init_temporaries
     from .weight_members import weight_members
-    from .weight_modules import weight_module_constructions
+    from .weight_modules import weight_module_constructions, weighted_vias
     from .weight_state import weight_state
     from .worker_buffers import worker_buffers
     from .workers import Outcomes, job_count
@@ -183,7 +183,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = adopted_weights(module_build_temps(returned_once(sites, index, catalog.callers), index), index)
     sites = repinned_members(native_pinned(kept_slots(sites, index, catalog.callers), index), index, catalog.callers)
     sites = worker_buffers(setup_members(sites, index, catalog.callers), index)
-    sites = dropped_probes(weight_members(buffer_classes(kept_pinned(sites, index)), index), index)
+    sites = weighted_vias(weight_members(buffer_classes(kept_pinned(sites, index)), index), index, catalog.callers)
+    sites = dropped_probes(sites, index)
     sites = reset_per_step(reset_members(sites, index, catalog.callers), index, catalog.callers)
     sites = with_roles(drop_expected_raises(sites, index), config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))

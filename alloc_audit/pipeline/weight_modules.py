@@ -22,7 +22,13 @@ callers) is or reaches within two calls); a class that makes no parameter
 fp32 master ``Parameter`` copies); and a module whose parameters are sites
 of their own (``nn.Parameter(torch.randn(n, device=d))``, T1 there): the
 independent judges of bitsandbytes and DeepSpeed tier that construction by
-the buffer it keeps besides (T2). Pure: sites in, sites out.
+the buffer it keeps besides (T2).
+
+A derived site whose ``via`` is itself model-resident (T1: a weight its
+constructor uploads, a helper reached only from load paths) is T1 too,
+with the same per-step exceptions: the weight it allocates is what calling
+it costs (``weighted_vias``, run once the direct tiers are final). Pure:
+sites in, sites out.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from collections.abc import Callable, Sequence
 
 from ..catalog import CallerGlobs
 from ..globs import matcher
-from ..model import Language, Site, SiteKind, Span, Tier
+from ..model import Call, Language, Site, SiteKind, Span, Tier
 from .default_device import is_module
 from .index import ClassInfo, Func, ProjectIndex, last_name
 from .module_classes import external_module_base
@@ -49,19 +55,62 @@ _STEP_DEPTH = 2
 
 def weight_module_constructions(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
     """Derived Python sites that construct a class making parameters: T1."""
-    per_step = matcher(globs.per_step) if globs.per_step else None
+    built_once = _not_per_step(index, globs)
     memo: dict[str, str] = {}
-    stepped: dict[str, bool] = {}
     modules: dict[str, bool] = {}
 
     def module(cls: ClassInfo) -> bool:
         return is_module(index, cls.qualname, cls.bases, modules) or external_module_base(index, cls.bases)
 
-    def eligible(site: Site) -> bool:
-        return (site.via is not None and site.language is Language.PYTHON and site.kind is SiteKind.DEVICE
-                and site.tier in (Tier.T2, Tier.T4))
+    def decide(site: Site) -> Decision | None:
+        found = built_once(site)
+        if found is None:
+            return None
+        func, call = found
+        for ctor in index.resolve(func, call):
+            if ctor.name != "__init__" or ctor.owner is None or not module(ctor.owner):
+                continue
+            how = _makes_weights(ctor, index, memo, module, 0)
+            if how:
+                return Tier.T1, (f"constructs {site.api}, whose constructor makes weights ({how}): model weights, "
+                                 f"whoever builds it (was: {site.tier_reason})")
+        return None
+
+    return retier(sites, _eligible, decide)
+
+
+def weighted_vias(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
+    """Derived Python sites (T2/T4) whose ``via`` is a model-resident direct site: T1. Run once the
+    direct tiers are final (after ``weight_members``)."""
+    weights = {(s.path, s.span.line, s.api): s for s in sites
+               if s.via is None and s.tier is Tier.T1 and s.kind is SiteKind.DEVICE}
+    if not weights:
+        return list(sites)
+    built_once = _not_per_step(index, globs)
 
     def decide(site: Site) -> Decision | None:
+        via = site.via
+        under = weights.get((via.path, via.line, via.api)) if via is not None else None
+        if under is None or built_once(site) is None:
+            return None
+        return Tier.T1, (f"{site.api} allocates weights ({under.path}:{under.span.line} is model-resident: "
+                         f"{under.tier_reason}); was: {site.tier_reason}")
+
+    return retier(sites, _eligible, decide)
+
+
+def _eligible(site: Site) -> bool:
+    return (site.via is not None and site.language is Language.PYTHON and site.kind is SiteKind.DEVICE
+            and site.tier in (Tier.T2, Tier.T4))
+
+
+def _not_per_step(index: ProjectIndex, globs: CallerGlobs) -> Callable[[Site], tuple[Func, Call] | None]:
+    """The site's function and call, unless the call is re-made per step: in a loop body of its function,
+    or in a function a per-step function is or reaches within two calls."""
+    per_step = matcher(globs.per_step) if globs.per_step else None
+    stepped: dict[str, bool] = {}
+
+    def check(site: Site) -> tuple[Func, Call] | None:
         found = index.site_call(site)
         if found is None:
             return None
@@ -75,16 +124,9 @@ def weight_module_constructions(sites: Sequence[Site], index: ProjectIndex, glob
                                        for fid in index.callers_within([func], _STEP_DEPTH))
             if stepped[func.id]:
                 return None
-        for ctor in index.resolve(func, call):
-            if ctor.name != "__init__" or ctor.owner is None or not module(ctor.owner):
-                continue
-            how = _makes_weights(ctor, index, memo, module, 0)
-            if how:
-                return Tier.T1, (f"constructs {site.api}, whose constructor makes weights ({how}): model weights, "
-                                 f"whoever builds it (was: {site.tier_reason})")
-        return None
+        return found
 
-    return retier(sites, eligible, decide)
+    return check
 
 
 def _makes_weights(func: Func, index: ProjectIndex, memo: dict[str, str], module: Callable[[ClassInfo], bool],
