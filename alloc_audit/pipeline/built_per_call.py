@@ -102,7 +102,7 @@ def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
                 return ""
             named.append(f"{builder.qualname} of a per-call {builder.owner.name}")
             continue
-        if builder.scope.role not in _PLAIN or _keeps(builder, owner, index) or _result_kept(builder, index):
+        if builder.scope.role not in _PLAIN or keeps(builder, owner, index) or _result_kept(builder, index):
             return ""
         stepper = _stepper(builder, index, per_step)
         if stepper is None and not _only_tests_call(builder, index):
@@ -166,7 +166,7 @@ def _result_kept(builder: Func, index: ProjectIndex) -> bool:
     return False
 
 
-def _keeps(func: Func, owner: ClassInfo, index: ProjectIndex) -> bool:
+def keeps(func: Func, owner: ClassInfo, index: ProjectIndex) -> bool:
     """``func`` keeps an object of ``owner`` it builds: stored on an object
     or in a container (``self.state = State(...)``, ``runners[d] = runner``,
     ``self._fb = fb.to(device)``, ``self._fb = Fb(...).to(device)``), or

@@ -15,6 +15,7 @@ from .buffer_classes import buffer_class_sites
 from .classify import classify_sites
 from .host_moves import drop_host_moves
 from .index import ProjectIndex
+from .kept_returns import RETURNED_KEPT
 from .lifetimes import weight_storage
 from .native_modules import native_module_state
 from .off_device import drop_off_device
@@ -24,7 +25,10 @@ from .untaken import drop_untaken
 def derive_sites(index: ProjectIndex, files: Mapping[str, FileFacts], tiers: tuple[TierPattern, ...],
                  direct: Sequence[Site], apis: ApiCatalog | None = None) -> list[Site]:
     uploads = {(s.path, s.span.line): s for s in direct if _upload(s)}
-    kept, branches = drop_untaken(drop_host_moves(index.derived_sites(uploads=frozenset(uploads)), index), index)
+    # workspaces a function returns to callers that keep them (kept_returns) count like uploads: factories' allocations
+    counted = frozenset(uploads) | {(s.path, s.span.line) for s in direct if s.via is None and s.tier is Tier.T2
+                                    and s.tier_reason.startswith(RETURNED_KEPT)}
+    kept, branches = drop_untaken(drop_host_moves(index.derived_sites(uploads=counted), index), index)
     derived = tuple(drop_off_device(kept, index))
     if apis is not None:
         derived = kinds_from_use(derived, index, apis)

@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from ..arglists import split_args
-from ..model import Call, Language, Site
+from ..model import Arg, Call, Language, Site
 from .index import Func, ProjectIndex
 
 DEVICE_OF = re.compile(r"([A-Za-z_]\w*)\.device")
@@ -51,6 +51,12 @@ def drop_host_param_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Si
         if func.scope is None:
             return False
         args = split_args(call.arglist)
+        default = _cpu_default_param(func, args)
+        if default is not None:
+            key = (func.id, "=" + default)
+            if key not in memo:
+                memo[key] = _callers_leave_default(func, default, index)
+            return memo[key]
         device = next((a for a in args if a.keyword == "device"), None) or \
             next((a for a in args if a.keyword is None and DEVICE_OF.fullmatch(a.text.strip())), None)
         found = DEVICE_OF.fullmatch(device.text.strip()) if device is not None else None
@@ -65,6 +71,53 @@ def drop_host_param_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Si
         return memo[key]
 
     return [s for s in sites if not host(s)]
+
+
+def _cpu_default_param(func: Func, args: Sequence[Arg]) -> str | None:
+    """The parameter the move's device is, when its default is the CPU
+    (`def state_dict(self, name, device="cpu")` ... `t.to(device)`) and the
+    function never rebinds it."""
+    assert func.scope is not None
+    texts = [a.text.strip() for a in args if a.keyword in (None, "device")]
+    if len(texts) != 1 or not texts[0].isidentifier() or texts[0] not in func.scope.params:
+        return None
+    name = texts[0]
+    defaults = func.scope.param_defaults
+    position = func.scope.params.index(name)
+    if position >= len(defaults) or not _CPU.fullmatch(defaults[position].strip()):
+        return None
+    if any(name in a.targets for a in func.assigns) or any((c.target or "").strip() == name for c in func.calls):
+        return None
+    return name
+
+
+def _callers_leave_default(func: Func, param: str, index: ProjectIndex) -> bool:
+    """``func`` has callers besides itself, and every one leaves ``param``
+    to its CPU default or (a recursive call) hands on ``func``'s own. A
+    call by ``func``'s name that the call graph does not resolve
+    (``result.scale.state_dict(name)``) may be one: it must leave it too."""
+    assert func.scope is not None
+    params = list(func.scope.params)
+    position = params.index(param) - (1 if params and params[0] in _SELF else 0)
+    outside = False
+    for caller, i in index.calls_named(func.name):
+        if caller.table is None:
+            continue
+        call = caller.table[i]
+        resolved = index.resolve(caller, call)
+        if resolved and func not in resolved:
+            continue
+        args = split_args(call.arglist)
+        if any(a.text.lstrip().startswith("*") for a in args):
+            return False  # `f(*args)`, `f(**kw)`: what it passes is not known
+        passed = next((a for a in args if a.keyword == param), None)
+        if passed is None:
+            positional = [a for a in args if a.keyword is None]
+            passed = positional[position] if 0 <= position < len(positional) else None
+        if passed is not None and not (caller is func and passed.text.strip() == param):
+            return False
+        outside = outside or caller is not func
+    return outside
 
 
 def chain(func: Func, call: Call) -> list[Call]:

@@ -14,7 +14,11 @@ re-tiered T2 with a reason naming what keeps them.
   created-once passes' T2), is the entry those callers keep: T2. A caller
   that binds it to a local and drops it, or stores it per call under a
   fresh key, keeps the factory's site per call. Calls from tests of a
-  factory outside the tests are not counted (they exercise it).
+  factory outside the tests are not counted (they exercise it). A caller
+  that only returns the factory's result (``return Book.construct(maps)``,
+  up to three calls up) passes the question to its own callers, and a
+  local the factory hands to what it returns (``return Book(codes=codes)``)
+  is returned with it (round 22).
 - An accumulator kept on the object: a tensor a method stores in
   ``self.x`` (``attach``: ``self._sum = torch.zeros(n)``), where a function
   of the class (a method, or a hook nested in one) adds into that slot in
@@ -44,6 +48,7 @@ from ..globs import matcher, test_path
 from ..model import Language, Site, SiteKind, Tier
 from .bound_values import bound_value
 from .index import Func, ProjectIndex
+from .names import has_word
 from .retier import Decision, python_device_site, retier
 
 _KEPT = ("cached in ", "created lazily", "state created once")  # the keyed passes' T2 reasons
@@ -52,6 +57,7 @@ _SLOT = re.compile(r"self\.[A-Za-z_]\w*")
 # of a normalised input, `*=` of a scale factor, accumulates nothing)
 _ACCUMULATE = re.compile(r"(self\.[A-Za-z_]\w*)(?:\[[^\]]*\])*\.(?:add|lerp|addcmul|addcdiv|addmm|addmv|addbmm)_")
 _MOVES = ("to", "cuda")
+_FORWARDS = 3  # callers up that only return the factory's result
 _ENTRY = re.compile(r"([A-Za-z_]\w*)\[[^\]]+\]")
 # `len(state) == 0`, `not state`, `"k" not in state` (lifetimes' created-once guards)
 _EMPTY = re.compile(r"""\(?\s*(?:len\(\s*([\w.\[\]"']+)\s*\)\s*==\s*0|not\s+([\w.\[\]"']+)"""
@@ -71,12 +77,34 @@ def kept_accumulators(sites: Sequence[Site], index: ProjectIndex, globs: CallerG
 
     def decide(site: Site) -> Decision | None:
         if site.kept == "return":
-            if (site.path, site.span.line) not in kept_vias:
+            if not _near_kept_via(site, index, kept_vias):
                 return None
             return _returned_and_kept(site, index, kept_calls)
+        if site.kept.startswith("handed:") and _in_returned(site, index) and _near_kept_via(site, index, kept_vias):
+            found = _returned_and_kept(site, index, kept_calls)
+            if found is not None:
+                return found
         return _accumulator(site, index, per_step, memo) or _filled_by_helper(site, index)
 
     return retier(sites, lambda s: python_device_site(s, Tier.T4), decide)
+
+
+def _near_kept_via(site: Site, index: ProjectIndex, kept_vias: set[tuple[str, int]]) -> bool:
+    """A caller keeps an allocation of the site's function (the derived
+    site's ``via`` names one of its allocations, maybe another one)."""
+    if (site.path, site.span.line) in kept_vias:
+        return True
+    func = index.func(site.path, site.scope)
+    span = func.scope.span if func is not None and func.scope is not None else None
+    return span is not None and any(p == site.path and span.contains_line(n) for p, n in kept_vias)
+
+
+def _in_returned(site: Site, index: ProjectIndex) -> bool:
+    """The site's local is handed to what its function returns (``return Book(codes=codes)``)."""
+    func = index.func(site.path, site.scope)
+    target = (site.target or "").strip()
+    return func is not None and target.isidentifier() and any(
+        r.line > site.span.line and has_word(r.value, target) for r in func.returns)
 
 
 def _returned_and_kept(site: Site, index: ProjectIndex, kept_calls: dict[tuple[str, str, int], Site]) \
@@ -84,24 +112,43 @@ def _returned_and_kept(site: Site, index: ProjectIndex, kept_calls: dict[tuple[s
     func = index.func(site.path, site.scope)
     if func is None or func.scope is None or func.scope.role not in ("function", "method"):
         return None
-    callers: list[Site] = []
-    own_test = test_path(site.path)
-    for caller, _ in index.calls_named(func.name):
-        if test_path(caller.path) and not own_test:
-            continue  # a test exercising a production factory says nothing of its lifetime in the run
-        for call in caller.calls_of(func.name):
-            if func not in index.resolve(caller, call):
-                continue
-            derived = kept_calls.get((site.path, caller.path, call.span.line))
-            if derived is None or derived.tier is not Tier.T2 or not derived.tier_reason.startswith(_KEPT):
-                return None
-            callers.append(derived)
+    callers = _kept_callers(func, site.path, index, kept_calls, test_path(site.path), _FORWARDS)
     if not callers:
         return None
     first = callers[0]
     return Tier.T2, (f"kept by its callers: {func.qualname} returns it and each caller keeps it on the object, "
                      f"made once ({first.scope}, line {first.span.line}: {first.target}); "
                      f"was: {site.tier_reason}")
+
+
+def _kept_callers(func: Func, path: str, index: ProjectIndex, kept_calls: dict[tuple[str, str, int], Site],
+                  own_test: bool, depth: int) -> list[Site]:
+    """The derived sites by which every caller of ``func`` keeps what it
+    returns once per key, through callers that only return its result
+    (``return Book.construct(maps)``, ``depth`` calls up); [] when one does not."""
+    callers: list[Site] = []
+    for caller, _ in index.calls_named(func.name):
+        if test_path(caller.path) and not own_test:
+            continue  # a test exercising a production factory says nothing of its lifetime in the run
+        for call in caller.calls_of(func.name):
+            if func not in index.resolve(caller, call):
+                continue
+            derived = kept_calls.get((path, caller.path, call.span.line))
+            if derived is not None and derived.tier is Tier.T2 and derived.tier_reason.startswith(_KEPT):
+                callers.append(derived)
+                continue
+            up = _kept_callers(caller, path, index, kept_calls, own_test, depth - 1) \
+                if depth > 0 and _forwards(caller, call.span.line, func.name) else []
+            if not up:
+                return []
+            callers += up
+    return callers
+
+
+def _forwards(caller: Func, line: int, name: str) -> bool:
+    """``caller`` (a plain function or method) returns the call of ``name`` on ``line`` as it is."""
+    return caller.scope is not None and caller.scope.role in ("function", "method") and any(
+        r.line == line and r.value.strip().split("(", 1)[0].rsplit(".", 1)[-1] == name for r in caller.returns)
 
 
 def _accumulator(site: Site, index: ProjectIndex, per_step: Callable[[str], bool],

@@ -87,6 +87,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .cpu_locals import drop_cpu_locals
     from .default_device import promote_default_sites
     from .derive import derive_sites
+    from .dropped_objects import dropped_objects
     from .dropped_probes import dropped_probes
     from .empty_moves import drop_empty_moves
     from .expand import expand_skipped
@@ -94,6 +95,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .fixture_scoped import fixture_scoped
     from .helper_built import helper_built
     from .hook_closures import hook_closures
+    from .hooked_state import hooked_state
     from .host_params import drop_host_param_moves
     from .host_reads import host_reads
     from .host_returns import drop_host_returns
@@ -101,6 +103,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .kept_accumulators import kept_accumulators
     from .kept_pinned import kept_pinned
     from .kept_results import kept_results
+    from .kept_returns import kept_returns
     from .kept_slots import kept_slots
     from .kept_submodules import kept_submodules
     from .keyed_caches import keyed_caches
@@ -114,6 +117,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .native_uploads import native_uploads
     from .per_test_holders import per_test_holders
     from .registered_members import registered_members
+    from .removed_hooks import removed_hooks
     from .repinned_members import repinned_members
     from .reset_members import reset_members
     from .reset_per_step import reset_per_step
@@ -126,6 +130,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .self_moves import self_moves
     from .setup_members import setup_members
     from .stateless_modules import drop_stateless_moves
+    from .swapped_storage import swapped_storage
     from .weight_fills import weight_fills
     from .weight_inits import weight_init_temporaries
     from .weight_members import weight_members
@@ -166,10 +171,10 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = drop_host_param_moves(drop_host_returns(drop_cpu_locals(sites, index), index), index)
     sites = drop_same_device_moves(sites, index)
     sites = tiers_from_callers(sites, index, catalog.callers)
-    sites = built_per_call(sites, index, catalog.callers)
+    sites = dropped_objects(built_per_call(sites, index, catalog.callers), index)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
-    sites = built_per_pass(module_state(sites, index), index)
+    sites = kept_returns(built_per_pass(module_state(sites, index), index), index, catalog.callers)
     derived = tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
                                catalog.callers)
     sites += per_test_holders(built_per_call(derived, index, catalog.callers), index)
@@ -186,6 +191,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = weighted_vias(weight_members(buffer_classes(kept_pinned(sites, index)), index), index, catalog.callers)
     sites = dropped_probes(sites, index)
     sites = reset_per_step(reset_members(sites, index, catalog.callers), index, catalog.callers)
+    sites = removed_hooks(swapped_storage(hooked_state(sites, index), index), index)
     sites = with_roles(drop_expected_raises(sites, index), config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")

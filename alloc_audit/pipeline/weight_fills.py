@@ -16,6 +16,9 @@ entry then takes (``merged[q] = ...``; ``state_dict["weight"] =
 merged.reshape(...)``), is a load-time temporary too. A store into a slice of a
 weight (``layer.scales[:] = s.to(device)``) copies in place the same way
 (a slice with ``:``; not an entry of a list of weights, nor masked rows).
+A local whose every later mention is a store of it, or of a copy a chain of
+its methods makes, into a module's weight (``q = t.to(w.device)`` ...
+``self.qweight = q.to(self.qweight.device).contiguous()``) is one too.
 A weight attribute is named
 like one (``weight``, ``bias``, ``qweight``, ``qzeros``, ``scales``,
 ``g_idx``, ``perm``, ``channel_scales``, ...): a copy into a static input
@@ -38,6 +41,8 @@ _FILL = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")(?:\.data)?\.copy_")
 # a store into a slice of a module's weight (`layer.scales[:] = s.to(dev)`): a copy in place, like `copy_`;
 # not an entry (`self.weights[k] = v.cuda()` replaces a list's item) nor rows a mask picks
 _SLICE_FILL = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")(?:\.data)?\[[^\[\]:]*:[^\[\]]*\]")
+# a module's weight stored whole (`self.qweight = ...`)
+_WEIGHT_MEMBER = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")")
 # a helper's copy into a parameter it is handed (`param.copy_(full)`)
 _PARAM_FILL = re.compile(r"(?:\w+_)?params?(?:\.data)?\.copy_")
 # a subscript store into a name (`state_dict[key]`, `merged[q_slice]`)
@@ -52,7 +57,7 @@ def weight_fills(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
         fill = _fills(site, index, copies)
         if fill:
             what = (f"the module weight {fill.removesuffix('.copy_')}" if _FILL.fullmatch(fill)
-                    or _SLICE_FILL.fullmatch(fill) else f"a parameter through {fill}")
+                    or _SLICE_FILL.fullmatch(fill) or _WEIGHT_MEMBER.fullmatch(fill) else f"a parameter through {fill}")
             return Tier.T1, f"load-time temporary: only fills {what} in {site.scope} (was: {site.tier_reason})"
         loaded = _state_dict_entry(site, index)
         return (Tier.T1, f"load-time temporary: an entry of the state dict {loaded} loads into a module in "
@@ -69,19 +74,39 @@ def _fills(site: Site, index: ProjectIndex, copies: dict[tuple[str, int], bool])
     target = (site.target or "").strip()
     if _SLICE_FILL.fullmatch(target):
         return target
-    if not (kept == "local" or kept.startswith("handed:")) or not target.isidentifier():
+    if not (kept in ("local", "") or kept.startswith("handed:")) or not target.isidentifier():
         return ""  # handed to a call: a helper that only copies it into a parameter (below)
     func = index.func(site.path, site.scope)
     if func is None:
         return ""
     line = site.span.line
     uses = [c for c in func.calls if c.span.line > line and target in c.arglist and has_word(c.arglist, target)]
-    if not uses or any(not _fill_call(c, target, func, index, copies) for c in uses):
+    if not uses:  # kept somewhere ("") only by a store into a weight
+        return _stored_weight(func, target, line)
+    if not kept:
+        return ""
+    if any(not _fill_call(c, target, func, index, copies) for c in uses):
         return ""
     if any(has_word(r.value, target) for r in func.returns) or \
             any(has_word(a.value, target) for a in func.assigns if a.line > site.span.line):
         return ""
     return uses[0].callee
+
+
+def _stored_weight(func: Func, local: str, line: int) -> str:
+    """The weight ``local`` only becomes, or a copy of it made by its
+    methods: ``self.qweight = q.to(self.qweight.device).contiguous()``
+    (``self.qweight = q``): every later mention of the local such a store,
+    none returned; or ""."""
+    if any(has_word(r.value, local) for r in func.returns if r.line > line):
+        return ""
+    stores = [c.target or "" for c in func.calls if c.span.line > line and c.callee.startswith(local + ".")]
+    for assign in func.assigns:
+        if assign.line > line and has_word(assign.value, local):
+            stores.append(assign.targets[0] if len(assign.targets) == 1 and assign.value.strip() == local else "")
+    if not stores or any(not _WEIGHT_MEMBER.fullmatch(t.strip()) for t in stores):
+        return ""
+    return stores[0].strip()
 
 
 def _fill_call(call: Call, local: str, func: Func, index: ProjectIndex, copies: dict[tuple[str, int], bool]) -> bool:

@@ -31,6 +31,7 @@ from . import (
     python_host_kernel,
     python_host_tests,
     python_kept,
+    python_runtime,
     python_sites,
     python_statements,
     python_typeonly,
@@ -92,6 +93,7 @@ class PythonExtractor:
         self.apis = apis
         self.module = module_name(path)
         self.aliases: dict[str, str] = {}
+        self.bound = python_runtime.Names()  # modules `import` binds, names bound at module level (python_runtime)
         self.up = common.Ancestry(tree.root_node)
         self.kept_memo = python_kept.SourceIndex()
         self.at = common.SiteAt(path, Language.PYTHON, _STATEMENT_PARENTS, tree.root_node.has_error, self.up.parent)
@@ -118,7 +120,7 @@ class PythonExtractor:
         get = caps.get
         imports = self._imports(get("import", []))
         self._scopes(get("def", []), get("class", []), get("lambda", []))
-        self._yields(get("yield", []))
+        _yields(self, get("yield", []))
         self.rhs_targets: dict[int, str] = {}
         assigns = python_statements.assigns(self, get("assign", []), get("augassign", []), get("del", []))
         self.host_locals = python_statements.host_locals(assigns, {
@@ -166,6 +168,7 @@ class PythonExtractor:
                     elif child.type == "dotted_name":
                         dotted = self.src.raw(child)
                         out.append(Import(dotted.split(".")[0], dotted.split(".")[0], line))
+                    self.bound.modules.add(out[-1].name)
                 continue
             module_node = node.child_by_field_name("module_name")
             if module_node is None:
@@ -257,14 +260,6 @@ class PythonExtractor:
                 return "constructor"
             return "destructor" if self.names[index] == "__del__" else "method"
         return "function"
-
-    def _yields(self, nodes: list[Any]) -> None:
-        for node in nodes:
-            index = self.scope_of(node)
-            while index >= 0 and self.kinds[index] == "lambda":
-                index = self.containers.parent[index]
-            if index >= 0:
-                self.yield_lines.setdefault(index, []).append(node.start_point[0] + 1)
 
     def _scope_facts(self) -> list[Scope]:
         out: list[Scope] = []
@@ -416,6 +411,16 @@ def _docstring(src: Source, body: Any | None) -> str:
     return ""
 
 
+
+
+def _yields(ext: PythonExtractor, nodes: list[Any]) -> None:
+    """The lines of each function's `yield`s (a lambda's count for the function around it)."""
+    for node in nodes:
+        index = ext.scope_of(node)
+        while index >= 0 and ext.kinds[index] == "lambda":
+            index = ext.containers.parent[index]
+        if index >= 0:
+            ext.yield_lines.setdefault(index, []).append(node.start_point[0] + 1)
 
 
 def extract_python(path: str, source: bytes, tree: Any, apis: ApiCatalog) -> FileFacts:

@@ -321,6 +321,8 @@ def _placed(before: str, after: str, name: str, device: str, depth: int, upto: s
     if device == "cuda":
         if _ON_GPU.search(value) or _FACTORY_ON_GPU.match(value):
             return True
+        if value == "[]":  # a list every element added to which is on the GPU: `b = inputs[1]`
+            return _elements_on_gpu(between, name)
     elif device == "cpu":
         return _ON_CPU.search(value) is not None  # a view of a host tensor is not followed
     elif re.search(rf"\.to\(\s*(?:device\s*=\s*)?{re.escape(device)}\s*(?:,\s*non_blocking\s*=\s*\w+\s*)?\)$", value):
@@ -328,10 +330,57 @@ def _placed(before: str, after: str, name: str, device: str, depth: int, upto: s
         # (an attribute chain, `logits.device`: nor its root, `logits = ...`)
         names = {device, device.split(".", 1)[0]}
         return not any(_binding_pattern(n).search(tail) or _bound_else(tail, n) for n in names)
-    base = _view_of(value)
+    base = _view_of(value) or _like_of(value)
     if base is None or base == name:
         return False
     return _placed(before[:last.start()], before[last.start():] + after, base, device, depth - 1, upto)
+
+
+# `torch.empty_like(b, dtype=...)`: made where ``b`` is (no device given)
+_LIKE = re.compile(r"torch\.\w+_like\(\s*([A-Za-z_]\w*)\s*[,)]")
+# arithmetic with a number or a name on the right keeps the device: `x.cuda() - 0.5`, `(x.cuda() * zeros)`
+_ARITH_TAIL = re.compile(r"\s*[-+*/]\s*[\w.]+\s*$")
+
+
+def _like_of(value: str) -> str | None:
+    m = _LIKE.match(value)
+    return m.group(1) if m is not None and "device" not in value else None
+
+
+def _elements_on_gpu(between: str, name: str) -> bool:
+    """Every element ``between`` adds to the list ``name`` (`name.append(v)`,
+    `name[i] = v`) is on the current GPU: a move there, a factory given it,
+    arithmetic on one, or arithmetic on an element of the list itself; and
+    at least one is added. Any other way of adding (`extend`, `insert`, `+=`)
+    proves nothing."""
+    if f"{name}.extend(" in between or f"{name}.insert(" in between or f"{name} +=" in between:
+        return False
+    values: list[str] = []
+    marker = f"{name}.append("
+    at = between.find(marker)
+    while at >= 0:
+        if at == 0 or not (between[at - 1].isalnum() or between[at - 1] in "_."):
+            arg = _value(between, at + len(marker)).rstrip()
+            values.append(arg[:-1] if arg.endswith(")") else arg)
+        at = between.find(marker, at + 1)
+    if not values:
+        return False
+    for line in between.split("\n"):
+        text = line.strip()
+        if text.startswith(f"{name}[") and "=" in text and "==" not in text:
+            value = text.split("=", 1)[1].strip()
+            if not value.startswith(f"{name}[") and not _gpu_value(value):
+                return False
+    return all(_gpu_value(v) for v in values)
+
+
+def _gpu_value(value: str) -> bool:
+    value = value.strip()
+    while value.startswith("(") and value.endswith(")"):
+        value = value[1:-1].strip()
+    while (tail := _ARITH_TAIL.search(value)) is not None and tail.start() > 0:
+        value = value[:tail.start()]
+    return _ON_GPU.search(value) is not None or _FACTORY_ON_GPU.match(value) is not None
 
 
 def _made_on(value: str, device: str) -> bool:
@@ -387,3 +436,15 @@ def _statement_at(source: str, pos: int) -> bool:
         elif ch in ")]}":
             depth -= 1
     return depth <= 0
+
+
+def to_one_device(positional: list[str], kwargs: dict[str, str]) -> str | None:
+    """`.to("cuda")` / `.to(device="cuda")`: ``"cuda"``, the current GPU; `.to(dev)`,
+    `.to(x.device)`: the device variable's name or attribute chain; no dtype change."""
+    texts = positional + [v for k, v in kwargs.items() if k == "device"]
+    if len(texts) != 1 or not set(kwargs) <= {"device", "non_blocking"}:
+        return None
+    text = texts[0].strip()
+    if re.fullmatch(r"""(['"])cuda\1""", text):
+        return "cuda"
+    return text if all(part.isidentifier() for part in text.split(".")) and text != "cuda" else None

@@ -95,11 +95,16 @@ def dropped_in_chain(ext: PythonExtractor, node: Any) -> bool:
     `.long()`), ends in a method whose result is never the tensor it is
     called on (`.abs()`, `.sum()`, `.tolist()`): the allocation is dropped
     at once, only the chain's result is kept. So is one of which only
-    metadata is read (`torch.empty([], device="cuda").device`)."""
+    metadata is read (`torch.empty([], device="cuda").device`), and one
+    whose views are added in place into another tensor (`rank +=
+    torch.arange(n, device=d).view(h, 1)`): dropped once added."""
     up = ext.up.parent
     cur = node
     for _ in range(6):
         parent = up(cur)
+        if parent is not None and parent.type == "augmented_assignment" and cur is not node \
+                and parent.child_by_field_name("right") == cur:
+            return True
         if parent is None or parent.type != "attribute" or parent.child_by_field_name("object") != cur:
             return False
         method = parent.child_by_field_name("attribute")

@@ -19,9 +19,10 @@ from .common import Source, zero_elements
 from .dead_code import after_exit
 from .python_empty import empty_guarded
 from .python_fake import in_fake_scope
-from .python_host import default_source, host_source, on_current_gpu
+from .python_host import default_source, host_source, on_current_gpu, to_one_device
 from .python_host_kernel import in_host_kernel
 from .python_module_move import dispatches_to_super, moves_module
+from .python_runtime import runtime_handle
 from .python_scratch import dropped_in_chain, intermediate
 from .python_typeonly import in_type_checking
 
@@ -287,7 +288,7 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
         device = _copy_device(wanted)
         if device is None or (wanted and under_cpu_branch(ext.src, node, wanted[0].strip())):
             return None
-        target_device = _to_one_device(positional, kwargs)
+        target_device = to_one_device(positional, kwargs)
         if receiver is not None and target_device is not None \
                 and on_current_gpu(ext, node, ext.src.text(receiver, 80), target_device):
             return None  # `x.to("cuda")` / `x.to(device)` of a tensor the function already put there: no copy
@@ -310,8 +311,9 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
             if target and "," in target:
                 target = target.rsplit(",", 1)[1].strip()
     api = spec.api
-    if mode in ("to-args", "cuda") and dispatches_to_super(ext, node):
-        return None  # `super().to(device)` in a class's own `to`: method dispatch, the moves are in the base
+    if mode in ("to-args", "cuda") and (dispatches_to_super(ext, node)
+                                         or api.startswith("Tensor.") and runtime_handle(ext, node)):
+        return None  # `super().to(device)` in a class's own `to`: method dispatch; `tvm.cuda(0)`: a device handle
     if mode in ("to-args", "cuda") and api.startswith("Tensor.") and moves_module(ext, node):
         api = "Module." + api[len("Tensor."):]  # the whole model or layer: a weight upload (rules/tiers.toml)
     site = ext.at.site(node, api, kind, scope, span, size, shape, device, target, wrapper(ext, node),
@@ -324,18 +326,6 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
         # `torch.Tensor(v).cuda().to(torch.int64).abs()`: the chain ends in a new tensor, this copy is dropped
         return dataclasses.replace(site, target=None, wrapper=None, kept="local")
     return site
-
-
-def _to_one_device(positional: list[str], kwargs: dict[str, str]) -> str | None:
-    """`.to("cuda")` / `.to(device="cuda")`: ``"cuda"``, the current GPU; `.to(dev)`,
-    `.to(x.device)`: the device variable's name or attribute chain; no dtype change."""
-    texts = positional + [v for k, v in kwargs.items() if k == "device"]
-    if len(texts) != 1 or not set(kwargs) <= {"device", "non_blocking"}:
-        return None
-    text = texts[0].strip()
-    if re.fullmatch(r"""(['"])cuda\1""", text):
-        return "cuda"
-    return text if all(part.isidentifier() for part in text.split(".")) and text != "cuda" else None
 
 
 # the keywords `Tensor.to` and `nn.Module.to` accept
