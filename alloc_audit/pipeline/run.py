@@ -117,6 +117,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .native_uploads import native_uploads
     from .per_test_holders import per_test_holders
     from .registered_members import registered_members
+    from .released_entries import released_entries
     from .removed_hooks import removed_hooks
     from .repinned_members import repinned_members
     from .reset_members import reset_members
@@ -180,7 +181,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites += per_test_holders(built_per_call(derived, index, catalog.callers), index)
     sites = native_uploads(weight_module_constructions(
         kept_submodules(sites, index, catalog.callers), index, catalog.callers), index)
-    sites = returned_scratch(weight_fills(decided_by_use(sites, index), index), index)
+    sites = returned_scratch(weight_fills(released_entries(decided_by_use(sites, index), index), index), index)
     sites = weight_state(keyed_caches(run_once(self_moves(lazy_members(sites, index), index), index), index), index)
     sites = kept_accumulators(run_accumulators(sites, index, catalog.callers), index, catalog.callers)
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
