@@ -4,8 +4,8 @@
 Input: the function that makes the call and the variable's name. Output: the
 constructors the call runs when every value the variable can hold is a class
 named in the project (a parameter every caller passes a class for, or leaves
-at a class default; ``functools.partial(Cls, ...)``; a local bound to a class
-or to an entry of a module-level dict literal of classes), else ``None``: the
+at a class default; ``functools.partial(Cls, ...)``; ``A if c else B``; a
+local bound to a class or to an entry of a module-level dict literal of classes), else ``None``: the
 value comes from something no static reading resolves (a function's result, a
 registry lookup, ``getattr``), and the caller falls back to every module
 constructor (``default_device._fan_out``).
@@ -21,6 +21,7 @@ from .index import Func, ProjectIndex
 _PARTIAL = re.compile(r"^(?:functools\.)?partial\(\s*([\w.]+)\s*[,)]")
 _SUBSCRIPT = re.compile(r"^([A-Za-z_]\w*)\s*\[.*\]$", re.DOTALL)
 _NAME = re.compile(r"^[A-Za-z_][\w.]*$")
+_CHOICE = re.compile(r"^([A-Za-z_][\w.]*)\s+if\s+.+?\s+else\s+(.+)$", re.DOTALL)
 DEPTH = 3  # caller edges followed back for a parameter
 
 
@@ -54,6 +55,9 @@ def _union(index: ProjectIndex, func: Func, texts: list[str], depth: int) -> tup
 
 def _class_text(index: ProjectIndex, func: Func, text: str, depth: int) -> tuple[Func, ...] | None:
     """The constructors of the class an expression names."""
+    choice = _CHOICE.match(text)
+    if choice:  # `LigerNorm if fused else Norm`: either class
+        return _union(index, func, [choice.group(1), choice.group(2)], depth)
     partial = _PARTIAL.match(text)
     if partial:
         text = partial.group(1)

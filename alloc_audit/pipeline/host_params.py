@@ -168,29 +168,47 @@ def every_caller_passes(func: Func, param: str, index: ProjectIndex,
                         test: Callable[[Func, str, int], bool]) -> bool:
     """``func`` has callers, and every one hands ``param`` an argument for which
     ``test(caller, argument text, call line)`` holds."""
+    return every_caller_binds(func, (param,), index, lambda caller, passed, line: test(caller, passed[0], line))
+
+
+def every_caller_binds(func: Func, names: Sequence[str], index: ProjectIndex,
+                       test: Callable[[Func, tuple[str, ...], int], bool]) -> bool:
+    """``func`` has callers, and every one hands each of the parameters
+    ``names`` an argument, the texts of which, in that order, pass
+    ``test(caller, texts, call line)``."""
     assert func.scope is not None
     params = list(func.scope.params)
-    position = params.index(param) - (1 if params and params[0] in _SELF else 0)
+    offset = 1 if params and params[0] in _SELF else 0
     seen = False
     for caller, call in calls_of(func, index):
         args = split_args(call.arglist)
-        passed = next((a for a in args if a.keyword == param), None)
-        if passed is None:
-            positional = [a for a in args if a.keyword is None]
-            passed = positional[position] if 0 <= position < len(positional) else None
-        if passed is None or not test(caller, passed.text.strip(), call.span.line):
+        positional = [a for a in args if a.keyword is None]
+        texts = []
+        for name in names:
+            passed = next((a for a in args if a.keyword == name), None)
+            position = params.index(name) - offset
+            if passed is None and 0 <= position < len(positional):
+                passed = positional[position]
+            if passed is None:
+                return False
+            texts.append(passed.text.strip())
+        if not test(caller, tuple(texts), call.span.line):
             return False
         seen = True
     return seen
 
 
 def calls_of(func: Func, index: ProjectIndex) -> list[tuple[Func, Call]]:
-    """The calls that resolve to ``func``, and those of a method that name
-    its class (``Quantized.from_linear(...)`` through a package's star
-    re-export, which the call graph does not follow)."""
+    """The calls that resolve to ``func`` (a constructor: the constructions
+    of its class), and those of a method that name its class
+    (``Quantized.from_linear(...)`` through a package's star re-export,
+    which the call graph does not follow)."""
     owner = func.owner.name if func.owner is not None else None
     out = []
-    for caller, i in index.calls_named(func.name):
+    named = list(index.calls_named(func.name))
+    if func.name == "__init__" and owner is not None:
+        named += index.calls_named(owner)
+    for caller, i in named:
         if caller.table is None:
             continue
         call = caller.table[i]

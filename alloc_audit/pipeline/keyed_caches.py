@@ -4,9 +4,11 @@ missing from a container that outlives the call.
 Input: classified sites and the project index. Output: the same sites, a
 per-call Python buffer (device T4, pinned T5a) re-tiered when it is stored
 into ``C[key]`` (directly, or a local that a later statement of the
-function stores there, alone or in a tuple: ``hit = C[key] = (ids, g)``)
+function stores there, alone or in a tuple: ``hit = C[key] = (ids, g)``;
+a value of the literal a local is bound to: ``out = {"ids": torch.arange(n)}``)
 under a test that the entry is missing (``if key not in C:``, or ``if hit
-is None:`` with ``hit = C.get(key)``), where ``C`` is
+is None:`` with ``hit = C.get(key)``, or after a guard clause ``if hit is
+not None: return hit``), where ``C`` is
 
 - a dict the module binds at module level (``_CACHE: dict = {}``): the
   entry lives for the process;
@@ -43,6 +45,7 @@ _SUBSCRIPT = re.compile(r"^([A-Za-z_][\w.]*)\[(.*)\]$")
 # `k not in C`, `C.get(k)`
 _MISSING = re.compile(r"^\(?\s*(.+?)\s+not\s+in\s+([A-Za-z_][\w.]*)\s*\)?\s*$")
 _NAME = re.compile(r"[A-Za-z_]\w*")
+_HIT = re.compile(r"\(?\s*(?:(\w+)\s+is\s+not\s+None|(\w+))\s*\)?")
 _ABSENT = re.compile(r"\(?\s*\w+\s+is\s+None\s*\)?|\(?\s*not\s+\w+\s*\)?")
 
 
@@ -97,6 +100,9 @@ def _stored_in(site: Site, func: Func) -> tuple[str, str]:
     m = _SUBSCRIPT.match(target)
     if m is not None:
         return m.group(1), m.group(2).strip()
+    if not target and site.stmt_line:  # a value of a literal: `result = {"ids": torch.arange(n)}`
+        held = [a.targets[0] for a in func.assigns if a.line == site.stmt_line and len(a.targets) == 1]
+        target = held[0].strip() if len(held) == 1 else ""
     if not target.isidentifier():
         return "", ""
     for a in func.assigns:
@@ -136,6 +142,11 @@ def _missing_test(container: str, key: str, func: Func, line: int) -> str:
               and c.callee == f"{container}.get" and c.target.strip().isidentifier()
               and c.arglist.split(",")[0].strip() == key}
     for block in func.blocks:
+        if block.kind == "if" and block.exits and block.span.end_line < line and probes:
+            # a guard clause on a hit: `if hit is not None: return hit`
+            hit = _HIT.fullmatch(" ".join(block.test.split()))
+            if hit is not None and (hit.group(1) or hit.group(2)) in probes:
+                return f"not ({block.test})"
         if block.kind not in ("if", "elif") or not block.span.contains_line(line):
             continue
         test = " ".join(block.test.split())

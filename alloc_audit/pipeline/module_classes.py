@@ -191,6 +191,12 @@ def external_module_base(index: ProjectIndex, bases: Sequence[str]) -> bool:
     return _external_base(index, bases, {})
 
 
+def external_module_base_of_tensors(index: ProjectIndex, bases: Sequence[str]) -> bool:
+    """A base, followed through project classes, is ``torch.Tensor`` or ``nn.Parameter``."""
+    return _external_base(index, bases, {}, parameters=True) or any(
+        last_name(b) == "Tensor" and not index.classes_named("Tensor") for b in bases)
+
+
 def _external_base(index: ProjectIndex, bases: Sequence[str], memo: dict[str, bool], depth: int = 0,
                    parameters: bool = False) -> bool:
     """A base, followed through project classes, is a library class no

@@ -42,6 +42,7 @@ from ..arglists import split_args
 from ..model import Site, SiteKind, Tier
 from .index import Func, ProjectIndex
 from .lazy_members import member_of, registration_of_member
+from .lifetimes import weight_storage
 from .module_state import REGISTERS
 from .retier import Decision, python_device_site, retier
 
@@ -81,25 +82,36 @@ def registered_members(sites: Sequence[Site], index: ProjectIndex) -> list[Site]
     sites = retier(sites, lambda s: python_device_site(s, Tier.T4), built)
     out = retier(sites, lambda s: python_device_site(s, Tier.T2), decide)
     made = {(s.path, s.span.line): s for s, was in zip(out, sites, strict=True) if s.tier is not was.tier}
-    return _storage_owners([_constructs(s, made) if s.via is not None and s.tier is Tier.T2 else s for s in out])
+    return _storage_owners([_constructs(s, made) if s.via is not None and s.tier is Tier.T2 else s for s in out], index)
 
 
-def _storage_owners(sites: list[Site]) -> list[Site]:
+def _storage_owners(sites: list[Site], index: ProjectIndex) -> list[Site]:
     """A derived site whose allocation a later pass found to become the
     storage of parameters or buffers (``weight.data = weight.data.cuda()``
     in a set-up its constructor calls) builds module state: T1, like one
     whose allocation is registered (``derive`` decides those; this one is
-    known only after ``decided_by_use``)."""
-    state = {(s.path, s.span.line): s for s in sites
+    known only after ``decided_by_use``). So does one standing for a move
+    stored to a weight's storage that ``same_device_moves`` dropped as a
+    no-op (``weight.data = weight.data.to(device=device)``, every caller
+    passing the weight's own device): the class still builds its weights."""
+    direct = {(s.path, s.span.line) for s in sites if s.via is None}
+    state = {(s.path, s.span.line): s.api for s in sites
              if s.via is None and s.tier is Tier.T1 and s.tier_reason.startswith(_STORAGE)}
+    dropped = {(s.via.path, s.via.line) for s in sites if s.via is not None and s.tier is not Tier.T1
+               and s.kind is SiteKind.DEVICE and (s.via.path, s.via.line) not in direct}
+    for path, line in dropped:
+        if any(c.span.line == line and c.callee.endswith(".to") and weight_storage((c.target or "").strip())
+               for f in index.functions_in(path) for c in f.calls):
+            state[(path, line)] = "Tensor.to"
     if not state:
         return sites
     out = []
     for site in sites:
         under = state.get((site.via.path, site.via.line)) if site.via is not None else None
-        if under is not None and site.tier is not Tier.T1 and site.kind is SiteKind.DEVICE:
+        if under is not None and site.via is not None and site.tier is not Tier.T1 \
+                and site.kind is SiteKind.DEVICE:
             site = dataclasses.replace(site, tier=Tier.T1, tier_reason=(
-                f"constructs {site.api}: module state (its {under.api} at {under.path}:{under.span.line} becomes "
+                f"constructs {site.api}: module state (its {under} at {site.via.path}:{site.via.line} becomes "
                 f"the storage of a parameter or buffer); was: {site.tier_reason}"))
         out.append(site)
     return out

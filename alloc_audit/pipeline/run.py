@@ -93,6 +93,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .expand import expand_skipped
     from .expected_raises import drop_expected_raises
     from .fixture_scoped import fixture_scoped
+    from .grown_params import grown_params
     from .helper_built import helper_built
     from .hook_closures import hook_closures
     from .hooked_state import hooked_state
@@ -115,7 +116,10 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .module_state import module_state
     from .native_pinned import native_pinned
     from .native_uploads import native_uploads
+    from .object_moves import object_moves
+    from .per_pass_storage import per_pass_storage
     from .per_test_holders import per_test_holders
+    from .pinned_containers import pinned_containers
     from .registered_members import registered_members
     from .released_entries import released_entries
     from .removed_hooks import removed_hooks
@@ -168,7 +172,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     direct = host_reads(hook_closures([s for f in facts.values() for s in f.sites], index), index)
     sites = drop_stateless_moves(module_moves(direct, index, facts, catalog.tiers, outcomes.skipped_mentioning),
                                  index, catalog.stateless_modules)
-    sites = drop_empty_moves(sites, index)
+    sites = drop_empty_moves(object_moves(sites, index, facts, catalog.tiers), index)
     sites = drop_host_param_moves(drop_host_returns(drop_cpu_locals(sites, index), index), index)
     sites = drop_same_device_moves(sites, index)
     sites = tiers_from_callers(sites, index, catalog.callers)
@@ -181,8 +185,10 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites += per_test_holders(built_per_call(derived, index, catalog.callers), index)
     sites = native_uploads(weight_module_constructions(
         kept_submodules(sites, index, catalog.callers), index, catalog.callers), index)
-    sites = returned_scratch(weight_fills(released_entries(decided_by_use(sites, index), index), index), index)
-    sites = weight_state(keyed_caches(run_once(self_moves(lazy_members(sites, index), index), index), index), index)
+    sites = per_pass_storage(pinned_containers(released_entries(decided_by_use(sites, index), index), index), index)
+    sites = returned_scratch(weight_fills(sites, index), index)
+    sites = grown_params(lazy_members(sites, index), index)
+    sites = weight_state(keyed_caches(run_once(self_moves(sites, index), index), index), index)
     sites = kept_accumulators(run_accumulators(sites, index, catalog.callers), index, catalog.callers)
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)

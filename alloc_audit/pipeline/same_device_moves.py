@@ -26,19 +26,18 @@ import re
 from collections.abc import Sequence
 
 from ..arglists import split_args
-from ..model import Language, Site
-from .host_params import DEVICE_OF, chain, every_caller_passes, keeps_device
+from ..model import Call, Language, Site
+from .host_params import DEVICE_OF, chain, every_caller_binds, every_caller_passes, keeps_device
 from .index import Func, ProjectIndex
 
 _MOVES = frozenset({"Module.to", "Tensor.to"})
 
 
 def drop_same_device_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
-    memo: dict[tuple[str, str], bool] = {}
+    memo: dict[tuple[str, ...], bool] = {}
 
     def same(site: Site) -> bool:
-        if site.api not in _MOVES or site.via is not None or site.language is not Language.PYTHON \
-                or not site.target or not site.target.isidentifier():
+        if site.api not in _MOVES or site.via is not None or site.language is not Language.PYTHON:
             return False
         found_call = index.site_call(site)
         if found_call is None:
@@ -47,7 +46,13 @@ def drop_same_device_moves(sites: Sequence[Site], index: ProjectIndex) -> list[S
         if func.scope is None:
             return False
         args = split_args(call.arglist)
-        if len(args) != 1 or args[0].keyword not in (None, "device"):
+        own = _own_device_params(func, call, site.span.line)
+        if own is not None:
+            if own not in memo:
+                memo[own] = every_caller_binds(func, own[1:], index, _same_owner)
+            return memo[own]
+        if not site.target or not site.target.isidentifier() or len(args) != 1 \
+                or args[0].keyword not in (None, "device"):
             return False
         receiver = call.callee.rpartition(".")[0]
         owner = _device_owner(func, args[0].text.strip(), site.span.line)
@@ -59,6 +64,42 @@ def drop_same_device_moves(sites: Sequence[Site], index: ProjectIndex) -> list[S
         return memo[key]
 
     return [s for s in sites if not same(s)]
+
+
+def _own_device_params(func: Func, call: Call, line: int) -> tuple[str, str, str] | None:
+    """(function id, ``P``, ``D``) for ``P.to(device=D)`` or ``P.data.to(D, dtype)``
+    where ``P`` and ``D`` are parameters the function has not rebound before."""
+    assert func.scope is not None
+    receiver = call.callee.rpartition(".")[0]
+    if not call.callee.endswith(".to") or _OWN_RECEIVER.fullmatch(receiver) is None:
+        return None
+    args = split_args(call.arglist)
+    device = next((a for a in args if a.keyword == "device"), None) or \
+        next((a for a in args[:1] if a.keyword is None), None)
+    param, device_param = receiver.partition(".")[0], device.text.strip() if device is not None else ""
+    params = func.scope.params
+    if param not in params or device_param not in params or param == device_param \
+            or any(a.line < line and (param in a.targets or device_param in a.targets) for a in func.assigns):
+        return None
+    return func.id, param, device_param
+
+
+def _same_owner(caller: Func, passed: tuple[str, ...], line: int) -> bool:
+    """The caller passes for the device the tensor's own (``t=m.weight, device=m.weight.device``), or a
+    parameter of a module and that module's device or its other parameter's (``t=m.bias``,
+    ``device=m.device`` / ``m.weight.device``): a state holder's chosen device (``state.device``
+    beside ``state.image``) is no tensor's own."""
+    tensor, device = passed
+    found = _OWN_DEVICE.fullmatch(device)
+    if found is None or _OWNED.fullmatch(tensor) is None or tensor.split(".")[0] in ("self", "cls"):
+        return False
+    held = found.group(1)
+    if held == tensor:
+        return True  # `weight=m.weight, device=m.weight.device`
+    # a module's parameters share its device: `bias=m.bias, device=m.weight.device` or `m.device`
+    parent, _, leaf = tensor.rpartition(".")
+    return leaf in _PARAMS and (held == parent or held.rpartition(".")[0] == parent
+                                and held.rpartition(".")[2] in _PARAMS)
 
 
 def _device_owner(func: Func, text: str, line: int) -> str | None:
@@ -117,5 +158,9 @@ def _moved_before(caller: Func, passed: str, line: int) -> bool:
                for c in chain(caller, last_call))
 
 
+_OWN_RECEIVER = re.compile(r"[A-Za-z_]\w*(?:\.data)?")
+_OWNED = re.compile(r"([A-Za-z_]\w*)(?:\.[A-Za-z_]\w*)+")
+_OWN_DEVICE = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\.device")
+_PARAMS = frozenset({"weight", "bias"})
 _MOVE_TEXT = re.compile(r"\.cuda\(|\.to\(\s*(?!(?:dtype\s*=\s*)?torch\.(?:u?int\d+|float\d*|bfloat16|half|bool|long"
                         r"|int|double|float8\w*)\s*\))")

@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 _CASTS = re.compile(r"\.(?:(?:half|float|bfloat16|double|eval|train|requires_grad_|cpu|cuda)\(\s*(?:True|False)?\s*\)"
                     r"|(?:to|cuda)\([^()]*\))$")
 _CALL = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
+_MODES = re.compile(r"\.(?:eval|train)\(\s*(?:True|False)?\s*\)")
+_NONE = re.compile(r"(?:[A-Za-z_]\w*\s*=\s*)*None")
+# a copy of what a name holds: `ema = deepcopy(model)`
+_COPY = re.compile(r"(?:copy\.)?deepcopy\(\s*((?:self\.)?[A-Za-z_]\w*)\s*\)")
 _NN_CLASS = re.compile(r"torch\.nn\.(?:modules\.\w+\.|parallel\.(?:\w+\.)?)?[A-Z]\w*$")
 # `AutoModel.from_config(cfg)`, `nn.Embedding.from_pretrained(w)`
 _BUILDERS = frozenset({"from_pretrained", "from_config"})
@@ -92,10 +96,13 @@ def _told_by_file(ext: PythonExtractor, node: Any, text: str, before: int) -> bo
         found = _last_assignment(ext, node, text, before)
         if found is None:
             return _annotated_module(ext, node, text) or (_dropped(node, receiver) and not _loop_item(ext, node, text))
+        if found[2]:
+            return True  # `ema = deepcopy(model).eval()`: only a module has these modes
         if _passes_itself(found[0], text) or _sub_module(found[0], text):
             before = found[1]  # `model = unwrap(model)`, `model = model.visual`: what the name held above
             continue
-        text, before = found
+        copied = _COPY.fullmatch(found[0])
+        text, before = (copied.group(1), found[1]) if copied is not None else found[:2]
     built = _builds_module(ext, text)
     return built is True or (built is None and _dropped(node, receiver))
 
@@ -294,10 +301,12 @@ def _self_is_module(ext: PythonExtractor, node: Any) -> bool:
     return bases is not None and _module_bases(ext, ext.src.text(bases, 400).strip()[1:-1])
 
 
-def _last_assignment(ext: PythonExtractor, node: Any, name: str, before: int) -> tuple[str, int] | None:
+def _last_assignment(ext: PythonExtractor, node: Any, name: str, before: int) -> tuple[str, int, bool] | None:
     """The right-hand side of the last plain ``name = ...`` above ``before``
-    in ``node``'s function (one line, casts stripped) and where it starts, or
-    None."""
+    in ``node``'s function (one line, casts stripped), where it starts, and
+    whether a stripped cast is a module's mode (``.eval()``, ``.train()``),
+    or None. A binding to ``None`` (``ema = ema_shape = None`` in the other
+    branch) holds nothing a move could reach: the one above counts."""
     body = node.parent
     while body is not None and body.type not in ("function_definition", "module"):
         body = body.parent
@@ -313,11 +322,15 @@ def _last_assignment(ext: PythonExtractor, node: Any, name: str, before: int) ->
             if not hit.group(2).rstrip().endswith(",") and hit.group(2).count(")") <= hit.group(2).count("(")]
     for found in reversed(hits):
         value = _balanced(found.group(2).strip(), text[found.end():])
+        if _NONE.fullmatch(value):
+            continue
+        modes = False
         while (m := _CASTS.search(value)) is not None:
+            modes = modes or _MODES.fullmatch(m.group(0)) is not None
             value = value[:m.start()].strip()
         if found.group(1) and not (_passes_itself(value, name) or _made_model(value)):
             continue  # a tuple from a call that tells nothing (`model, _ = prune(model=model)`): look above
-        return value, body.start_byte + len(text[:found.start()].encode("utf-8"))
+        return value, body.start_byte + len(text[:found.start()].encode("utf-8")), modes
     return None
 
 

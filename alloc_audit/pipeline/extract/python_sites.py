@@ -29,7 +29,7 @@ from .python_typeonly import in_type_checking
 if TYPE_CHECKING:
     from .python import PythonExtractor
 
-ARGLIST_CAP = 400
+ARGLIST_CAP = 1000
 _STRING_LITERAL = re.compile(r"""^[rbuRBU]{0,2}(['"])(.*)\1$""", re.S)
 _FSTRING = re.compile(r"""^[fF][rR]?(['"])(.*)\1$""", re.S)
 STRING_LITERAL = _STRING_LITERAL

@@ -219,10 +219,10 @@ def bind_edge(caller: Func, call: Call, target: Func, env: Env, constants: Env) 
         return {}
     spread = any(a.keyword is None and a.text.startswith("**") for a in args) or \
         any((a.keyword or "").startswith("**") for a in args)
-    # the extractor keeps the first ARGLIST_CAP (400) bytes of an argument list
+    # the extractor keeps the first ARGLIST_CAP (1000) bytes of an argument list
     # (`extract/python_sites.py`): in a cut one, a parameter not seen may be
     # passed further on, so it does not take its default
-    cut = len(call.arglist.encode("utf-8", "replace")) >= _ARGLIST_CUT
+    cut = len(call.arglist.encode("utf-8", "replace")) >= _PY_ARGLIST_CUT
     out: dict[str, Value] = {}
     positional = [a for a in args if a.keyword is None]
     keywords = {a.keyword: a for a in args if a.keyword is not None}
@@ -248,7 +248,9 @@ def bind_edge(caller: Func, call: Call, target: Func, env: Env, constants: Env) 
     return {k: v for k, v in out.items() if v.known}
 
 
-_ARGLIST_CUT = 396  # a few bytes under the extractor's cap: a "replace"-decoded cut byte may shorten it
+# a few bytes under the extractors' caps (C++ 400, Python 1000): a "replace"-decoded cut byte may shorten it
+_ARGLIST_CUT = 396
+_PY_ARGLIST_CUT = 996
 
 _NATIVE_INT = re.compile(r"^[-+]?\d+[uUlL]*$")
 
