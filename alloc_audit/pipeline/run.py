@@ -121,6 +121,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .per_test_holders import per_test_holders
     from .pinned_containers import pinned_containers
     from .registered_members import registered_members
+    from .released_entries import released_entries
     from .removed_hooks import removed_hooks
     from .repinned_members import repinned_members
     from .reset_members import reset_members
@@ -138,6 +139,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .weight_fills import weight_fills
     from .weight_inits import weight_init_temporaries
     from .weight_members import weight_members
+    from .weight_modules import weight_module_constructions, weighted_vias
     from .weight_state import weight_state
     from .worker_buffers import worker_buffers
     from .workers import Outcomes, job_count
@@ -181,8 +183,9 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     derived = tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
                                catalog.callers)
     sites += per_test_holders(built_per_call(derived, index, catalog.callers), index)
-    sites = native_uploads(kept_submodules(sites, index, catalog.callers), index)
-    sites = per_pass_storage(pinned_containers(decided_by_use(sites, index), index), index)
+    sites = native_uploads(weight_module_constructions(
+        kept_submodules(sites, index, catalog.callers), index, catalog.callers), index)
+    sites = per_pass_storage(pinned_containers(released_entries(decided_by_use(sites, index), index), index), index)
     sites = returned_scratch(weight_fills(sites, index), index)
     sites = grown_params(lazy_members(sites, index), index)
     sites = weight_state(keyed_caches(run_once(self_moves(sites, index), index), index), index)
@@ -192,7 +195,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = adopted_weights(module_build_temps(returned_once(sites, index, catalog.callers), index), index)
     sites = repinned_members(native_pinned(kept_slots(sites, index, catalog.callers), index), index, catalog.callers)
     sites = worker_buffers(setup_members(sites, index, catalog.callers), index)
-    sites = dropped_probes(weight_members(buffer_classes(kept_pinned(sites, index)), index), index)
+    sites = weighted_vias(weight_members(buffer_classes(kept_pinned(sites, index)), index), index, catalog.callers)
+    sites = dropped_probes(sites, index)
     sites = reset_per_step(reset_members(sites, index, catalog.callers), index, catalog.callers)
     sites = removed_hooks(swapped_storage(hooked_state(sites, index), index), index)
     sites = with_roles(drop_expected_raises(sites, index), config.roles)

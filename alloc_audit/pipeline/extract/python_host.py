@@ -265,8 +265,9 @@ def on_current_gpu(ext: PythonExtractor, node: Any, name: str, device: str = "cu
     move (nothing between them leaves its block, or enters a loop when the
     function binds the name again anywhere below, or binds it another way)
     ends in `.cuda()` / `.to("cuda")` or is a torch factory with
-    `device="cuda"` -- for a variable, ends in `.to(device)` with the device
-    name not bound again in between -- or is a view of such a local (a
+    `device="cuda"` -- for a variable or an attribute chain naming one
+    (`logits.device`), ends in `.to(device)` with neither the device nor the
+    chain's root bound again in between -- or is a view of such a local (a
     subscript, `.view(...)`, `.reshape(...)`, ...), and the function never
     switches the current GPU. Moving it (or a view of it, `name[:, :-1]`)
     there again copies nothing. A torch factory on the same line given that
@@ -326,8 +327,9 @@ def _placed(before: str, after: str, name: str, device: str, depth: int, upto: s
         return _ON_CPU.search(value) is not None  # a view of a host tensor is not followed
     elif re.search(rf"\.to\(\s*(?:device\s*=\s*)?{re.escape(device)}\s*(?:,\s*non_blocking\s*=\s*\w+\s*)?\)$", value):
         tail = upto[last.end():]  # up to the move: the same device variable, not bound again
-        rebound = re.search(rf"^[ \t]*{re.escape(device)}[ \t]*(?::[^=\n]*)?=(?!=)", tail, re.M)
-        return rebound is None and not _bound_else(tail, device)
+        # (an attribute chain, `logits.device`: nor its root, `logits = ...`)
+        names = {device, device.split(".", 1)[0]}
+        return not any(_binding_pattern(n).search(tail) or _bound_else(tail, n) for n in names)
     base = _view_of(value) or _like_of(value)
     if base is None or base == name:
         return False
@@ -437,12 +439,12 @@ def _statement_at(source: str, pos: int) -> bool:
 
 
 def to_one_device(positional: list[str], kwargs: dict[str, str]) -> str | None:
-    """`.to("cuda")` / `.to(device="cuda")`: ``"cuda"``, the current GPU;
-    `.to(dev)`: the device variable's name; no dtype change."""
+    """`.to("cuda")` / `.to(device="cuda")`: ``"cuda"``, the current GPU; `.to(dev)`,
+    `.to(x.device)`: the device variable's name or attribute chain; no dtype change."""
     texts = positional + [v for k, v in kwargs.items() if k == "device"]
     if len(texts) != 1 or not set(kwargs) <= {"device", "non_blocking"}:
         return None
     text = texts[0].strip()
     if re.fullmatch(r"""(['"])cuda\1""", text):
         return "cuda"
-    return text if text.isidentifier() and text != "cuda" else None
+    return text if all(part.isidentifier() for part in text.split(".")) and text != "cuda" else None
