@@ -67,6 +67,7 @@ class ApiCatalog:
     py_exports: frozenset[str] = frozenset()
     py_device_contexts: frozenset[str] = frozenset()
     py_non_retaining: frozenset[str] = frozenset()  # callees that read a buffer and keep nothing of it
+    py_other_runtimes: frozenset[str] = frozenset()  # packages whose `X.cuda(0)` is a device handle, not a copy
     cpp_names: Mapping[str, ApiSpec] = field(default_factory=dict)
     cpp_types: Mapping[str, ApiSpec] = field(default_factory=dict)
     cpp_methods: Mapping[str, ApiSpec] = field(default_factory=dict)
@@ -243,6 +244,7 @@ def _build_apis(sources: list[tuple[str, Mapping[str, Any], str]], config: Confi
     cpp_exports: set[str] = set()
     contexts: set[str] = set()
     non_retaining: set[str] = set()
+    other_runtimes: set[str] = set()
     attr_macros: list[str] = []
     spec_macros: list[str] = []
     lone = True
@@ -274,7 +276,8 @@ def _build_apis(sources: list[tuple[str, Mapping[str, Any], str]], config: Confi
                 cpp_types.setdefault("::".join(parts[i:]), spec)
 
     for where, data, language in sources:
-        unknown = set(data) - {"api", "exports", "default-device", "preprocess", "language", "non-retaining"}
+        unknown = set(data) - {"api", "exports", "default-device", "preprocess", "language", "non-retaining",
+                                 "other-runtimes"}
         if unknown:
             raise UsageError(f"unknown table(s) {', '.join(sorted(unknown))} in an API catalogue", where)
         language = data.get("language", language)
@@ -286,7 +289,7 @@ def _build_apis(sources: list[tuple[str, Mapping[str, Any], str]], config: Confi
             raise UsageError(f"'api' must be an array of tables ([[api]]), got {type(entries).__name__}", where)
         for entry in entries:
             add_entry(where, entry, cpp)
-        for table in ("exports", "default-device", "preprocess", "non-retaining"):
+        for table in ("exports", "default-device", "preprocess", "non-retaining", "other-runtimes"):
             if not isinstance(data.get(table, {}), dict):
                 raise UsageError(f"[{table}] must be a table, got {type(data[table]).__name__}", where)
         exports = data.get("exports", {})
@@ -294,6 +297,7 @@ def _build_apis(sources: list[tuple[str, Mapping[str, Any], str]], config: Confi
         cpp_exports.update(_str_tuple(where, exports, "names"))
         contexts.update(_str_tuple(where, data.get("default-device", {}), "contexts"))
         non_retaining.update(_str_tuple(where, data.get("non-retaining", {}), "leaf"))
+        other_runtimes.update(_str_tuple(where, data.get("other-runtimes", {}), "packages"))
         pre = data.get("preprocess", {})
         attr_macros += _str_tuple(where, pre, "attribute-macros")
         spec_macros += _str_tuple(where, pre, "specifier-macros")
@@ -329,6 +333,7 @@ def _build_apis(sources: list[tuple[str, Mapping[str, Any], str]], config: Confi
         py_exports=frozenset(py_exports),
         py_device_contexts=frozenset(contexts),
         py_non_retaining=frozenset(non_retaining),
+        py_other_runtimes=frozenset(other_runtimes),
         cpp_names=cpp_names,
         cpp_types=cpp_types,
         cpp_methods=cpp_methods,

@@ -14,11 +14,6 @@ from .common import enclosing
 if TYPE_CHECKING:
     from .python import PythonExtractor
 
-# packages other than torch whose modules spell `cuda(...)` / `to(...)`:
-# device handles and runtime helpers (`tvm.cuda(0)`, `tvm.runtime.cuda(0)`)
-_RUNTIMES = frozenset({"tvm", "tilelang", "cupy", "numba", "jax", "jaxlib", "mxnet", "tensorflow", "pycuda",
-                       "pyopencl", "taichi", "dpctl", "mlx", "paddle", "oneflow"})
-
 
 @dataclasses.dataclass(slots=True)
 class Names:
@@ -55,10 +50,11 @@ def runtime_handle(ext: PythonExtractor, node: Any) -> bool:
     parts = target.split(".")
     if parts[0] == "torch":
         return False
+    runtimes = ext.apis.py_other_runtimes
     if head in ext.bound.modules:
-        runtime = not rest or parts[0] in _RUNTIMES
+        runtime = not rest or parts[0] in runtimes
     else:
-        runtime = parts[-1] in _RUNTIMES or parts[0] in _RUNTIMES
+        runtime = parts[-1] in runtimes or parts[0] in runtimes
     if not runtime:
         return False
     if ext.bound.top_level is None:  # bound at module level, found once per file
