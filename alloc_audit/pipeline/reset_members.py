@@ -1,62 +1,110 @@
 """Stage 5, last of the tier passes (after ``lazy_members`` and the
-accumulator passes, which would keep it again): a lazily built member the object drops
-again on every step (issue 11, round 19).
+accumulator passes, which would keep it again): a lazily built member that is
+made anew each step (issue 11, rounds 19-20).
 
-``if self._sqr is None: self._sqr = torch.zeros(n, device=d)`` is kept for
-the process (``lazy_members``: T2) unless another method of the class sets
-``self._sqr = None`` again on every step: a method named like a per-step
-function (rules/tiers.toml [callers] per-step), a callback the class hands
-on (``queue_callback(self._final_callback)``, ``register_hook(self._hook)``:
-it runs when the step's hooks run), not under a branch or loop of it. Then
-the buffer is made anew each step: T4. A reset in a method of any other
-name (``reset()``, ``configure()``), one under a test (``if stale:``) or in
-the building method itself (a stale cache dropped) keeps it T2. So is a
-member kept lazily (per key too) by an object whose class is built only in
-per-call code (``built_per_call``'s builders: ``_Replicator(t)`` in
-``step()``, dropped after): T4. Pure.
+``lazy_members`` keeps ``if self._sqr is None: self._sqr = torch.zeros(n,
+device=d)`` for the process (T2): it is rebuilt only when the member is None.
+What sets it back to None, and who builds the object, decide (first match):
+
+1. Another method of the class sets ``self._sqr = None`` at its top level
+   (not under a branch or loop) and runs on every step: a method named like a
+   per-step function (rules/tiers.toml [callers] per-step), or a callback the
+   class hands on (``queue_callback(self._final_callback)``,
+   ``register_hook(self._hook)``: it runs when the step's hooks run). A member
+   kept per key is left to 2 and 3.
+2. The object keeping it is built only in per-call code (``built_per_call``'s
+   builders: ``_Replicator(t)`` in ``step()``, dropped after).
+3. The build sits under ``if self.x is None:`` and another method that runs
+   per step resets it: a per-step name, ``train_batch``/``eval_batch``, or a
+   method a per-step function calls (``release_workspace()`` from
+   ``generate``; a loop's calls do not count: ``unload()`` in a loader's
+   loop, a test's loop). The reset may sit under a test of a configuration
+   flag of the object (``if self.contiguous_gradients:``, a bare
+   ``self.flag``, decided once).
+
+Each is T4. A reset in a method of any other name (``reset()``,
+``configure()``), one under any other test (``if stale:``), or in the
+building method itself (a stale cache dropped) keeps it T2. Pure.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..arglists import split_args
 from ..catalog import CallerGlobs
 from ..globs import matcher
-from ..model import Site, Tier
+from ..model import Language, Site, Tier
 from .built_per_call import per_call_builders
 from .built_per_pass import class_factories
 from .index import Func, ProjectIndex
 from .lazy_members import member_of
+from .repinned_members import step_reason
+from .retier import Decision, retier
 
 _LAZY = "created lazily: "
 _SELF_NAME = re.compile(r"self\.([A-Za-z_]\w*)")
+# one batch per call: a training engine's `train_batch(data_iter)`, `eval_batch`
+_BATCH = re.compile(r"_*(?:train|eval)_batch")
+_FLAG = re.compile(r"(?:not\s+)?self\.[A-Za-z_]\w*")
 
 
 def reset_members(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
-    per_step = matcher(globs.per_step) if globs.per_step else None
-    if per_step is None:
+    if not globs.per_step:
         return list(sites)
-    out = []
-    memo: dict[str, str] = {}
+    named = matcher(globs.per_step)
+
+    def batch_step(name: str) -> bool:
+        return named(name) or _BATCH.fullmatch(name) is not None
+    built: dict[str, str] = {}
     factories: dict[str, list[Func]] = {}
-    for site in sites:
-        lazy = site.tier is Tier.T2 and _LAZY in site.tier_reason
-        reset = _reset_per_step(site, index, per_step) if lazy and " per key " not in site.tier_reason else None
+    steps: dict[str, str] = {}
+
+    def eligible(site: Site) -> bool:
+        return site.tier is Tier.T2 and _LAZY in site.tier_reason
+
+    def decide(site: Site) -> Decision | None:
+        reset = _reset_by_name(site, index, named) if " per key " not in site.tier_reason else None
         if reset is not None:
-            site = dataclasses.replace(site, tier=Tier.T4, tier_reason=(
-                f"rebuilt per step: {reset[1].qualname} sets {reset[0]} back to None on every step "
-                f"({reset[2]}), so the lazily built buffer is made anew each time; was: {site.tier_reason}"))
-        elif lazy:
-            built = _object_per_call(site, index, per_step, memo, factories)
-            if built:
-                site = dataclasses.replace(site, tier=Tier.T4, tier_reason=(
-                    f"per call: the object keeping it is built only in per-call code ({built}) and dropped "
-                    f"after; was: {site.tier_reason}"))
-        out.append(site)
-    return out
+            member, method, why = reset
+            return Tier.T4, (f"rebuilt per step: {method.qualname} sets {member} back to None on every step "
+                             f"({why}), so the lazily built buffer is made anew each time; was: {site.tier_reason}")
+        builders = _object_per_call(site, index, named, built, factories)
+        if builders:
+            return Tier.T4, (f"per call: the object keeping it is built only in per-call code ({builders}) and "
+                             f"dropped after; was: {site.tier_reason}")
+        if site.via is None and site.language is Language.PYTHON and site.tier_reason.startswith(_LAZY):
+            return _reset_by_caller(site, index, batch_step, steps)
+        return None
+
+    return retier(sites, eligible, decide)
+
+
+def _reset_by_caller(site: Site, index: ProjectIndex, per_step: Callable[[str], bool],
+                     memo: dict[str, str]) -> Decision | None:
+    """Rule 3: the build is guarded by ``self.x is None`` and a method that
+    runs per step (by name or by its callers) resets the member."""
+    func = index.func(site.path, site.scope)
+    if func is None or func.owner is None:
+        return None
+    member = member_of(site, func)
+    line = site.stmt_line or site.span.line
+    # rebuilt when the member is missing (`if self.x is None:`), not moved while present (`is not None`)
+    if member is None or not any(b.test and _missing(b.test, member) for b in func.blocks
+                                 if b.span.contains_line(line)):
+        return None
+    prefix = func.owner.qualname + "."
+    for method in index.functions_in(site.path):
+        if method is func or not method.qualname.startswith(prefix) or method.scope is None \
+                or method.scope.role == "constructor" or not _resets(method, member):
+            continue
+        if method.id not in memo:
+            memo[method.id] = step_reason(method, index, per_step, depth=1, loops=False)
+        if memo[method.id]:
+            return Tier.T4, (f"rebuilt per step: {method.qualname} sets {member} back to None on every step "
+                             f"({memo[method.id]}); was: {site.tier_reason}")
+    return None
 
 
 def _object_per_call(site: Site, index: ProjectIndex, per_step: object, memo: dict[str, str],
@@ -74,7 +122,7 @@ def _object_per_call(site: Site, index: ProjectIndex, per_step: object, memo: di
     return memo[owner.key]
 
 
-def _reset_per_step(site: Site, index: ProjectIndex, per_step: object) -> tuple[str, Func, str] | None:
+def _reset_by_name(site: Site, index: ProjectIndex, per_step: object) -> tuple[str, Func, str] | None:
     func = index.func(site.path, site.scope)
     owner = func.owner if func is not None else None
     member = member_of(site, func) if func is not None else None
@@ -113,3 +161,20 @@ def _handed_on(method: Func, methods: list[Func]) -> str:
                 if m is not None and m.group(1) == method.name:
                     return f"a callback {other.qualname} hands to {call.callee}"
     return ""
+
+
+def _resets(method: Func, member: str) -> bool:
+    """``method`` sets ``member`` to None, at its top level or under a test
+    of a flag of the object only, outside loops."""
+    for a in method.assigns:
+        if a.op != "=" or a.targets != (member,) or a.value.strip() != "None":
+            continue
+        around = [b for b in method.blocks if b.span.contains_line(a.line)]
+        if all(b.kind == "if" and _FLAG.fullmatch(b.test.strip()) and b.test.strip().removeprefix("not ").strip()
+               != member for b in around):
+            return True
+    return False
+
+
+def _missing(test: str, member: str) -> bool:
+    return f"{member} is None" in test or f"not {member}" in test.replace("not hasattr", "")

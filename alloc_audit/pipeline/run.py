@@ -125,7 +125,6 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .removed_hooks import removed_hooks
     from .repinned_members import repinned_members
     from .reset_members import reset_members
-    from .reset_per_step import reset_per_step
     from .returned_once import returned_once
     from .returned_scratch import returned_scratch
     from .roles import with_roles
@@ -197,7 +196,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = worker_buffers(setup_members(sites, index, catalog.callers), index)
     sites = weighted_vias(weight_members(buffer_classes(kept_pinned(sites, index)), index), index, catalog.callers)
     sites = dropped_probes(sites, index)
-    sites = reset_per_step(reset_members(sites, index, catalog.callers), index, catalog.callers)
+    sites = reset_members(sites, index, catalog.callers)
     sites = removed_hooks(swapped_storage(hooked_state(sites, index), index), index)
     sites = with_roles(drop_expected_raises(sites, index), config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
