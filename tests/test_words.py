@@ -40,7 +40,7 @@ def test_singulars_everywhere(one_site: Path, tmp_path: Path) -> None:
     assert "Sites by directory (1 directory)" in texts["report"]
     assert "1 entry accept 1 site;" in texts["report"]
     assert "1 allowlist entry," in texts["check"] and "1 open rule finding;" in texts["check"]
-    assert "alloc-audit: 1 site (+0 derived) in 1 of 1 file, 1 finding, 0 files with problems" in texts["summary"]
+    assert "alloc-audit: 1 site (+0 derived) in 1 file (1 of 1 file parsed), 1 finding, 0 files with problems" in texts["summary"]
     assert "1 directory)" in texts["html"] and "1 file," in texts["html"]
 
 

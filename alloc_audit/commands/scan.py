@@ -39,8 +39,10 @@ def one_line_summary(result: ScanResult) -> str:
     open_findings = [f for f in result.findings if not f.suppressed]
     from ..report.words import plural
 
-    return (f"alloc-audit: {plural(direct, 'site')} (+{derived} derived) in {result.stats.parsed} of "
-            f"{plural(result.stats.files, 'file')}, {plural(len(open_findings), 'finding')}, "
+    holding = len({s.path for s in result.sites if s.counted or s.via is not None})
+    return (f"alloc-audit: {plural(direct, 'site')} (+{derived} derived) in {plural(holding, 'file')} "
+            f"({result.stats.parsed} of {plural(result.stats.files, 'file')} parsed), "
+            f"{plural(len(open_findings), 'finding')}, "
             f"{plural(len(result.errors), 'file with problems', 'files with problems')}")
 
 
