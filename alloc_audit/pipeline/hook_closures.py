@@ -40,7 +40,7 @@ def hook_closures(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
             and site.scope.count(".") >= 1
 
     def decide(site: Site) -> Decision | None:
-        found = _registration(site, index)
+        found = hook_registration(site, index)
         if found is None:
             return None
         closure, holder, line = found
@@ -50,7 +50,7 @@ def hook_closures(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     return retier(sites, eligible, decide)
 
 
-def _registration(site: Site, index: ProjectIndex) -> tuple[str, str, int] | None:
+def hook_registration(site: Site, index: ProjectIndex) -> tuple[str, str, int] | None:
     """(the closure, the function that registers it, the line) when the
     site's function, or one enclosing it, is a nested function handed to a
     ``register*hook*`` call of a function enclosing it."""

@@ -185,7 +185,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = native_uploads(weight_module_constructions(
         kept_submodules(sites, index, catalog.callers), index, catalog.callers), index)
     sites = per_pass_storage(pinned_containers(released_entries(decided_by_use(sites, index), index), index), index)
-    sites = returned_scratch(weight_fills(sites, index), index)
+    sites = returned_scratch(weight_fills(sites, index, catalog.callers), index)
     sites = grown_params(lazy_members(sites, index), index)
     sites = weight_state(keyed_caches(run_once(self_moves(sites, index), index), index), index)
     sites = kept_accumulators(run_accumulators(sites, index, catalog.callers), index, catalog.callers)

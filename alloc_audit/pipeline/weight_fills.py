@@ -22,18 +22,34 @@ its methods makes, into a module's weight (``q = t.to(w.device)`` ...
 A weight attribute is named
 like one (``weight``, ``bias``, ``qweight``, ``qzeros``, ``scales``,
 ``g_idx``, ``perm``, ``channel_scales``, ...): a copy into a static input
-buffer (``self.static_input.copy_(x.cuda())``) stays per call. Pure.
+buffer (``self.static_input.copy_(x.cuda())``) stays per call.
+
+A temporary whose value flows, through the function's locals, into a
+module's weight that the function rebuilds (``conv.bias =
+nn.Parameter((b - mean) * f)``, ``m.fc.weight.data = w.clone()``) or
+changes in place (``ln.weight.div_(scales)``, ``m.bias.copy_(inv)``) is
+made while the weights are built (a fusion after load, an initialisation, a
+smoothing pass): T1 (round 23), even when the local has other uses; an
+allocation inside the statement that rebuilds the weight counts too. Left
+alone: a function that is per step or that a per-step function reaches
+within two calls (an EMA, a weight sync), a closure registered as a module
+hook (a forward pre-hook that masks the weight, ``hook_closures``), what
+the function keeps elsewhere, and a returned buffer unless the local itself
+becomes the weight's storage (``nn.Parameter(buf[i])``). Pure.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..arglists import split_args
-from ..model import Call, Site, Tier
+from ..catalog import CallerGlobs
+from ..globs import matcher
+from ..model import Call, Site, Span, Tier
+from .hook_closures import hook_registration
 from .index import Func, ProjectIndex
-from .names import has_word, starts_with_word
+from .names import has_name, has_word, starts_with_word
 from .retier import Decision, python_device_site, retier
 
 _WEIGHT = r"(?:\w+_)?(?:q?weights?|bias|q?zeros|scales?|g_idx|perm|codebooks?)"
@@ -48,10 +64,30 @@ _PARAM_FILL = re.compile(r"(?:\w+_)?params?(?:\.data)?\.copy_")
 # a subscript store into a name (`state_dict[key]`, `merged[q_slice]`)
 _ENTRY = re.compile(r"([A-Za-z_]\w*)\[.+\]")
 _LOAD = re.compile(r"(?:[\w.]+\.)?load_state_dict")
+# a module's weight rebuilt (`conv.bias = nn.Parameter(...)`, `m.fc.weight.data = ...`) or changed in
+# place (`ln.weight.div_(s)`)
+_REBOUND = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")(?:\.data)?")
+_PARAMETER = re.compile(r"\s*(?:[\w.]+\.)?Parameter\(")
+_IN_PLACE = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")(?:\.data)?\.[a-z]\w*[a-z]_")
+_TARGETS = re.compile(r"[A-Za-z_]\w*")
+_STEP_DEPTH = 2
+_Write = tuple[int, str, str, bool]  # line, value text, the weight, rebound (not changed in place)
+_Bind = tuple[Span, str, tuple[str, ...]]  # where, value text, targets
 
 
-def weight_fills(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
+def weight_fills(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs | None = None) -> list[Site]:
     copies: dict[tuple[str, int], bool] = {}  # (helper, argument position) -> copies it into a parameter
+    per_step = matcher(globs.per_step) if globs is not None and globs.per_step else None
+    stepped: dict[str, bool] = {}
+    writes: dict[str, tuple[list[_Write], list[_Bind]]] = {}  # per function: its weight writes and bindings
+
+    def runs_per_step(func: Func) -> bool:
+        found = stepped.get(func.id)
+        if found is None:
+            found = stepped[func.id] = per_step is not None and (per_step(func.name) or any(
+                d > 0 and (c := index.funcs.get(fid)) is not None and per_step(c.name)
+                for fid, d in index.callers_within([func], _STEP_DEPTH).items()))
+        return found
 
     def decide(site: Site) -> Decision | None:
         fill = _fills(site, index, copies)
@@ -60,8 +96,12 @@ def weight_fills(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
                     or _SLICE_FILL.fullmatch(fill) or _WEIGHT_MEMBER.fullmatch(fill) else f"a parameter through {fill}")
             return Tier.T1, f"load-time temporary: only fills {what} in {site.scope} (was: {site.tier_reason})"
         loaded = _state_dict_entry(site, index)
-        return (Tier.T1, f"load-time temporary: an entry of the state dict {loaded} loads into a module in "
-                         f"{site.scope} (was: {site.tier_reason})") if loaded else None
+        if loaded:
+            return (Tier.T1, f"load-time temporary: an entry of the state dict {loaded} loads into a module in "
+                             f"{site.scope} (was: {site.tier_reason})")
+        written = _weight_written(site, index, runs_per_step, writes)
+        return (Tier.T1, f"load-time temporary: its value goes into the module weight {written} in {site.scope}, "
+                         f"which no per-step function reaches (was: {site.tier_reason})") if written else None
 
     return retier(sites, lambda s: python_device_site(s, Tier.T2, Tier.T4), decide)
 
@@ -163,3 +203,81 @@ def _state_dict_entry(site: Site, index: ProjectIndex) -> str:
         if entry is not None and entry.group(1) in loaded and starts_with_word(c.callee, m.group(1)):
             return entry.group(1)
     return ""
+
+
+def _weight_written(site: Site, index: ProjectIndex, runs_per_step: Callable[[Func], bool],
+                    memo: dict[str, tuple[list[_Write], list[_Bind]]]) -> str:
+    """The module weight whose new value ``site``'s buffer feeds, through
+    the function's locals (``b = torch.zeros_like(m)`` ... ``conv.bias =
+    nn.Parameter((b - m) * f)``; ``s = a.to(d)`` ... ``ln.weight.div_(s)``),
+    or whose rebuilding statement holds the allocation; "" when none, when
+    the function runs per step, or when the buffer is kept elsewhere."""
+    kept = site.kept
+    returned = kept == "return"
+    if not (kept in ("", "local") or returned or kept.startswith("handed:")):
+        return ""
+    func = index.func(site.path, site.scope)
+    if func is None or func.scope is None or func.scope.role == "lambda":
+        return ""
+    found = memo.get(func.id)
+    if found is None:
+        writes = _weight_writes(func)
+        found = memo[func.id] = (writes, _binds(func) if writes else [])
+    writes, binds = found
+    if not writes:
+        return ""
+    line, stmt = site.span.line, site.stmt_line or site.span.line
+    target = (site.target or "").strip()
+    if not target and not returned:  # inside the expression a local is bound to (`dt = torch.exp(torch.rand(n))`)
+        target = next((t[0] for span, _, t in binds if span.line == stmt and span.contains(site.span)
+                       and len(t) == 1), "")
+        target = target or next((a.targets[0] for a in func.assigns if a.line == stmt and a.op == "="
+                                 and len(a.targets) == 1), "")
+    local = target if target.isidentifier() and target != "self" else ""
+    if returned and not local:
+        return ""
+    tainted = {local} if local else set()
+    if not returned:  # through the locals it is bound to, in order
+        for span, value, targets in binds:
+            if span.line > line and any(has_name(value, t, not_before=".") for t in tainted):
+                tainted.update(n for t in targets if "." not in t and "[" not in t for n in _TARGETS.findall(t))
+    what = next((w for at, text, w, rebound in writes if (rebound or not returned) and (
+        at == stmt or (at > line and any(has_name(text, t, not_before=".") for t in tainted)))), "")
+    if not what or runs_per_step(func) or hook_registration(site, index) is not None:  # a hook runs per forward
+        return ""
+    return what
+
+
+def _binds(func: Func) -> list[_Bind]:
+    """(span, value text, targets) of each binding in ``func``, in order: a
+    plain assignment, or a call's result bound to its target, the text of
+    the calls inside it included (``scales = (a.pow(x) / w).to(d)``, whose
+    callee reads ``(...).to``)."""
+    calls = func.calls
+    found = [(Span(a.line, 0, a.line, 0), a.value, a.targets) for a in func.assigns if a.op == "="]
+    for c in calls:
+        if c.target:
+            inner = " ".join(f"{d.callee}({d.arglist})" for d in calls if d is not c and c.span.contains(d.span)) \
+                if "(...)" in c.callee else ""
+            found.append((c.span, f"{c.callee}({c.arglist}) {inner}", (c.target,)))
+    return sorted(found, key=lambda b: (b[0].line, b[0].col))
+
+
+def _weight_writes(func: Func) -> list[_Write]:
+    """(line, value text, weight, rebound) of each rebuilding of a module
+    weight (``m.w = nn.Parameter(...)``, ``m.w.data = ...``: rebound) or
+    in-place change (``m.w.div_(...)``) in ``func``."""
+    found = []
+    for a in func.assigns:
+        if a.op == "=" and len(a.targets) == 1 and _REBOUND.fullmatch(t := a.targets[0].strip()) and (
+                t.endswith(".data") or _PARAMETER.match(a.value)):
+            found.append((a.line, a.value, f"{t} (rebuilt)", True))
+    for c in func.calls:
+        value = f"{c.callee}({c.arglist})"
+        if _IN_PLACE.fullmatch(c.callee):
+            weight, _, method = c.callee.rpartition(".")
+            found.append((c.span.line, c.arglist, f"{weight} (in place: {method})", False))
+        elif c.target and _REBOUND.fullmatch(t := c.target.strip()) and (
+                t.endswith(".data") or _PARAMETER.match(value)):  # `conv.bias = nn.Parameter(...)`: the call's target
+            found.append((c.span.line, value, f"{t} (rebuilt)", True))
+    return found
