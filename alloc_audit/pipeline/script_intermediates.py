@@ -15,7 +15,9 @@ or into a display (``held = [x]``; iterating it, ``[t * 2 for t in x]``,
 makes new values), or a call that keeps its argument (``.append(x)``,
 ``register_buffer``, ``Thread``) keeps the site T2, as does the last binding
 of the name, kept to the end of the script. Only direct device sites that
-``lifetimes`` left module level (T2) are read. Pure.
+``lifetimes`` left module level (T2) are read. A module-level site that
+stays under ``if __name__ == "__main__":`` says so in its reason: it runs
+when the file is run as a script, not at import (once: T2). Pure.
 """
 
 from __future__ import annotations
@@ -31,15 +33,28 @@ from .index import Func, ProjectIndex
 def script_intermediates(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     out = []
     for site in sites:
-        if site.scope == "<module>" and site.tier is Tier.T2 and site.kind is SiteKind.DEVICE \
-                and site.via is None and site.language is Language.PYTHON:
+        if site.scope == "<module>" and site.language is Language.PYTHON:
             func = index.func(site.path, "<module>")
-            dropped = _rebound_later(site, func) if func is not None else ""
-            if dropped:
+            if func is not None and site.tier is Tier.T2 and site.kind is SiteKind.DEVICE and site.via is None \
+                    and (dropped := _rebound_later(site, func)):
                 site = dataclasses.replace(site, tier=Tier.T4, tier_reason=(
                     f"a script's intermediate: module-level {site.target} is {dropped}, and nothing kept it before"))
+            elif func is not None and site.tier_reason == _AT_IMPORT and _in_main_block(site, func):
+                site = dataclasses.replace(site, tier_reason=_IN_MAIN)
         out.append(site)
     return out
+
+
+_AT_IMPORT = "module level (runs at import)"  # rules/tiers.toml
+_IN_MAIN = 'module level, under `if __name__ == "__main__":` (runs once, when the file is run as a script)'
+_MAIN_TEST = re.compile(r"""__name__\s*==\s*(['"])__main__\1|(['"])__main__\2\s*==\s*__name__""")
+
+
+def _in_main_block(site: Site, func: Func) -> bool:
+    """The site lies in the body of ``if __name__ == "__main__":``: it runs
+    when the file is run, not when it is imported (still once: T2)."""
+    return any(b.kind.startswith("if") and _MAIN_TEST.fullmatch(b.test.strip()) is not None
+               and b.span.contains_line(site.span.line) for b in func.blocks)
 
 
 # a call that keeps its argument: put into a container, registered, handed to a thread
