@@ -15,7 +15,8 @@ from alloc_audit.pipeline.parse import _keep_one_branch, error_summary, parse_so
 
 FIXTURES = Path(__file__).parent / "fixtures"
 IDIOM_FIXTURES = ["cuda/parse-idioms-conditionals.cu", "cuda/parse-idioms-macros.cu",
-                  "cpp/parse-idioms-declarations.cpp", "cuda/parse-idioms-instantiations.cu"]
+                  "cpp/parse-idioms-declarations.cpp", "cuda/parse-idioms-instantiations.cu",
+                  "cpp/parse-idioms-tests.cpp"]
 
 
 @pytest.mark.parametrize("name", IDIOM_FIXTURES)
@@ -75,3 +76,16 @@ def test_python_return_with_a_starred_element_parses_at_the_same_positions() -> 
     assert parsed.source.count(b"\n") == data.count(b"\n")
     clean = b"def f(xs):\n    return (1, *xs)\n"
     assert parse_source(clean, Language.PYTHON).source == clean  # no error, no repair
+
+
+def test_statement_macro_as_the_body_of_a_control_head_becomes_an_empty_statement() -> None:
+    data = (b'if (a) TORCH_CHECK(b, "no (shape)")\nelse CHECK(c)\nif (d) CHECK(e) + 1;\n'
+            b'if (f) CHECK(g)\n    || h;\n')
+    assert repair_idioms(data) == (b'if (a) ;                           \nelse ;       \nif (d) CHECK(e) + 1;\n'
+                                   b'if (f) CHECK(g)\n    || h;\n')
+
+
+def test_digit_led_macro_argument_becomes_a_name_and_numbers_stay() -> None:
+    data = b"TEST(Suite, 2dimtest) {}\nTEST(s, 3d_x) {}\nCALL(2u, 0x1F, 1.5f, 1e-3, 16_KiB, 7);\nf(2dim);\n"
+    assert repair_idioms(data) == (b"TEST(Suite, _dimtest) {}\nTEST(s, _d_x) {}\n"
+                                   b"CALL(2u, 0x1F, 1.5f, 1e-3, 16_KiB, 7);\nf(2dim);\n")

@@ -42,8 +42,7 @@ class _HostDevices:
 
     def __init__(self, index: ProjectIndex) -> None:
         self.index = index
-        self._pending: dict[str, list[Call]] | None = None  # path -> its parametrize calls
-        self._params: dict[str, dict[str, list[str]]] = {}  # path -> func id -> its parametrize arglists
+        self.parametrize = Parametrize(index)
 
     def on_cpu(self, site: Site) -> bool:
         if site.device not in (None, "unknown"):
@@ -101,11 +100,21 @@ class _HostDevices:
         """``func``'s own ``parametrize`` decorators give ``name`` only CPU values."""
         if func.scope is None or not any(d.rsplit(".", 1)[-1] == "parametrize" for d in func.scope.decorators):
             return False
-        lists = self._parametrize_of(func)
+        lists = self.parametrize.arglists(func)
         verdicts = [v for v in (_cpu_only(a, name) for a in lists) if v is not None]
         return bool(verdicts) and all(verdicts)
 
-    def _parametrize_of(self, func: Func) -> list[str]:
+
+
+class Parametrize:
+    """The ``parametrize`` decorators of a project's test functions."""
+
+    def __init__(self, index: ProjectIndex) -> None:
+        self.index = index
+        self._pending: dict[str, list[Call]] | None = None  # path -> its parametrize calls
+        self._params: dict[str, dict[str, list[str]]] = {}  # path -> func id -> its parametrize arglists
+
+    def arglists(self, func: Func) -> list[str]:
         """The arglists of the ``parametrize`` calls decorating ``func``: each
         decorator call belongs to the function defined next below it (a
         decorator's arguments hold no ``def``)."""

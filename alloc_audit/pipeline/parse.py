@@ -22,6 +22,15 @@ from typing import Any
 import tree_sitter as ts
 
 from ..model import Language
+from .parse_macros import (
+    COMMENT_LINES,
+    MACRO_CALL,
+    NOT_AFTER_STATEMENT,
+    blank_range,
+    close_paren,
+    digit_led_macro_names,
+    guarded_statement_macros,
+)
 
 
 @cache
@@ -145,18 +154,16 @@ def _keep_one_branch(data: bytes) -> bytes:
             for k, (head, head_end, _) in enumerate(chain):
                 body_end = chain[k + 1][0] if k + 1 < len(chain) else head_end + 1
                 stop = head_end + 1 if k == keep else body_end
-                _blank_range(out, starts[head], starts[stop] - 1)
+                blank_range(out, starts[head], starts[stop] - 1)
         i += 1
     return bytes(out)
 
 
 _STATEMENT_MACRO = re.compile(rb"(?m)^[ \t]*_*[A-Z][A-Z0-9_]*[ \t]*\(")
-_COMMENT_LINES = re.compile(rb"(?:[ \t]*(?://[^\n]*)?\n)*[ \t]*")
 # `typename T::Args{...}`, `typename FF<T>::Config(...)` (a braced or functional cast)
 _TYPENAME_BRACE = re.compile(rb"\btypename(?=\s+[\w:]+(?:<[^<>;{}()]*>)?(?:::\w+)*\s*[{(])")
 _EMPTY_DEFAULT = re.compile(rb"[ \t]*=[ \t]*\{[ \t]*\}(?=[ \t]*[,)])")  # `T::Args args = {}` in a parameter list
 _LAMBDA_QUALIFIER = re.compile(rb"(?<=\])[ \t]*(?:__device__|__host__)(?:[ \t]+(?:__device__|__host__))*")
-_NOT_AFTER_STATEMENT = b";.{-:?&|+*/,)=<>["
 # `DS_D_INLINE void f(`, `template <int N> HD_INLINE T g(`: an ALL_CAPS name
 # followed by a return type and a function name can only be an inline or
 # attribute macro (a type or a variable would be followed by one name, not two)
@@ -200,11 +207,15 @@ def repair_idioms(data: bytes, conditionals_in_parens: bool = True) -> bytes:
     macro between literals (`"..." HINT(128) "..."`), the `typename` of a
     using-declaration (`using typename Base::half_t;`) and an attribute macro
     between a parameter list and a body (`[](T v) ALWAYSINLINE {`), the
-    `class` of an explicit instantiation (`template class X<float>;`). Positions do not move,
+    `class` of an explicit instantiation (`template class X<float>;`), a
+    statement macro without `;` as the body of an `if`/`for`/`while`/`else`
+    on its line (`if (a) TORCH_CHECK(b, "...")`: an empty statement `;` in its
+    place), and a name a macro pastes that starts with a digit
+    (`TEST(Suite, 2dimtest)`: `_dimtest`). Positions do not move,
     so every span is still a span of the file."""
     out = bytearray(data)
     for m in _STATEMENT_MACRO.finditer(data):
-        end = _close_paren(data, m.end() - 1)
+        end = close_paren(data, m.end() - 1)
         if end < 0:
             continue
         line_end = data.find(b"\n", end)
@@ -212,29 +223,31 @@ def repair_idioms(data: bytes, conditionals_in_parens: bool = True) -> bytes:
         rest = data[end:line_end].strip()
         if rest and not rest.startswith(b"//"):
             continue
-        skip = _COMMENT_LINES.match(data, line_end)
+        skip = COMMENT_LINES.match(data, line_end)
         following = data[skip.end() if skip else line_end:][:200]
-        if following[:1] and following[:1] in _NOT_AFTER_STATEMENT:
+        if following[:1] and following[:1] in NOT_AFTER_STATEMENT:
             continue
         if b"{" in data[m.start():end]:  # a lambda or a body: keep what it holds
             continue
-        _blank_range(out, m.start(), end)
+        blank_range(out, m.start(), end)
     for m in _TYPENAME_BRACE.finditer(data):
-        _blank_range(out, m.start(), m.end())
+        blank_range(out, m.start(), m.end())
     for m in _EMPTY_DEFAULT.finditer(data):
-        _blank_range(out, m.start(), m.end())
+        blank_range(out, m.start(), m.end())
     for m in _LAMBDA_QUALIFIER.finditer(data):
-        _blank_range(out, m.start(), m.end())
+        blank_range(out, m.start(), m.end())
     for regex in (_DECL_MACRO, _BODY_MACRO):
         for m in regex.finditer(data):
-            _blank_range(out, m.start(1), m.end(1))
+            blank_range(out, m.start(1), m.end(1))
     for m in _CLASS_INSTANTIATION.finditer(data):
-        _blank_range(out, m.start(1), m.end(1))
+        blank_range(out, m.start(1), m.end(1))
     for regex in (_ENUM_BASE, _STATEMENT_ARGUMENT, _PRAGMA_LINE, _DEFINE_COMMENT, _STRING_MACRO, _USING_TYPENAME):
         for m in regex.finditer(data):
-            _blank_range(out, m.start(), m.end())
+            blank_range(out, m.start(), m.end())
     _blank_type_argument_macros(data, out)
     _type_arguments_as_values(data, out)
+    guarded_statement_macros(data, out)
+    digit_led_macro_names(data, out)
     if conditionals_in_parens:
         _blank_conditionals_in_parens(data, out)
     return bytes(out)
@@ -244,16 +257,15 @@ def _blank_type_argument_macros(data: bytes, out: bytearray) -> None:
     """`DISPATCH_LAYER_NORM(kFloat, float);`: a statement macro that takes a
     type keyword as an argument is no expression; blank the invocation."""
     for m in _STATEMENT_MACRO.finditer(data):
-        end = _close_paren(data, m.end() - 1)
+        end = close_paren(data, m.end() - 1)
         if end < 0 or b"{" in data[m.start():end]:
             continue
         if _TYPE_KEYWORD_ARGUMENT.search(data, m.end() - 1, end):
-            _blank_range(out, m.start(), end)
+            blank_range(out, m.start(), end)
 
 
-# an ALL_CAPS macro call anywhere (`if (ALL_OF(p, n, bool, true))`), and an
-# argument that is nothing but a type keyword sequence (`unsigned long long`)
-_MACRO_CALL = re.compile(rb"\b_*[A-Z][A-Z0-9_]*[ \t]*\(")
+# a macro argument that is nothing but a type keyword sequence (`unsigned long long`),
+# in an ALL_CAPS macro call anywhere (MACRO_CALL: `if (ALL_OF(p, n, bool, true))`)
 _TYPE_WORDS = re.compile(rb"\s*(?:(?:unsigned|signed|long|short|const)\s+)*"
                          rb"(?:float|double|int|char|bool|void|long|short)\s*")
 
@@ -262,8 +274,8 @@ def _type_arguments_as_values(data: bytes, out: bytearray) -> None:
     """`ALL_OF(p, n, bool, true)` inside an expression: a type keyword as a
     macro argument is no expression, and blanking the call would leave the
     expression empty. The keywords become a `0` and spaces (same length)."""
-    for m in _MACRO_CALL.finditer(data):
-        end = _close_paren(data, m.end() - 1)
+    for m in MACRO_CALL.finditer(data):
+        end = close_paren(data, m.end() - 1)
         if end < 0 or b"{" in data[m.start():end] or out[m.start()] == 32:  # blanked as a statement
             continue
         depth, start = 0, m.end()
@@ -277,37 +289,9 @@ def _type_arguments_as_values(data: bytes, out: bytearray) -> None:
                 word = _TYPE_WORDS.fullmatch(data, start, i)
                 if word is not None:
                     lead = len(data[start:i]) - len(data[start:i].lstrip())
-                    _blank_range(out, start + lead, i)
+                    blank_range(out, start + lead, i)
                     out[start + lead] = 48  # `0`
                 start = i + 1
-
-
-def _close_paren(data: bytes, start: int, limit: int = 4000) -> int:
-    """The index after the `)` matching the `(` at ``start``, or -1."""
-    depth = 0
-    stop = min(len(data), start + limit)
-    i = start
-    while i < stop:
-        c = data[i]
-        if c == 40:
-            depth += 1
-        elif c == 41:
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        elif c in (34, 39):  # skip a string or char literal
-            j = i + 1
-            while j < stop and data[j] != c and data[j] != 10:
-                j += 2 if data[j] == 92 else 1
-            i = j
-        i += 1
-    return -1
-
-
-def _blank_range(out: bytearray, start: int, end: int) -> None:
-    for i in range(start, end):
-        if out[i] not in (10, 13):
-            out[i] = 32
 
 
 def _blank_conditionals_in_parens(data: bytes, out: bytearray) -> None:
@@ -325,7 +309,7 @@ def _blank_conditionals_in_parens(data: bytes, out: bytearray) -> None:
         stripped = line.lstrip()
         if backslash >= 0:  # a directive's continuation: blanked with its head
             if out[backslash] == 32:
-                _blank_range(out, start, start + len(line))
+                blank_range(out, start, start + len(line))
             backslash = start + len(line.rstrip()) - 1 if line.rstrip().endswith(b"\\") else -1
             continue
         if stripped.startswith(b"#"):
@@ -337,20 +321,20 @@ def _blank_conditionals_in_parens(data: bytes, out: bytearray) -> None:
                 elif word == b"endif":
                     skipping -= 1
                     if skipping == 0:
-                        _blank_range(out, start, start + len(line))
+                        blank_range(out, start, start + len(line))
                         blank_body = False
                         continue
                 elif word in (b"else", b"elif") and skipping == 1:
                     blank_body = True
                 if skipping == 1 or blank_body:
-                    _blank_range(out, start, start + len(line))
+                    blank_range(out, start, start + len(line))
                 continue
             if depth > 0 and word in (b"if", b"ifdef", b"ifndef"):
                 skipping, blank_body = 1, False
-                _blank_range(out, start, start + len(line))
+                blank_range(out, start, start + len(line))
             continue
         if blank_body:
-            _blank_range(out, start, start + len(line))
+            blank_range(out, start, start + len(line))
             continue
         code = line.split(b"//", 1)[0]
         depth = max(0, depth + code.count(b"(") - code.count(b")"))

@@ -119,6 +119,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .object_moves import object_moves
     from .per_pass_storage import per_pass_storage
     from .per_test_holders import per_test_holders
+    from .pin_flags import unpinned_flags
     from .pinned_containers import pinned_containers
     from .registered_members import registered_members
     from .released_entries import released_entries
@@ -131,6 +132,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .run_accumulators import run_accumulators
     from .run_once import run_once
     from .same_device_moves import drop_same_device_moves
+    from .script_intermediates import script_intermediates
     from .self_moves import self_moves
     from .setup_members import setup_members
     from .stateless_modules import drop_stateless_moves
@@ -172,6 +174,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = drop_stateless_moves(module_moves(direct, index, facts, catalog.tiers, outcomes.skipped_mentioning),
                                  index, catalog.stateless_modules)
     sites = drop_empty_moves(object_moves(sites, index, facts, catalog.tiers), index)
+    sites = unpinned_flags(sites, index, facts, catalog.tiers)
     sites = drop_host_param_moves(drop_host_returns(drop_cpu_locals(sites, index), index), index)
     sites = drop_same_device_moves(sites, index)
     sites = tiers_from_callers(sites, index, catalog.callers)
@@ -184,7 +187,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites += per_test_holders(built_per_call(derived, index, catalog.callers), index)
     sites = native_uploads(weight_module_constructions(
         kept_submodules(sites, index, catalog.callers), index, catalog.callers), index)
-    sites = per_pass_storage(pinned_containers(released_entries(decided_by_use(sites, index), index), index), index)
+    sites = script_intermediates(decided_by_use(sites, index), index)
+    sites = per_pass_storage(pinned_containers(released_entries(sites, index), index), index)
     sites = returned_scratch(weight_fills(sites, index, catalog.callers), index)
     sites = grown_params(lazy_members(sites, index), index)
     sites = weight_state(keyed_caches(run_once(self_moves(sites, index), index), index), index)

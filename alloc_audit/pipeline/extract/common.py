@@ -342,6 +342,7 @@ _SHAPED = frozenset({"torch.empty", "torch.zeros", "torch.ones", "torch.rand", "
                      "Tensor.new_empty", "Tensor.new_zeros", "Tensor.new_ones", "cupy.empty", "cupy.zeros",
                      "at::empty", "at::zeros", "at::ones", "at::empty_strided", "torch::empty", "torch::zeros",
                      "torch::ones", "torch::empty_strided", "Tensor::new_empty", "Tensor::new_zeros",
+                     "at::rand", "at::randn", "torch::rand", "torch::randn", "at::full", "torch::full",
                      "torch.UntypedStorage", "torch.TypedStorage", "torch.storage.UntypedStorage",
                      "torch.storage.TypedStorage", "torch.cuda.UntypedStorage"})
 

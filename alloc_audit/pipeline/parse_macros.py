@@ -1,0 +1,102 @@
+"""Stage 2, parse: the helpers of the repair parse (``parse.repair_idioms``)
+and two statement idioms of test and check macros it blanks. Every repair
+writes over bytes in place (same length, newlines kept), so every span is
+still a span of the file."""
+
+from __future__ import annotations
+
+import re
+
+COMMENT_LINES = re.compile(rb"(?:[ \t]*(?://[^\n]*)?\n)*[ \t]*")
+NOT_AFTER_STATEMENT = b";.{-:?&|+*/,)=<>["
+# an ALL_CAPS macro call anywhere (`if (ALL_OF(p, n, bool, true))`)
+MACRO_CALL = re.compile(rb"\b_*[A-Z][A-Z0-9_]*[ \t]*\(")
+
+
+# `if (cond) TORCH_CHECK(...)`, `else CHECK(...)`: a control head whose body is
+# a statement macro (a macro that expands to a whole statement needs no `;`)
+_CONTROL_HEAD = re.compile(rb"\b(?:if|while|for|else)\b")
+_MACRO_AT = re.compile(rb"[ \t]*(_*[A-Z][A-Z0-9_]*)[ \t]*\(")
+
+
+def guarded_statement_macros(data: bytes, out: bytearray) -> None:
+    """`if (x) TORCH_CHECK(y, "msg")` with no `;` and nothing after it on
+    its line: the grammar wants a `;`. The invocation becomes an empty
+    statement (`;` and spaces), so the `if` keeps a body of its own and
+    does not take the next statement."""
+    for m in _CONTROL_HEAD.finditer(data):
+        at = m.end()
+        if m.group(0) != b"else":
+            while at < len(data) and data[at] in b" \t":
+                at += 1
+            if at >= len(data) or data[at] != 40:
+                continue
+            at = close_paren(data, at)
+            if at < 0:
+                continue
+        macro = _MACRO_AT.match(data, at)
+        if macro is None or macro.group(1) in (b"if", b"while", b"for"):
+            continue
+        end = close_paren(data, macro.end() - 1)
+        if end < 0 or b"{" in data[macro.start(1):end] or b"\n" in data[at:macro.start(1)]:
+            continue
+        line_end = data.find(b"\n", end)
+        line_end = len(data) if line_end < 0 else line_end
+        rest = data[end:line_end].strip()
+        if rest and not rest.startswith(b"//"):
+            continue
+        skip = COMMENT_LINES.match(data, line_end)
+        following = data[skip.end() if skip else line_end:][:1]
+        if following and following in NOT_AFTER_STATEMENT:
+            continue
+        blank_range(out, macro.start(1), end)
+        out[macro.start(1)] = 59  # `;`
+
+
+# a macro argument that starts with a digit but is no number (`2dimtest`,
+# `2d_tensor`): gtest pastes it into a name; a number keeps its suffix
+# (`2u`, `1.5f`, `0x1F`, `1e-3`, `16_KiB`)
+_DIGIT_ARGUMENT = re.compile(rb"(?<=[(,])([ \t]*)(\d[\w.']*)(?=[ \t]*[,)])")
+_NUMBER = re.compile(rb"0[xX][\da-fA-F']+[uUlLzZ]*|0[bB][01']+[uUlLzZ]*|"
+                     rb"[\d']+\.?[\d']*(?:[eE][+-]?\d+)?[uUlLfFzZ]*|[\d'.]+_\w+")
+
+
+def digit_led_macro_names(data: bytes, out: bytearray) -> None:
+    """`TEST(TritonCatTest, 2dimtest) {`: the grammar reads `2dimtest` as a
+    bad number and loses the test body to file scope; as `_dimtest` the
+    macro reads as the function it defines."""
+    for m in MACRO_CALL.finditer(data):
+        end = close_paren(data, m.end() - 1)
+        if end < 0:
+            continue
+        for arg in _DIGIT_ARGUMENT.finditer(data, m.end() - 1, end):
+            if _NUMBER.fullmatch(arg.group(2)) is None:
+                out[arg.start(2)] = 95  # `_`
+
+
+def close_paren(data: bytes, start: int, limit: int = 4000) -> int:
+    """The index after the `)` matching the `(` at ``start``, or -1."""
+    depth = 0
+    stop = min(len(data), start + limit)
+    i = start
+    while i < stop:
+        c = data[i]
+        if c == 40:
+            depth += 1
+        elif c == 41:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        elif c in (34, 39):  # skip a string or char literal
+            j = i + 1
+            while j < stop and data[j] != c and data[j] != 10:
+                j += 2 if data[j] == 92 else 1
+            i = j
+        i += 1
+    return -1
+
+
+def blank_range(out: bytearray, start: int, end: int) -> None:
+    for i in range(start, end):
+        if out[i] not in (10, 13):
+            out[i] = 32
