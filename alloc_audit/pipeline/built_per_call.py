@@ -9,10 +9,15 @@ or is reached from one within two calls (or only tests call it) (``myreq = Reque
 in ``alltoall_pooled``, which a dist module's ``forward`` calls, then hands
 the request out to be awaited), the object is a per-call value (an
 awaitable, a request) and what its constructor allocates is per call: T4,
-not the constructor's T2. A class also built in a constructor, at module
+not the constructor's T2. A pinned host buffer its constructor makes is
+pinned again with each object: staging per call, T5a, not the
+constructor's T5b (round 23: a chunk of an activation offloaded per
+forward and backward). A class also built in a constructor, at module
 level, by a ``cls(...)`` factory, or in a function no per-step function
 reaches, or kept by its builder (stored on an object or in a container,
-handed to another class's constructor) keeps T2.
+handed to another class's constructor) keeps T2; an entry of a list or
+dict the building function makes itself and never hands on whole
+(``chunks[0] = Chunk(...)``) is no keeping: it dies with the call.
 
 Transitively (round 20): a class built only in the constructor of a class
 built per call (``self.buffers = Buffers(...)`` in ``Metadata.__init__``,
@@ -23,6 +28,7 @@ of an initialiser method called only where its object is built
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
 from ..catalog import CallerGlobs
@@ -30,13 +36,17 @@ from ..globs import matcher, test_path
 from ..model import Language, Site, SiteKind, Tier
 from .built_per_pass import class_factories
 from .index import ClassInfo, Func, ProjectIndex
-from .names import has_word, starts_with_word
+from .names import has_name, has_word, starts_with_word
 from .retier import Decision, retier
 
 _CONSTRUCTOR = "constructor "  # the reason of the constructor pattern (rules/tiers.toml)
 _INITIALISER = "initialiser "  # the reason of the initialiser pattern (`allocate_*`, `init_*`)
 _REASONS = (_CONSTRUCTOR, _INITIALISER)
+PINNED_PER_CALL = "pinned per call: "  # this pass's reason for a pinned site
+# the reasons of the pinned constructor and initialiser patterns
+_PINNED = ("persistent pinned host buffer created in ", "persistent pinned host buffer created by initialiser ")
 _PLAIN = frozenset({"function", "method"})
+_ENTRY = re.compile(r"([A-Za-z_]\w*)\[[^\]]*\]")  # `chunks[i]`
 _UP = 2  # calls up from a constructing function to a per-step function
 _SET_UP = 3  # calls up through the object's own methods to where it is built
 
@@ -59,24 +69,36 @@ def built_per_call(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlob
         return memo[key]
 
     def eligible(site: Site) -> bool:
-        return site.tier is Tier.T2 and site.language is Language.PYTHON \
-            and site.kind is SiteKind.DEVICE and site.tier_reason.startswith(_REASONS)
+        if site.language is not Language.PYTHON:
+            return False
+        if site.kind is SiteKind.PINNED_HOST:  # pinned in the constructor, re-made with each object
+            return site.tier is Tier.T5B and site.tier_reason.startswith(_PINNED)
+        return site.tier is Tier.T2 and site.kind is SiteKind.DEVICE and site.tier_reason.startswith(_REASONS)
 
     def decide(site: Site) -> Decision | None:
         func = index.func(site.path, site.scope)
         if func is None or func.scope is None or func.owner is None:
             return None
         if func.scope.role != "constructor" and not (
-                func.scope.role == "method" and site.tier_reason.startswith(_INITIALISER)
+                func.scope.role == "method" and site.tier_reason.startswith((_INITIALISER, _PINNED[1]))
                 and _set_up_at_build(func, func.owner, index, _SET_UP)):
             return None
         found = per_call(func.owner)
         if not found:
             return None
+        if site.kind is SiteKind.PINNED_HOST:
+            return Tier.T5A, (f"{PINNED_PER_CALL}{func.owner.name} is built only in per-call code ({found}), "
+                              f"each object pins its own; was: {site.tier_reason}")
         return Tier.T4, (f"per call: {func.owner.name} is built only in per-call code ({found}); "
                          f"was: {site.tier_reason}")
 
     return retier(sites, eligible, decide)
+
+
+def per_call_pinned(site: Site) -> bool:
+    """A pinned site this pass made per call: a constructor's buffer of an
+    object re-made per call, kept only by that object (``lifetimes`` leaves it)."""
+    return site.tier_reason.startswith(PINNED_PER_CALL)
 
 
 def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
@@ -177,7 +199,7 @@ def keeps(func: Func, owner: ClassInfo, index: ProjectIndex) -> bool:
         if index.constructed_class(func, call) is not owner:
             continue
         target = (call.target or "").strip()
-        if target and not target.isidentifier():
+        if target and not target.isidentifier() and not _own_entry(func, target):
             return True  # `self.state = State(...)`, `cls.wrappers[d] = Wrapper(...)`
         if not target:
             if any(a.line == call.span.line for a in stores) or any(
@@ -192,6 +214,29 @@ def keeps(func: Func, owner: ClassInfo, index: ProjectIndex) -> bool:
                is not None for c in calls):
             return True
     return False
+
+
+def _own_entry(func: Func, target: str) -> bool:
+    """``target`` is an entry of a list or dict ``func`` makes itself
+    (``chunks = [None for _ in range(n)]`` ... ``chunks[0] = C(...)``) and
+    never hands on whole: not returned, stored, aliased nor passed to a
+    call (its entries may be read): the object dies with the call."""
+    found = _ENTRY.fullmatch(target)
+    if found is None:
+        return False
+    root = found.group(1)
+    params = func.scope.params if func.scope is not None else ()
+    if root in params or root in ("self", "cls"):
+        return False
+    binds = [a for a in func.assigns if root in (t.strip() for t in a.targets)]
+    if len(binds) != 1 or binds[0].value.strip()[:1] not in ("[", "{") or any(
+            c.target is not None and c.target.strip() == root for c in func.calls):
+        return False
+    if any(has_name(r.value, root, not_after="[.") for r in func.returns):
+        return False
+    if any(a is not binds[0] and has_name(a.value, root, not_after="[.") for a in func.assigns):
+        return False
+    return not any(has_name(c.arglist, root, not_after="[.") for c in func.calls)
 
 
 def _only_tests_call(func: Func, index: ProjectIndex) -> bool:

@@ -37,11 +37,9 @@ class, the guards around the site).
   (``self.bufs.append(buf)``) that another method empties (``self.bufs =
   []``); an initialiser's (``init*``, ``setup*``) or an annotated
   ``self.bufs: list = []`` declares the list.
-- **Optimizer state created once → T2.** A device buffer stored into an
-  entry of a state dict the object holds (``state = self.state[p]``,
-  ``state["exp_avg"] = torch.zeros_like(p)``) under a guard that it is not
-  there yet (``if len(state) == 0:``, ``if "exp_avg" not in state:``, ``if
-  not state:``) is created on the first call and kept: persistent.
+- **Optimizer state created once → T2, pinned T5b** (``state_once``): a
+  buffer stored into an entry of the object's state dict under a guard that
+  it is not there yet is created on the first call and kept.
 - **Storage of parameters → T1.** A device buffer that becomes what a
   parameter or buffer holds: stored to ``p.data`` (``weight.data =
   weight.data.to(device)``, ``buffer.data = buffer.cuda()``; not
@@ -62,18 +60,18 @@ import re
 from collections.abc import Sequence
 
 from ..model import PRODUCTION, Language, Site, SiteKind, Tier
-from .bound_values import bound_value
+from .built_per_call import per_call_pinned
 from .index import Func, ProjectIndex
 from .kept_stores import ADD as _ADD
 from .kept_stores import MEMBER as _MEMBER
 from .kept_stores import stored_later as _stored_later
 from .roles import conventional_role
+from .state_once import state_created_once
 
 # an attribute of an object, or an entry of one: `self.pin`, `self.saved[n]`, `ctx.cache[k]`
 _ON_OBJECT = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\[[^\]]*\])*")
 _SET_UP = re.compile(r"_?(?:init|setup|set_up)")
 _FINAL = frozenset({"__del__", "close", "shutdown", "__exit__", "__aexit__", "teardown", "destroy"})
-_ABSENT = re.compile(r"""len\(\s*([\w.\[\]"']+)\s*\)\s*==\s*0|not\s+([\w.\[\]"']+)\s*$|\s+not\s+in\s+([\w.\[\]"']+)""")
 
 
 def decided_by_use(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
@@ -83,9 +81,10 @@ def decided_by_use(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     named: dict[tuple[str, int], str] = {}
     for site in sites:
         if site.language is Language.PYTHON:
-            if site.kind is SiteKind.PINNED_HOST and site.tier is Tier.T5A:
+            if site.kind is SiteKind.PINNED_HOST and site.tier is Tier.T5A and not per_call_pinned(site):
                 kept = _kept_by_module(site, index) if site.via is None else site
-                site = kept if kept is not site else _kept_by_caller(site, index, callers, named)
+                kept = kept if kept is not site else _kept_by_caller(site, index, callers, named)
+                site = kept if kept is not site or site.via is not None else state_created_once(site, index)
             elif site.kind is SiteKind.PINNED_HOST and site.tier is Tier.T5B and site.via is None:
                 site = _released_per_phase(site, index)
             elif site.kind is SiteKind.DEVICE and site.via is None and site.tier is not Tier.T1 \
@@ -94,7 +93,7 @@ def decided_by_use(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
                     f"model-resident: becomes the storage of parameters or buffers ({place} in "
                     f"{site.scope}; was: {site.tier_reason})"))
             elif site.kind is SiteKind.DEVICE and site.tier is Tier.T4 and site.via is None:
-                site = _state_created_once(site, index)
+                site = state_created_once(site, index)
             elif site.scope == "<module>" and site.tier is Tier.T2 and site.kind is SiteKind.DEVICE:
                 site = _script_code(site, index)
         out.append(site)
@@ -365,40 +364,6 @@ def _called_by_constructor(method: Func) -> bool:
     owner = method.owner
     return owner is not None and any(
         c.callee == f"self.{method.name}" for ctor in owner.methods.get("__init__", ()) for c in ctor.calls)
-
-
-def _state_created_once(site: Site, index: ProjectIndex) -> Site:
-    target = (site.target or "").strip()
-    m = re.fullmatch(r"([A-Za-z_][\w.]*(?:\[[^\]]+\])*)\[[^\]]+\]", target)
-    if m is None:
-        return site
-    holder = m.group(1)
-    func = index.func(site.path, site.scope)
-    if func is None:
-        return site
-    if _kept_holder(holder, index):
-        holder_of = holder
-    else:
-        holder_of = bound_value(func, holder, site.span.line)
-        if not holder_of or not _kept_holder(holder_of, index):
-            return site
-    for block in func.blocks:
-        if not block.kind.startswith("if") or not block.span.contains_line(site.span.line):
-            continue
-        for g in _ABSENT.finditer(block.test):
-            if (g.group(1) or g.group(2) or g.group(3) or "").strip() == holder:
-                return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
-                    f"state created once: stored in {target} ({holder_of}) under `if {block.test.strip()}` "
-                    f"in {site.scope} and kept by the object"))
-    return site
-
-
-def _kept_holder(holder: str, index: ProjectIndex) -> bool:
-    """A container that outlives the call: on the object (``self.state``), or
-    a class attribute (``Loader.static_buffers[stage]``, the class defined in
-    the project)."""
-    root, dot, _ = holder.partition(".")
-    return holder.startswith("self.") or bool(dot and root[:1].isupper() and index.classes_named(root))
 
 
 _DATA = re.compile(r"(?!self\.|cls\.)[A-Za-z_]\w*(?:\.(?!grad\b)[A-Za-z_]\w*)*\.data"

@@ -135,6 +135,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .script_intermediates import script_intermediates
     from .self_moves import self_moves
     from .setup_members import setup_members
+    from .slab_caches import slab_caches
     from .stateless_modules import drop_stateless_moves
     from .swapped_storage import swapped_storage
     from .weight_fills import weight_fills
@@ -199,7 +200,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = repinned_members(native_pinned(kept_slots(sites, index, catalog.callers), index), index, catalog.callers)
     sites = worker_buffers(setup_members(sites, index, catalog.callers), index)
     sites = weighted_vias(weight_members(buffer_classes(kept_pinned(sites, index)), index), index, catalog.callers)
-    sites = dropped_probes(sites, index)
+    sites = slab_caches(dropped_probes(sites, index), index)
     sites = reset_members(sites, index, catalog.callers)
     sites = removed_hooks(swapped_storage(hooked_state(sites, index), index), index)
     sites = with_roles(drop_expected_raises(sites, index), config.roles)
