@@ -121,6 +121,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .per_test_holders import per_test_holders
     from .pin_flags import unpinned_flags
     from .pinned_containers import pinned_containers
+    from .placed_modules import drop_placed_moves
     from .registered_members import registered_members
     from .released_entries import released_entries
     from .removed_hooks import removed_hooks
@@ -174,7 +175,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     direct = host_reads(hook_closures([s for f in facts.values() for s in f.sites], index), index)
     sites = drop_stateless_moves(module_moves(direct, index, facts, catalog.tiers, outcomes.skipped_mentioning),
                                  index, catalog.stateless_modules)
-    sites = drop_empty_moves(object_moves(sites, index, facts, catalog.tiers), index)
+    sites = drop_empty_moves(object_moves(drop_placed_moves(sites, index), index, facts, catalog.tiers), index)
     sites = unpinned_flags(sites, index, facts, catalog.tiers)
     sites = drop_host_param_moves(drop_host_returns(drop_cpu_locals(sites, index), index), index)
     sites = drop_same_device_moves(sites, index)

@@ -23,6 +23,7 @@ from .python_host import default_source, host_source, on_current_gpu, to_one_dev
 from .python_host_kernel import in_host_kernel
 from .python_module_move import dispatches_to_super, moves_module
 from .python_runtime import runtime_handle
+from .python_same_device import on_device_of
 from .python_scratch import dropped_in_chain, intermediate
 from .python_typeonly import in_type_checking
 
@@ -292,6 +293,9 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
         if receiver is not None and target_device is not None \
                 and on_current_gpu(ext, node, ext.src.text(receiver, 80), target_device):
             return None  # `x.to("cuda")` / `x.to(device)` of a tensor the function already put there: no copy
+        if receiver is not None and target_device is not None \
+                and on_device_of(ext, node, ext.src.text(receiver, 400), target_device):
+            return None  # `(x == pad).to(x.device)`: made from `x`, already where `x` is
     elif mode == "cuda":
         device = "cuda"
         fn = node.children[0]
