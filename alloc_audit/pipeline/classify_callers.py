@@ -52,7 +52,7 @@ from .caller_lifetimes import NameMemo, attribute_caller
 from .default_device import MODEL_BUILD
 from .dispatched import per_step_reader
 from .index import Func, ProjectIndex
-from .loop_calls import calls_in_loop
+from .loop_calls import calls_in_loop, script_entry
 
 _FUNCTION_ROLES = frozenset({"function", "method"})
 _LOAD_DEPTH = 3  # calls up from the site's function to a load path
@@ -241,10 +241,10 @@ def _constructed_per_step(site: Site, func: Func, index: ProjectIndex, per_step:
 
 def _built_per_step(funcs: list[Func], index: ProjectIndex, per_step: Pred, memo: dict[str, list[Func]],
                     depth: int, seen: set[str]) -> tuple[Func, tuple[str, ...]] | None:
-    """A per-step function that runs ``funcs`` (constructors), directly or
-    through other constructors and ``from_*`` factories, and the way there."""
+    """A per-step function (not a script's entry: ``generate`` run by ``__main__``) running ``funcs``
+    (constructors), directly or through constructors and ``from_*`` factories, and the way there."""
     factories = class_factories(index, funcs, memo)  # `return cls(...)` in a classmethod builds it
-    callers = _callers(index, funcs, memo) + factories
+    callers = [c for c in _callers(index, funcs, memo) + factories if not script_entry(c, _callers(index, [c], memo))]
     for caller in callers:
         if per_step(caller.name) and (caller.owner is None or caller.owner.name not in seen):
             return caller, ()

@@ -8,7 +8,11 @@ process -> persistent.
 
 - A tensor returned by a function under ``@functools.lru_cache`` /
   ``@functools.cache`` (``get_pad_tensor``) is kept by the cache and handed
-  out again on the next call: it lives for the process, not per call.
+  out again on the next call: it lives for the process, not per call. It
+  must be what is returned (itself, in a tuple, or handed to an object the
+  function returns): an example input only handed to the compiler whose
+  kernel is returned (``return cute.compile(k, from_dlpack(t))``) is
+  dropped on return, per call (round 23).
 - An object with persistent buffers (a derived site whose ``via`` is a
   persistent buffer of its constructor) kept on ``self`` by a method
   (``self.state = DecoderState(...)`` in ``_graph_reinitialize``) lives as
@@ -29,7 +33,7 @@ from collections.abc import Callable, Sequence
 from ..arglists import split_args
 from ..catalog import CallerGlobs
 from ..globs import matcher
-from ..model import Language, Site, Tier
+from ..model import Language, Return, Site, Tier
 from .index import ProjectIndex, last_name
 
 # native allocations reached from Python (ctypes, cuda-python): freed only by
@@ -39,6 +43,7 @@ _RAW = re.compile(r"(?:[\w.]+\.)?(?:cudaMalloc|cuMemAlloc|hipMalloc|hipMemAlloc|
 # keep nothing
 _RUNTIME = re.compile(r"cuda|cu[A-Z]|hip")
 _FREE = re.compile(r"(?:[\w.]+\.)?\w*[Ff]ree\w*")
+_CONSTRUCTION = re.compile(r"(?:[\w.]+\.)?[A-Z]\w*\((.*)\)", re.S)
 _CACHING = frozenset({"functools.lru_cache", "functools.cache", "lru_cache", "cache"})
 
 
@@ -63,11 +68,36 @@ def _cached(site: Site, index: ProjectIndex) -> Site:
     if func is None or func.scope is None:
         return site
     deco = next((d for d in func.scope.decorators if d in _CACHING), None)
-    if deco is None:
+    if deco is None or not _returns_itself(site, func.returns):
         return site
     return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
         f"cached: {func.qualname} is decorated with @{deco}, which keeps the tensor it returns for the "
         f"process; {site.tier_reason}"))
+
+
+def _returns_itself(site: Site, returns: Sequence[Return]) -> bool:
+    """The tensor itself is what the function returns (``return t``,
+    ``return t, scale``, ``return t[:n]``, ``return t.contiguous()``), so
+    the cache keeps it. A local
+    only handed to the call whose result is returned (``return
+    compile(kernel, from_dlpack(t))``: an example input of a compiled
+    kernel) is dropped on return: the cache keeps the kernel; one handed
+    to a class (``return Holder(t)``) is kept by the object. A site in the
+    return statement itself counts as returned."""
+    name = (site.target or "").strip()
+    if not name.isidentifier():
+        return True
+    item = re.compile(rf"{re.escape(name)}(?:[.\[].*)?", re.S)  # itself, a view or a method of it
+    for ret in returns:
+        text = ret.value.strip()
+        built = _CONSTRUCTION.fullmatch(text)
+        if built is not None:  # `return Holder(t, n)`: the object keeps what it is given
+            text = built.group(1)
+        elif text[:1] in "([{" and text[-1:] in ")]}":
+            text = text[1:-1]
+        if any(item.fullmatch(a.text.strip()) for a in split_args(text)):
+            return True
+    return False
 
 
 def _kept_on_self(site: Site, index: ProjectIndex, per_step: Callable[[str], bool] | None) -> Site:

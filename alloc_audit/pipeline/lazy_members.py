@@ -2,7 +2,8 @@
 
 Input: classified sites and the project index. Output: the same sites, the
 lazily created ones re-tiered T2 with a reason naming the test (T1 when
-the member is one the class registers as a buffer: module state).
+the member is one the class registers as a buffer, or a model's own table
+moved back onto itself where the model's weights are: module state).
 
 A buffer kept on the object (``self.x``) by a method that runs per step is
 churned when it is stored on every call, but kept for the process when the
@@ -67,9 +68,55 @@ def _lazy(site: Site, index: ProjectIndex) -> Site:
         return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
             f"module state: created lazily in {member} (`{_short(test)}`), which its class registers as a buffer "
             f"({registration}); was: {site.tier_reason}"))
+    module = _module_moving_own(site, func, member, index)
+    if module:
+        return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+            f"module state: {func.qualname} replaces {member} with its own copy moved to the device when "
+            f"`{_short(test)}` says it is stale, and keeps it on {module}: it lives with the model; "
+            f"was: {site.tier_reason}"))
     return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
         f"created lazily: {func.qualname} keeps it in {member} and rebuilds it only when `{_short(test)}` says "
         f"the cached one is missing or stale: persistent ({site.tier_reason})"))
+
+
+_MOVES = frozenset({"Tensor.to", "Tensor.cuda"})
+_WEIGHTS = re.compile(r"\bself(?:\.\w+)*\.(?:weight|parameters\(\))")
+
+
+def _module_moving_own(site: Site, func: Func, member: str, index: ProjectIndex) -> str:
+    """The model that keeps ``member`` as its state when the site moves
+    the member itself to where the model's weights are and stores the copy
+    back (``device = self.embed.weight.device`` ... ``self.freqs =
+    self.freqs.to(device)``): the function reads the object's weights (a
+    method of a model, or a function taking ``self`` bound onto a model as
+    its ``forward``), and no method of its class but a constructor sets the
+    member otherwise (a table made with the model, only moved). Empty when
+    the member is a cache the class rebuilds (``self.pe = pe`` when too
+    short) or the object has no weights in sight: a lazily kept buffer."""
+    if site.api not in _MOVES or (site.target or "").strip() != member or func.table is None:
+        return ""
+    table, pos = func.table, func.table.positions
+    if not any(table.callees[i] in (f"{member}.to", f"{member}.cuda") for i in func.call_ix
+               if pos[4 * i] == site.span.line and pos[4 * i + 1] == site.span.col):
+        return ""
+    params = func.scope.params if func.scope is not None else ()
+    texts = [a.value for a in func.assigns] + [c.arglist for c in func.calls] + [c.callee for c in func.calls]
+    if not params or params[0] != "self" or not any(_WEIGHTS.search(t) for t in texts):
+        return ""
+    owner = func.owner
+    if owner is None:
+        return "the model it is bound to (it reads the model's weights)"
+    for methods in owner.methods.values():
+        for method in methods:
+            if method.scope is None or method.scope.role == "constructor":
+                continue
+            stores = [a.value.strip() for a in method.assigns if member in a.targets]
+            calls = method.table
+            if calls is not None:
+                stores += [calls.callees[i] for i in method.call_ix if calls.targets[i] == member]
+            if any(not v.startswith((f"{member}.to", f"{member}.cuda")) for v in stores):
+                return ""
+    return f"the model {owner.name} (it reads its weights)"
 
 
 def registration_of_member(func: Func, member: str) -> str:
@@ -93,7 +140,8 @@ def registration_of_member(func: Func, member: str) -> str:
 def _keyed_cache(site: Site, func: Func) -> tuple[str, str] | None:
     """The dict on the object or its class (``self.x``, ``cls.x``) the site
     is stored in under a key (``cls.x[device] = t.to(device)``), and the
-    test around it that the key is missing (``if device not in cls.x:``), or
+    test around it that the key is missing (``if device not in cls.x:``; a
+    guard clause ``if device in self.x: return`` before it), or
     a local looked up there first (``ws = self.x.get(k)``) that the test finds
     missing (``if ws is None:`` ... ``self.x[k] = ws``)."""
     local = (site.target or "").strip()
@@ -103,11 +151,15 @@ def _keyed_cache(site: Site, func: Func) -> tuple[str, str] | None:
         return None
     owner, key = m.groups()
     missing = re.compile(re.escape(key.strip()) + r"\s+not\s+in\s+" + re.escape(owner) + r"\b")
+    present = re.compile(r"^\(?\s*" + re.escape(key.strip()) + r"\s+in\s+" + re.escape(owner) + r"\s*\)?$")
     for block in func.blocks:
         if block.kind in ("if", "elif") and block.span.contains_line(site.span.line) and (
                 missing.search(block.test) or (m is not keyed and block.test.strip() in (f"{local} is None",
                                                                                           f"not {local}"))):
             return owner, block.test
+        if block.kind == "if" and block.exits and block.span.end_line < site.span.line \
+                and present.match(" ".join(block.test.split())):  # `if k in self.x: return` before it
+            return owner, f"not ({block.test.strip()})"
     return None
 
 

@@ -12,3 +12,13 @@ def calls_in_loop(caller: Func, callee: Func) -> bool:
     """Every call of ``callee`` by name in ``caller`` sits in a loop body."""
     calls = caller.calls_of(callee.name)
     return bool(calls) and all(caller.in_loop(c.span.line) for c in calls)
+
+
+def script_entry(func: Func, callers: list[Func]) -> bool:
+    """``func``, named like a step (``generate``), is called only by
+    module-level code and never in a loop there (a script's ``if __name__ ==
+    "__main__": generate(args)``): it runs once per process, whatever its
+    name says (the code wins over the name)."""
+    return bool(callers) and all(
+        c.qualname == "<module>" and not any(c.in_loop(call.span.line) for call in c.calls_of(func.name))
+        for c in callers)

@@ -94,6 +94,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .expected_raises import drop_expected_raises
     from .fixture_scoped import fixture_scoped
     from .grown_params import grown_params
+    from .guarded_setup import guarded_setup
     from .helper_built import helper_built
     from .hook_closures import hook_closures
     from .hooked_state import hooked_state
@@ -111,12 +112,14 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .lazy_members import lazy_members
     from .lifetimes import decided_by_use
     from .lookup_temps import lookup_temps
+    from .model_constants import model_constants
     from .module_build_temps import module_build_temps
     from .module_classes import module_moves
     from .module_state import module_state
     from .native_pinned import native_pinned
     from .native_uploads import native_uploads
     from .object_moves import object_moves
+    from .parameter_uploads import parameter_uploads
     from .per_pass_storage import per_pass_storage
     from .per_test_holders import per_test_holders
     from .pin_flags import unpinned_flags
@@ -193,14 +196,15 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = per_pass_storage(pinned_containers(released_entries(sites, index), index), index)
     sites = returned_scratch(weight_fills(sites, index, catalog.callers), index)
     sites = grown_params(lazy_members(sites, index), index)
-    sites = weight_state(keyed_caches(run_once(self_moves(sites, index), index), index), index)
+    sites = weight_state(keyed_caches(guarded_setup(run_once(self_moves(sites, index), index), index), index), index)
     sites = kept_accumulators(run_accumulators(sites, index, catalog.callers), index, catalog.callers)
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = adopted_weights(module_build_temps(returned_once(sites, index, catalog.callers), index), index)
     sites = repinned_members(native_pinned(kept_slots(sites, index, catalog.callers), index), index, catalog.callers)
     sites = worker_buffers(setup_members(sites, index, catalog.callers), index)
-    sites = weighted_vias(weight_members(buffer_classes(kept_pinned(sites, index)), index), index, catalog.callers)
+    sites = weight_members(buffer_classes(kept_pinned(sites, index)), index)
+    sites = weighted_vias(parameter_uploads(model_constants(sites, index), index), index, catalog.callers)
     sites = slab_caches(dropped_probes(sites, index), index)
     sites = reset_members(sites, index, catalog.callers)
     sites = removed_hooks(swapped_storage(hooked_state(sites, index), index), index)
