@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+_MOVES = frozenset({"Tensor.to", "Tensor.cuda"})
 
 
 def load_fuzz():  # type: ignore[no-untyped-def]
@@ -88,4 +89,8 @@ def test_a_files_sites_do_not_depend_on_the_other_files(tmp_path: Path) -> None:
     for i in sorted(chosen):
         name = f"f{i:03d}{sources[i].suffix}"
         if name not in unanalysed:
-            assert part_sites.get(name, set()) == all_sites.get(name, set()), name
+            # a move the whole scan drops because every caller, in another
+            # file, hands in a host or same-device tensor (host_params,
+            # same_device_moves) stays a site when those callers are absent
+            extra = {s for s in part_sites.get(name, set()) - all_sites.get(name, set()) if s[1] in _MOVES}
+            assert part_sites.get(name, set()) - extra == all_sites.get(name, set()), name
