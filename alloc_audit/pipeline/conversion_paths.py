@@ -11,9 +11,9 @@ tier of the weights they make, however often the converter loops over layers.
 A function is on a conversion path when every way into it comes from one:
 
 - a conversion module is a file whose path names a converter or exporter: a
-  folder or file name whose first ``_`` word is ``convert``, ``conversion``,
-  ``converter`` or ``export``, ``exporter`` (``conversion/``,
-  ``export_to_gguf/``, ``convert_exl2.py``; not ``emotion_conversion/``);
+  folder or file name whose first ``_`` word is ``convert``, ``conversion``
+  or ``export`` (``conversion/``, ``export_to_gguf/``, ``convert_exl2.py``;
+  not ``emotion_conversion/``, nor a data pipeline's ``converters.py``);
 - a function of a conversion module is on the path when each of its callers
   is (none: the converter's own entry points, run by its script);
 - a function elsewhere is on the path when it has callers, each on the path
@@ -23,8 +23,9 @@ A function is on a conversion path when every way into it comes from one:
 - a method's callers include the calls by its name through another object
   that resolve nowhere (``qlayer.pack(layer, scale)`` in an exporter reaches
   ``QuantLinear.pack``), so a method some step also calls by name is not;
-- a function elsewhere that a decorator registers or its file hands on as
-  a value (``TABLE[key] = fn``) has callers nobody can list: not on it;
+- a function a decorator registers (``@f.register(T)``), or one outside
+  the converter that its file hands on as a value (``TABLE[key] = fn``),
+  has callers nobody can list: not on it;
 - a nested function or lambda is on the path of the function it sits in;
   test code calling it (exercising the converter) does not count, and a
   per-step function (``forward``, ``generate``) anywhere on the way rules it
@@ -50,7 +51,8 @@ from .index import Func, ProjectIndex
 from .retier import Decision, python_device_site, retier
 
 _DEPTH = 4  # calls up from a function outside a conversion module to one inside (or a load root)
-_WORDS = frozenset({"convert", "conversion", "converter", "converters", "export", "exporter", "exporters"})
+# `converters.py` of a data pipeline converts batches, not weights: not listed
+_WORDS = frozenset({"convert", "conversion", "export"})
 _CALLABLE = frozenset({"function", "method", "lambda"})
 _PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod", "no_grad", "inference_mode", "wraps", "lru_cache",
                                "cache", "jit", "script", "compile", "contextmanager"})
@@ -115,7 +117,7 @@ def _on_path(func: Func, ctx: _Ctx, depth: int, seen: frozenset[str]) -> str | N
     if ctx.per_step(func.name) or func.scope is None or func.scope.role not in _CALLABLE:
         return None
     inside = _module(func.path, ctx)
-    if not inside and _handed_on(func, ctx):
+    if _registered(func) or (not inside and _handed_on(func, ctx)):
         return None
     if func.id in seen:
         return func.path if inside else None  # a cycle adds no way in
@@ -151,13 +153,17 @@ def _module(path: str, ctx: _Ctx) -> bool:
     return found
 
 
-def _handed_on(func: Func, ctx: _Ctx) -> bool:
-    """A function a decorator registers, or one its file hands on as a value
-    (``TABLE[key] = fn``, ``register(fn)``): what calls it is unknown."""
+def _registered(func: Func) -> bool:
+    """A function a decorator registers (``@to_tensor.register(np.ndarray)``):
+    what calls it is unknown."""
     scope = func.scope
     names = (d.split("(", 1)[0].rsplit(".", 1)[-1] for d in (scope.decorators if scope is not None else ()))
-    if any(n not in _PLAIN_DECORATORS for n in names):
-        return True
+    return any(n not in _PLAIN_DECORATORS for n in names)
+
+
+def _handed_on(func: Func, ctx: _Ctx) -> bool:
+    """A function its file hands on as a value (``TABLE[key] = fn``,
+    ``register(fn)``): what calls it is unknown."""
     if func.owner is not None or func.qualname == "<module>":
         return False
     name = func.name
