@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-_MOVES = frozenset({"Tensor.to", "Tensor.cuda"})
 
 
 def load_fuzz():  # type: ignore[no-untyped-def]
@@ -45,8 +44,11 @@ def test_a_short_fuzz_slice_finds_no_failure(tmp_path: Path) -> None:
 def test_a_files_sites_do_not_depend_on_the_other_files(tmp_path: Path) -> None:
     """The property behind "never silently fewer": a file's direct sites are
     the same whichever files are scanned with it, unless the file is listed
-    as not analysed. Scanned: every fixture and example file, then a random
-    half of them plus damaged copies."""
+    as not analysed; a site that only callers in other files prove away
+    (every caller hands in a module moved to the CPU: host_params.py) may be
+    kept by a scan without those callers, never the other way round.
+    Scanned: every fixture and example file, then a random half of them plus
+    damaged copies."""
     import json
     import shutil
 
@@ -89,8 +91,4 @@ def test_a_files_sites_do_not_depend_on_the_other_files(tmp_path: Path) -> None:
     for i in sorted(chosen):
         name = f"f{i:03d}{sources[i].suffix}"
         if name not in unanalysed:
-            # a move the whole scan drops because every caller, in another
-            # file, hands in a host or same-device tensor (host_params,
-            # same_device_moves) stays a site when those callers are absent
-            extra = {s for s in part_sites.get(name, set()) - all_sites.get(name, set()) if s[1] in _MOVES}
-            assert part_sites.get(name, set()) - extra == all_sites.get(name, set()), name
+            assert all_sites.get(name, set()) <= part_sites.get(name, set()), name
