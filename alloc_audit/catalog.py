@@ -66,6 +66,7 @@ class ApiCatalog:
     py_methods: Mapping[str, ApiSpec] = field(default_factory=dict)
     py_exports: frozenset[str] = frozenset()
     py_device_contexts: frozenset[str] = frozenset()
+    py_loader_engines: frozenset[str] = frozenset()  # engines whose loader calls a plugin's create_weights in one
     py_non_retaining: frozenset[str] = frozenset()  # callees that read a buffer and keep nothing of it
     py_other_runtimes: frozenset[str] = frozenset()  # packages whose `X.cuda(0)` is a device handle, not a copy
     cpp_names: Mapping[str, ApiSpec] = field(default_factory=dict)
@@ -243,6 +244,7 @@ def _build_apis(sources: list[tuple[str, Mapping[str, Any], str]], config: Confi
     py_exports: set[str] = set()
     cpp_exports: set[str] = set()
     contexts: set[str] = set()
+    engines: set[str] = set()
     non_retaining: set[str] = set()
     other_runtimes: set[str] = set()
     attr_macros: list[str] = []
@@ -296,6 +298,7 @@ def _build_apis(sources: list[tuple[str, Mapping[str, Any], str]], config: Confi
         py_exports.update(_str_tuple(where, exports, "leaf"))
         cpp_exports.update(_str_tuple(where, exports, "names"))
         contexts.update(_str_tuple(where, data.get("default-device", {}), "contexts"))
+        engines.update(_str_tuple(where, data.get("default-device", {}), "engines"))
         non_retaining.update(_str_tuple(where, data.get("non-retaining", {}), "leaf"))
         other_runtimes.update(_str_tuple(where, data.get("other-runtimes", {}), "packages"))
         pre = data.get("preprocess", {})
@@ -332,6 +335,7 @@ def _build_apis(sources: list[tuple[str, Mapping[str, Any], str]], config: Confi
         py_methods=py_methods,
         py_exports=frozenset(py_exports),
         py_device_contexts=frozenset(contexts),
+        py_loader_engines=frozenset(engines),
         py_non_retaining=frozenset(non_retaining),
         py_other_runtimes=frozenset(other_runtimes),
         cpp_names=cpp_names,

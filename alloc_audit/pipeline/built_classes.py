@@ -8,7 +8,9 @@ at a class default; ``functools.partial(Cls, ...)``; ``A if c else B``; a
 local bound to a class or to an entry of a module-level dict literal of classes), else ``None``: the
 value comes from something no static reading resolves (a function's result, a
 registry lookup, ``getattr``), and the caller falls back to every module
-constructor (``default_device._fan_out``).
+constructor (``default_device._fan_out``). ``cls(...)`` in a classmethod
+builds the method's class or a subclass inheriting the factory: their
+constructors, never an unrelated module's.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import re
 
 from ..arglists import split_args
-from .index import Func, ProjectIndex
+from .index import ClassInfo, Func, ProjectIndex
 
 _PARTIAL = re.compile(r"^(?:functools\.)?partial\(\s*([\w.]+)\s*[,)]")
 _SUBSCRIPT = re.compile(r"^([A-Za-z_]\w*)\s*\[.*\]$", re.DOTALL)
@@ -28,6 +30,8 @@ DEPTH = 3  # caller edges followed back for a parameter
 def built_constructors(index: ProjectIndex, func: Func, name: str, depth: int = 0) -> tuple[Func, ...] | None:
     """The constructors ``name(...)`` in ``func`` runs, or None when the
     class cannot be told."""
+    if name == "cls" and func.owner is not None and func.scope is not None and func.scope.params[:1] == ("cls",):
+        return own_constructors(index, func.owner)
     if any(c.target and name in (t.strip() for t in c.target.split(",")) for c in func.calls):
         return None  # a function's result (a registry lookup, getattr)
     bound = [a for a in func.assigns if name in (t.strip() for t in ",".join(a.targets).split(","))]
@@ -147,4 +151,15 @@ def _param_constructors(index: ProjectIndex, func: Func, name: str, depth: int) 
         if found is None:
             return None
         out += [f for f in found if f not in out]
+    return tuple(out)
+
+
+def own_constructors(index: ProjectIndex, cls: ClassInfo) -> tuple[Func, ...]:
+    """What ``cls(...)`` in a classmethod of ``cls`` runs: the constructors
+    of the class and of its subclasses (a subclass calling the inherited
+    factory), never those of unrelated classes."""
+    out = list(index.constructors(cls))
+    for name in index.subclass_names(cls.name):
+        for sub in index.classes_named(name):
+            out += [f for f in index.constructors(sub) if f not in out]
     return tuple(out)

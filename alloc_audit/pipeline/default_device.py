@@ -263,16 +263,17 @@ def is_module(index: ProjectIndex, name: str, bases: Iterable[str], memo: dict[s
 
 
 def promote_default_sites(index: ProjectIndex, files: Mapping[str, FileFacts],
-                          contexts: Iterable[str]) -> list[Site]:
+                          contexts: Iterable[str], engines: Iterable[str] = ()) -> list[Site]:
     """The factories without a device that run under a default-device
     context, as device sites; ``device_context`` names the context."""
     if not any(f.default_sites for f in files.values()):
         return []
     found = device_contexts(index, contexts)
-    if not found:
+    hooks = engine_hooks(index, files, frozenset(engines))
+    if not found and not hooks:
         return []
     host = host_bodies(index, contexts)
-    placed = place_functions(index, found, host)
+    placed = {**hooks, **place_functions(index, found, host)}
     out: list[Site] = []
     for path, facts in files.items():
         if not facts.default_sites:
@@ -298,4 +299,30 @@ def promote_default_sites(index: ProjectIndex, files: Mapping[str, FileFacts],
             how = f"; {where.via}" if where.via else ""
             out.append(dataclasses.replace(site, device=where.context.device,
                                            device_context=f"under {where.context.describe()}{how}"))
+    return out
+
+
+def engine_hooks(index: ProjectIndex, files: Mapping[str, FileFacts], engines: frozenset[str]) -> dict[str, Placed]:
+    """A quantisation method plugged into a serving engine: a
+    ``create_weights`` method no project code calls, in a file importing the
+    engine (``[default-device] engines``), runs where the engine's model
+    loader calls it, under its default-device context."""
+    out: dict[str, Placed] = {}
+    if not engines:
+        return out
+    for path, facts in files.items():
+        if facts.language is not Language.PYTHON or not facts.default_sites or test_path(path):
+            continue
+        engine = next((i.target.split(".", 1)[0] for i in facts.imports
+                       if i.target.split(".", 1)[0] in engines), None)
+        if engine is None:
+            continue
+        for func in index.functions_in(path):
+            if func.name != "create_weights" or func.owner is None or func.span is None:
+                continue
+            if index.callers_within([func], 1).keys() - {func.id}:
+                continue
+            ctx = Context(path, f"{engine}'s model loader, which calls {func.qualname}", func.span,
+                          "with target_device:", "unknown", func.span.line)
+            out[func.id] = Placed(ctx, "")
     return out

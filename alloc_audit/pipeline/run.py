@@ -84,6 +84,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .checkpoint_reads import checkpoint_uploads
     from .classify import classify_sites
     from .classify_callers import tiers_from_callers, tiers_of_derived
+    from .conversion_paths import conversion_paths
     from .cpu_locals import drop_cpu_locals
     from .default_device import promote_default_sites
     from .derive import derive_sites
@@ -163,7 +164,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     facts = outcomes.in_path_order()
     phases.mark("expansion")
     # factories without a device that run under a default-device context
-    promoted = classify_sites(promote_default_sites(index, facts, catalog.apis.py_device_contexts), facts,
+    promoted = classify_sites(promote_default_sites(index, facts, catalog.apis.py_device_contexts,
+                                                          catalog.apis.py_loader_engines), facts,
                               catalog.tiers)
     if promoted:
         index.add_sites(promoted)
@@ -207,6 +209,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = weighted_vias(parameter_uploads(model_constants(sites, index), index), index, catalog.callers)
     sites = slab_caches(dropped_probes(sites, index), index)
     sites = reset_members(sites, index, catalog.callers)
+    sites = conversion_paths(sites, index, catalog.callers)
     sites = removed_hooks(swapped_storage(hooked_state(sites, index), index), index)
     sites = with_roles(drop_expected_raises(sites, index), config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))

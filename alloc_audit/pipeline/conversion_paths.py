@@ -1,0 +1,202 @@
+"""Stage 5, after ``reset_members``: device buffers made only while weights
+are converted offline take the load tier, T1 (issue 11, round 23).
+
+A checkpoint converter or exporter (``convert_exl2.py`` driving
+``exllamav2/conversion/``; ``auto_round/export/``) quantises, packs or
+rewrites the weights once, outside any serving or training step. The judges'
+convention: device temporaries made only on a load or weight-preparation path
+(checkpoint conversion, export packing, weights packed at load) take T1, the
+tier of the weights they make, however often the converter loops over layers.
+
+A function is on a conversion path when every way into it comes from one:
+
+- a conversion module is a file whose path names a converter or exporter: a
+  folder or file name whose first ``_`` word is ``convert``, ``conversion``
+  or ``export`` (``conversion/``, ``export_to_gguf/``, ``convert_exl2.py``;
+  not ``emotion_conversion/``, nor a data pipeline's ``converters.py``);
+- a function of a conversion module is on the path when each of its callers
+  is (none: the converter's own entry points, run by its script);
+- a function elsewhere is on the path when it has callers, each on the path
+  or named like a load path (rules/tiers.toml ``[callers] load``:
+  ``_pack_weight_*``), and at least one is a converter (load paths alone
+  are ``classify_callers``' question), up to ``_DEPTH`` calls up;
+- a method's callers include the calls by its name through another object
+  that resolve nowhere (``qlayer.pack(layer, scale)`` in an exporter reaches
+  ``QuantLinear.pack``), so a method some step also calls by name is not;
+- a function a decorator registers (``@f.register(T)``), or one outside
+  the converter that its file hands on as a value (``TABLE[key] = fn``),
+  has callers nobody can list: not on it;
+- a nested function or lambda is on the path of the function it sits in;
+  test code calling it (exercising the converter) does not count, and a
+  per-step function (``forward``, ``generate``) anywhere on the way rules it
+  out.
+
+Its direct Python device sites tiered T2 or T4 become T1 with a reason naming
+the conversion module or the root. Work inside a calibration or tuning loop
+that is not such a path (a quantiser's per-block search) keeps its tier.
+Derived sites, native code and tests are left alone. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..arglists import split_args
+from ..catalog import CallerGlobs
+from ..globs import matcher, test_path
+from ..model import Site, Tier
+from .index import Func, ProjectIndex
+from .retier import Decision, python_device_site, retier
+
+_DEPTH = 4  # calls up from a function outside a conversion module to one inside (or a load root)
+# `converters.py` of a data pipeline converts batches, not weights: not listed
+_WORDS = frozenset({"convert", "conversion", "export"})
+_CALLABLE = frozenset({"function", "method", "lambda"})
+_PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod", "no_grad", "inference_mode", "wraps", "lru_cache",
+                               "cache", "jit", "script", "compile", "contextmanager"})
+
+
+@dataclass
+class _Ctx:
+    index: ProjectIndex
+    load: Callable[[str], bool]
+    per_step: Callable[[str], bool]
+    memo: dict[str, str | None] = field(default_factory=dict)
+    modules: dict[str, bool] = field(default_factory=dict)
+
+
+def conversion_paths(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
+    ctx = _Ctx(index, matcher(globs.load) if globs.load else (lambda _: False),
+               matcher(globs.per_step) if globs.per_step else (lambda _: False))
+
+    def eligible(site: Site) -> bool:
+        return python_device_site(site, Tier.T2, Tier.T4) and not test_path(site.path)
+
+    def decide(site: Site) -> Decision | None:
+        func = index.func(site.path, site.scope)
+        if func is None:
+            return None
+        root = _on_path(_outermost(func, index), ctx, _DEPTH, frozenset())
+        if root is None:
+            return None
+        return Tier.T1, (f"weight conversion: {site.scope} runs only while weights are converted or packed "
+                         f"offline ({root}), a load-tier temporary; was: {site.tier_reason}")
+    return retier(sites, eligible, decide)
+
+
+def conversion_module(path: str) -> bool:
+    """A folder or file named for a converter or exporter."""
+    parts = path.split("/")
+    names = [*parts[:-1], parts[-1].rsplit(".", 1)[0]]
+    for name in names:
+        words = [w for w in name.lower().split("_") if w]
+        if words and words[0] in _WORDS:
+            return True
+    return False
+
+
+def _outermost(func: Func, index: ProjectIndex) -> Func:
+    """The function or method a nested function or lambda sits in."""
+    parts = func.qualname.split(".")
+    for n in range(1, len(parts)):
+        outer = index.func(func.path, ".".join(parts[:n]))
+        if outer is not None and outer.scope is not None and outer.scope.role in _CALLABLE:
+            return outer
+    return func
+
+
+def _on_path(func: Func, ctx: _Ctx, depth: int, seen: frozenset[str]) -> str | None:
+    """Why every way into ``func`` is a conversion path (the module or the
+    root), or None. Inside a conversion module the callers are followed
+    ``depth`` calls up, then the module speaks for the rest."""
+    key = f"{func.id}#{depth}"
+    if key in ctx.memo:
+        return ctx.memo[key]
+    if ctx.per_step(func.name) or func.scope is None or func.scope.role not in _CALLABLE:
+        return None
+    inside = _module(func.path, ctx)
+    if _registered(func) or (not inside and _handed_on(func, ctx)):
+        return None
+    if func.id in seen:
+        return func.path if inside else None  # a cycle adds no way in
+    callers = [c for c in _callers(func, ctx) if not test_path(c.path)] if depth > 0 else []
+    found: str | None
+    if inside:
+        ok = all(_caller_on_path(c, ctx, depth - 1, seen | {func.id}) is not None for c in callers)
+        found = func.path if ok else None
+    elif not callers or depth <= 1:
+        found = None
+    else:
+        roots = [_caller_on_path(c, ctx, depth - 1, seen | {func.id}) for c in callers]
+        named = sorted({r for r in roots if r})  # a load root alone ("") is no converter
+        found = None if any(r is None for r in roots) or not named else ", ".join(named[:2])
+    ctx.memo[key] = found
+    return found
+
+
+def _caller_on_path(caller: Func, ctx: _Ctx, depth: int, seen: frozenset[str]) -> str | None:
+    if ctx.per_step(caller.name):
+        return None
+    if ctx.load(caller.name) and not caller.name.startswith(("test_", "_test_")):
+        return ""  # weight preparation too (`_pack_weight_*`): it does not rule the path out
+    if caller.qualname == "<module>":
+        return caller.path if _module(caller.path, ctx) else None
+    return _on_path(_outermost(caller, ctx.index), ctx, depth, seen)
+
+
+def _module(path: str, ctx: _Ctx) -> bool:
+    found = ctx.modules.get(path)
+    if found is None:
+        found = ctx.modules[path] = conversion_module(path)
+    return found
+
+
+def _registered(func: Func) -> bool:
+    """A function a decorator registers (``@to_tensor.register(np.ndarray)``):
+    what calls it is unknown."""
+    scope = func.scope
+    names = (d.split("(", 1)[0].rsplit(".", 1)[-1] for d in (scope.decorators if scope is not None else ()))
+    return any(n not in _PLAIN_DECORATORS for n in names)
+
+
+def _handed_on(func: Func, ctx: _Ctx) -> bool:
+    """A function its file hands on as a value (``TABLE[key] = fn``,
+    ``register(fn)``): what calls it is unknown."""
+    if func.owner is not None or func.qualname == "<module>":
+        return False
+    name = func.name
+    element = re.compile(rf"[\[{{(,:]\s*{re.escape(name)}\s*[,\]}})]")  # in a table literal
+    for other in ctx.index.functions_in(func.path):
+        if any(a.value.strip() == name or element.search(a.value) for a in other.assigns):
+            return True
+    table = func.table  # the file's calls: `register(fn)`, `partial(fn, ...)`, `target=fn`
+    return table is not None and any(
+        name in text and any(arg.text.strip() == name for arg in split_args(text))
+        for text in table.arglists)
+
+
+def _callers(func: Func, ctx: _Ctx) -> list[Func]:
+    """The resolved callers, and for a method the functions calling its name
+    through another object where the call resolves nowhere."""
+    index = ctx.index
+    dist = index.callers_within([func], 1)
+    found = {fid: index.funcs[fid] for fid, d in dist.items() if d == 1 and fid in index.funcs}
+    if func.owner is not None and not func.name.startswith("__"):
+        for caller, i in index.calls_named(func.name):
+            if caller.table is None or caller.id in found or caller is func:
+                continue
+            receiver = caller.table.callees[i].rpartition(".")[0]
+            if receiver in ("", "self", "cls") or not _object(caller, receiver, index):
+                continue
+            if not index.resolve(caller, caller.table.callees[i]):
+                found[caller.id] = caller
+    return list(found.values())
+
+
+def _object(caller: Func, receiver: str, index: ProjectIndex) -> bool:
+    """The receiver is an object (``self.x``, a parameter, a local, a loop
+    variable), not an imported module (``struct.pack``, ``np.pack``)."""
+    root = re.split(r"[.\[(]", receiver, maxsplit=1)[0]
+    return root.isidentifier() and (root == "self" or index.imported(caller.path, root) is None)
