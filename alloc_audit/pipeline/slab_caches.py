@@ -14,10 +14,30 @@ method of the class stores back into it (``self.k = self.k.to(device)``,
 ``via`` is such a slab and that keeps the object (T2: built in a
 constructor or an initialiser) is the slab's allocation: T3.
 
-Left alone: a class whose name says no cache (the graph runner's static
-inputs, written by a slice copy every step, are T2 set-up buffers); a
-member only read, or written whole (a rope table computed once); a derived
-construction made per call (T4). Pure.
+A class not named a cache keeps a slab too when the code says so (round 23,
+tiers-r23e): an attention module's constructor keeps ``self.cache_k =
+torch.zeros(...).cuda()``, its forward writes the step's keys at their
+positions (``self.cache_k[:bsz, start_pos : start_pos + seqlen] = xk``, a
+start plus a length) and reads the member back (``keys =
+self.cache_k[:, : start_pos + seqlen]``, or hands it to the attention
+kernel). Every request writes the same fixed slab by position: what the
+constructor keeps there is T3. And a cache class that keeps its per-layer
+slabs in a list (``p = torch.zeros(...)`` then ``self.key_states.append(p)``
+or ``self.key_states[i] = p``) keeps them as much as one stored directly:
+when another method hands the entries out (``return self.key_states[i]``) or
+passes them to a call (a kernel filling them), the stores are the slab, T3.
+
+A construction of such a class (or of one that builds it) that
+``weight_modules`` made T1 because its constructors build torch layers is
+the slab's allocation too when none of those layers is given a device
+(``nn.Linear(d, d)``: the weights are made on the host, moved or loaded by
+another site); a layer given ``device=`` keeps it T1.
+
+Left alone: a class whose name says no cache and that writes no position
+range (the graph runner's static inputs, written by a prefix slice copy every
+step, are T2 set-up buffers); a member only read, or written whole (a rope
+table computed once); a derived construction made per call (T4); in a class
+not named a cache, anything but its constructor's buffers. Pure.
 """
 
 from __future__ import annotations
@@ -26,12 +46,17 @@ import re
 from collections.abc import Sequence
 
 from ..model import Language, Site, SiteKind, Tier
-from .index import ClassInfo, ProjectIndex
+from .index import ClassInfo, Func, ProjectIndex
 from .retier import Decision, retier
+from .weight_modules import _LAYER, _PARAMETER
 
 _CACHE = re.compile(r"Cache(?![a-z])")  # `WindowedCache`, `CudaCache`, `KVCacheLayer`; not `Cached`
 _MEMBER = re.compile(r"self\.([A-Za-z_]\w*)")
 _ALLOC = re.compile(r"_?(?:alloc|allocate|get_block|take)\w*")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+_WEIGHTS = "whose constructor makes weights"  # weight_modules' reason: its torch layers are the weights
+_DEPTH = 3  # constructors followed down from a construction, as weight_modules does
+_RANGE = re.compile(r"\b([A-Za-z_]\w*)\s*:\s*\1\s*\+")  # `start_pos : start_pos + seqlen`
 
 
 def slab_caches(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
@@ -52,11 +77,14 @@ def slab_caches(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
         found = _member(site, index)
         if found is None:
             return None
-        owner, member, role = found
-        how = filled(owner, member)
+        owner, member, role, named, listed = found
+        if named:
+            how = filled(owner, member) or (_handed(owner, member, site.scope, index) if listed else "")
+        else:
+            how = _positional(owner, member) if role == "constructor" and not listed else ""
         if not how or (role != "constructor" and site.tier is not Tier.T4):
             return None
-        made = "kept" if role == "constructor" else "stored back"
+        made = ("kept" if role == "constructor" else "stored back") if not listed else "stored into its list"
         return Tier.T3, (f"pooled: {owner.name} keeps a slab in self.{member} ({made} by {site.scope}): {how}; "
                          f"was: {site.tier_reason}")
 
@@ -69,29 +97,127 @@ def slab_caches(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
 
     def derived(site: Site) -> bool:
         return (site.language is Language.PYTHON and site.kind is SiteKind.DEVICE and site.via is not None
-                and site.tier is Tier.T2)
+                and (site.tier is Tier.T2 or site.tier is Tier.T1 and _WEIGHTS in site.tier_reason))
 
     def decide_derived(site: Site) -> Decision | None:
         via = site.via
         under = slabs.get((via.path, via.line, via.api)) if via is not None else None
-        if under is None:
+        if under is None or (site.tier is Tier.T1 and not _host_weights(site, index)):
             return None
         slab = under.tier_reason.split("; was: ")[0].removeprefix("pooled: ")
+        host = "; the torch layers it builds are given no device, so its weights are made on the host" \
+            if site.tier is Tier.T1 else ""
         return Tier.T3, (f"pooled: constructs {site.api}, whose allocation is a slab ({under.path}:{under.span.line}: "
-                         f"{slab}); was: {site.tier_reason}")
+                         f"{slab}){host}; was: {site.tier_reason}")
 
     return retier(sites, derived, decide_derived)
 
 
-def _member(site: Site, index: ProjectIndex) -> tuple[ClassInfo, str, str] | None:
-    """The cache class, the member the site is kept in, and the role of its function."""
-    found = _MEMBER.fullmatch((site.target or "").strip())
+def _host_weights(site: Site, index: ProjectIndex) -> bool:
+    """The torch layers the construction's constructors make (``nn.Linear(a, b)``) are all given no
+    device: its weights are made on the host, so the slab is what building it allocates on the device."""
+    found = index.site_call(site)
     if found is None:
-        return None
+        return False
+    func, call = found
+    seen: set[str] = set()
+
+    def device_layers(f: Func, depth: int) -> bool:
+        if f.id in seen:
+            return False
+        seen.add(f.id)
+        for c in f.calls:
+            if _LAYER.fullmatch(c.callee) or _PARAMETER.fullmatch(c.callee):
+                if "device" in c.arglist or ".cuda" in c.arglist or ".to(" in c.arglist:
+                    return True
+                continue
+            if depth < _DEPTH and any(g.owner is not None and (g.owner is f.owner or g.name == "__init__")
+                                      and device_layers(g, depth + 1) for g in index.resolve(f, c)):
+                return True
+        return False
+
+    ctors = [g for g in index.resolve(func, call) if g.name == "__init__"]
+    return bool(ctors) and not any(device_layers(g, 0) for g in ctors)
+
+
+def _member(site: Site, index: ProjectIndex) -> tuple[ClassInfo, str, str, bool, bool] | None:
+    """The class, the member the site is kept in, the role of its function,
+    whether the class is named a cache and whether the site is kept as an
+    entry of the member (a local appended to it or stored at an index)."""
     func = index.func(site.path, site.scope)
-    if func is None or func.owner is None or func.scope is None or not _CACHE.search(func.owner.name):
+    if func is None or func.owner is None or func.scope is None:
         return None
-    return func.owner, found.group(1), func.scope.role
+    named = bool(_CACHE.search(func.owner.name))
+    target = (site.target or "").strip()
+    found = _MEMBER.fullmatch(target)
+    if found is not None:
+        return func.owner, found.group(1), func.scope.role, named, False
+    if not named or not _NAME.fullmatch(target):
+        return None
+    for c in func.calls:
+        if c.callee.startswith("self.") and c.callee.endswith(".append") and c.arglist.strip() == target:
+            member = c.callee[5:-7]
+            if _NAME.fullmatch(member):
+                return func.owner, member, func.scope.role, named, True
+    for a in func.assigns:
+        if a.op == "=" and a.value.strip() == target:
+            for t in a.targets:
+                head = t.strip().split("[", 1)[0]
+                if "[" in t and head.startswith("self.") and _NAME.fullmatch(head[5:]):
+                    return func.owner, head[5:], func.scope.role, named, True
+    return None
+
+
+def _handed(owner: ClassInfo, member: str, scope: str, index: ProjectIndex) -> str:
+    """How another method of ``owner`` or of a class derived from it hands out
+    the entries of ``self.member`` or passes them to a kernel ("" when none does).
+    A torch function or a builtin given an entry reads it (``torch.roll``,
+    ``str(x.device)``): no evidence."""
+    entry = f"self.{member}["
+    item = re.compile(rf"self\.{member}\[[^\[\]]*\]")  # `self.keys[i]`, handed out whole
+    family = [owner] + [c for n in index.subclass_names(owner.name) for c in index.classes_named(n)]
+    for cls in family:
+        for name, methods in sorted(cls.methods.items()):
+            for method in methods:
+                if method.scope is None or method.scope.role == "constructor" or method.qualname == scope:
+                    continue
+                for r in method.returns:
+                    if any(item.fullmatch(v.strip()) for v in r.value.strip("()").split(",")):
+                        return f"{cls.name}.{name} hands out its entries (line {r.line})"
+                for c in method.calls:
+                    if "." in c.callee and not c.callee.startswith(("self.", "torch.")) and any(
+                            a.strip().startswith(entry) for a in c.arglist.split(",")):
+                        return f"{cls.name}.{name} passes its entries to {c.callee} (line {c.span.line})"
+    return ""
+
+
+def _positional(owner: ClassInfo, member: str) -> str:
+    """How a method of ``owner`` writes ``self.member`` by position range and reads it back ("" when none does)."""
+    entry = f"self.{member}["
+    wrote = read = ""
+    for name, methods in sorted(owner.methods.items()):
+        for method in methods:
+            if method.scope is None or method.scope.role == "constructor":
+                continue
+            for a in method.assigns:
+                if a.op == "del":
+                    continue
+                if not wrote and any(t.strip().startswith(entry) and _RANGE.search(t) for t in a.targets):
+                    wrote = f"{name} writes positions of it in place (line {a.line})"
+                if not read and entry in a.value:
+                    read = f"{name} reads it back (line {a.line})"
+            if not read:
+                for r in method.returns:
+                    if re.search(rf"\bself\.{member}\b(?!\s*\.)", r.value):
+                        read = f"{name} returns it (line {r.line})"
+                        break
+            if not read:
+                for c in method.calls:
+                    if any(x.strip() == f"self.{member}" or x.strip().startswith(entry)
+                           for x in c.arglist.split(",")):
+                        read = f"{name} hands it to {c.callee} (line {c.span.line})"
+                        break
+    return f"{wrote} and {read}" if wrote and read else ""
 
 
 def _filled(owner: ClassInfo, member: str) -> str:
