@@ -19,6 +19,14 @@ handed to another class's constructor) keeps T2; an entry of a list or
 dict the building function makes itself and never hands on whole
 (``chunks[0] = Chunk(...)``) is no keeping: it dies with the call.
 
+Round 23: nor is an attribute of an object the building function makes
+itself and never stores elsewhere (``target = Instances(size)`` ...
+``target.gt_keypoints = Keypoints(k)``; ``return target``): the object
+lives as that holder does, like an object returned. A method of the class
+that returns a copy of its object (``return Keypoints(self.tensor[i])``
+in ``__getitem__``) and a test building it say nothing of its lifetime:
+the other builders decide (none left: not per call).
+
 Transitively (round 20): a class built only in the constructor of a class
 built per call (``self.buffers = Buffers(...)`` in ``Metadata.__init__``,
 and ``Metadata`` built every step) is per call too, and so are the buffers
@@ -47,6 +55,7 @@ PINNED_PER_CALL = "pinned per call: "  # this pass's reason for a pinned site
 _PINNED = ("persistent pinned host buffer created in ", "persistent pinned host buffer created by initialiser ")
 _PLAIN = frozenset({"function", "method"})
 _ENTRY = re.compile(r"([A-Za-z_]\w*)\[[^\]]*\]")  # `chunks[i]`
+_CLASS_NAME = re.compile(r"[A-Z]\w*[a-z]\w*")  # `Instances`, not a constant's name
 _UP = 2  # calls up from a constructing function to a per-step function
 _SET_UP = 3  # calls up through the object's own methods to where it is built
 
@@ -124,6 +133,8 @@ def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
                 return ""
             named.append(f"{builder.qualname} of a per-call {builder.owner.name}")
             continue
+        if _own_copy(builder, owner, index) or test_path(builder.path):
+            continue  # `return Keypoints(self.tensor[item])` in `Keypoints.__getitem__`, or a test: no evidence
         if builder.scope.role not in _PLAIN or keeps(builder, owner, index) or _result_kept(builder, index):
             return ""
         stepper = _stepper(builder, index, per_step)
@@ -199,7 +210,7 @@ def keeps(func: Func, owner: ClassInfo, index: ProjectIndex) -> bool:
         if index.constructed_class(func, call) is not owner:
             continue
         target = (call.target or "").strip()
-        if target and not target.isidentifier() and not _own_entry(func, target):
+        if target and not target.isidentifier() and not _own_entry(func, target) and not _own_holder(func, target):
             return True  # `self.state = State(...)`, `cls.wrappers[d] = Wrapper(...)`
         if not target:
             if any(a.line == call.span.line for a in stores) or any(
@@ -237,6 +248,41 @@ def _own_entry(func: Func, target: str) -> bool:
     if any(a is not binds[0] and has_name(a.value, root, not_after="[.") for a in func.assigns):
         return False
     return not any(has_name(c.arglist, root, not_after="[.") for c in func.calls)
+
+
+def _own_holder(func: Func, target: str) -> bool:
+    """``target`` is an attribute of an object ``func`` builds itself
+    (``target = Instances(size)`` ... ``target.gt_keypoints = Keypoints(k)``)
+    and never stores on another object nor in a container (it may return it,
+    as it may return the object itself): the object lives as that holder
+    does, one call unless a caller keeps it."""
+    root, dot, _ = target.partition(".")
+    params = func.scope.params if func.scope is not None else ()
+    if not dot or not root.isidentifier() or root in params or root in ("self", "cls"):
+        return False
+    if any(root in (t.strip() for t in a.targets) for a in func.assigns):
+        return False  # bound to a value other than a construction, or deleted
+    binds = [c for c in func.calls if c.target is not None and c.target.strip() == root]
+    if len(binds) != 1 or not _CLASS_NAME.fullmatch(binds[0].callee.rsplit(".", 1)[-1]):
+        return False
+    stored = (a for a in func.assigns if any(not t.strip().isidentifier() for t in a.targets))
+    handed = (c for c in func.calls if c.target is not None and not c.target.strip().isidentifier())
+    return not any(has_name(a.value, root, not_after="[.") for a in stored) and not any(
+        has_name(c.arglist, root, not_after="[.") for c in handed)
+
+
+def _own_copy(func: Func, owner: ClassInfo, index: ProjectIndex) -> bool:
+    """``func`` is a plain method of ``owner`` (or of a subclass) that
+    returns the new object of ``owner`` it builds from its own
+    (``return Keypoints(self.tensor[item])`` in ``__getitem__``, ``clone``,
+    ``to``): a copy lives as its caller keeps it, no evidence either way."""
+    if func.scope is None or func.scope.role != "method" or func.owner is None:
+        return False
+    if func.owner is not owner and owner.name not in func.owner.bases:
+        return False
+    built = [c for c in func.calls if index.constructed_class(func, c) is owner]
+    return bool(built) and not keeps(func, owner, index) and all(
+        any(r.line == c.span.line for r in func.returns) for c in built)
 
 
 def _only_tests_call(func: Func, index: ProjectIndex) -> bool:

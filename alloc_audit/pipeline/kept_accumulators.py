@@ -27,6 +27,12 @@ re-tiered T2 with a reason naming what keeps them.
   self._sum.to(x.device)``): the moved copy replaces the state. A store or
   move in a per-step method (``[callers] per_step``) or in a loop is made
   per pass; a slot only rescaled in place (``*=``, ``div_``) is not summed.
+  Nor is a slot re-made unconditionally at the start of each call and
+  added into only later in that call (round 23): in the storing method
+  after the store (``self.scores = torch.zeros(...)`` then ``self.scores[l]
+  += s``), or in a method every caller of which calls the storing one
+  first (``self.compute_scores(); self.enhance_scores()``): each call
+  restarts the sum, per call (T4).
 - Optimizer state filled by a helper: an entry of the helper's parameter
   (``state["sum"] = torch.zeros(...)``), or of a local dict it hands to
   that parameter's ``update`` (``acc[k] = torch.zeros(...)``; ``state.update(acc)``),
@@ -169,7 +175,7 @@ def _accumulator(site: Site, index: ProjectIndex, per_step: Callable[[str], bool
                          for c in func.calls):
         return None  # a move of another tensor into the slot
     line = _accumulated(target, site.path, owner, index, memo)
-    if not line:
+    if not line or (not moved and _restarted(target, func, site.span.line, site.path, owner, index)):
         return None
     what = "moves the accumulator onto itself" if moved else f"stores it in {target}"
     return Tier.T2, (f"accumulator kept on the object: {site.scope} {what}, and {owner} adds into "
@@ -201,6 +207,50 @@ def _accumulated(slot: str, path: str, owner: str, index: ProjectIndex, memo: di
             break
     memo[(path, owner, slot)] = line
     return line
+
+
+def _adds(f: Func, slot: str) -> list[int]:
+    """The lines where ``f`` adds into ``slot`` in place."""
+    return [a.line for a in f.assigns if a.op in ("+=", "-=") and any(
+        t == slot or t.startswith(f"{slot}[") for t in a.targets)] + [
+        c.span.line for c in f.calls if (m := _ACCUMULATE.fullmatch(c.callee)) is not None and m.group(1) == slot]
+
+
+def _restarted(slot: str, store: Func, line: int, path: str, owner: str, index: ProjectIndex) -> bool:
+    """Every in-place add into ``slot`` follows its unconditional store on
+    ``line`` in ``store`` within one call: later in ``store`` itself
+    (``self.scores = torch.zeros(...)`` then ``self.scores[l] += s``), or in
+    a method whose every caller calls ``store`` first (``self.compute_scores()``
+    then ``self.enhance_scores()``). Each call starts the sum anew: nothing
+    is summed across calls (round 23)."""
+    if store.scope is None or any(b.kind != "loop" and b.span.contains_line(line) for b in store.blocks):
+        return False
+    for f in _class_functions(path, owner, index):
+        lines = _adds(f, slot)
+        if not lines:
+            continue
+        if f is store:
+            if any(n <= line for n in lines):
+                return False
+            continue
+        if f.owner is None or not _called_after(f, store, index):
+            return False
+    return True
+
+
+def _called_after(f: Func, store: Func, index: ProjectIndex) -> bool:
+    """Every caller of the method ``f`` (one at least) calls ``store`` on ``self`` before it."""
+    callers = [index.funcs.get(fid) for fid, d in index.callers_within([f], 1).items() if d == 1]
+    if not callers:
+        return False
+    for caller in callers:
+        if caller is None or caller.owner is not f.owner:
+            return False
+        at = [c.span.line for c in caller.calls if c.callee == f"self.{f.name}"]
+        first = [c.span.line for c in caller.calls if c.callee == f"self.{store.name}"]
+        if not at or not first or min(first) >= min(at):
+            return False
+    return True
 
 
 def _class_functions(path: str, owner: str, index: ProjectIndex) -> list[Func]:
