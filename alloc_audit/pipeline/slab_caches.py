@@ -21,7 +21,9 @@ positions (``self.cache_k[:bsz, start_pos : start_pos + seqlen] = xk``, a
 start plus a length) and reads the member back (``keys =
 self.cache_k[:, : start_pos + seqlen]``, or hands it to the attention
 kernel). Every request writes the same fixed slab by position: what the
-constructor keeps there is T3. And a cache class that keeps its per-layer
+constructor keeps there is T3 -- when the object lives across requests (its
+site still T2); one an object built per call keeps (a generation's own
+decode state, T4 by then) lives one request and stays T4. And a cache class that keeps its per-layer
 slabs in a list (``p = torch.zeros(...)`` then ``self.key_states.append(p)``
 or ``self.key_states[i] = p``) keeps them as much as one stored directly:
 when another method hands the entries out (``return self.key_states[i]``) or
@@ -81,7 +83,9 @@ def slab_caches(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
         if named:
             how = filled(owner, member) or (_handed(owner, member, site.scope, index) if listed else "")
         else:
-            how = _positional(owner, member) if role == "constructor" and not listed else ""
+            # a kept member of a long-lived object (T2); a buffer of an object built per call (T4 by then:
+            # a generation's own decode state) lives one request and is no slab requests share
+            how = _positional(owner, member) if role == "constructor" and not listed and site.tier is Tier.T2 else ""
         if not how or (role != "constructor" and site.tier is not Tier.T4):
             return None
         made = ("kept" if role == "constructor" else "stored back") if not listed else "stored into its list"
