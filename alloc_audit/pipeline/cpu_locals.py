@@ -134,29 +134,41 @@ class Parametrize:
         return self._params[func.path].get(func.id, [])
 
 
-def _cpu_only(arglist: str, name: str) -> bool | None:
-    """``parametrize(arglist)`` gives ``name`` only CPU values (True), some
-    other value (False), or does not name it (None)."""
+def parametrized_values(arglist: str, name: str) -> list[str] | None:
+    """The values ``parametrize(arglist)`` gives ``name``, as source text
+    (``parametrize("offload,device", [(False, "cpu"), ...])``: that position
+    of every tuple); an empty list when they cannot be read (not literal
+    lists, ``indirect=``, tuples of another length); None when it does not
+    name ``name``."""
     try:
         call = ast.parse(f"f({arglist})", mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False if re.search(rf"\b{re.escape(name)}\b", arglist) else None
+        return [] if re.search(rf"\b{re.escape(name)}\b", arglist) else None
     assert isinstance(call, ast.Call)
     if len(call.args) < 2 or not isinstance(call.args[0], ast.Constant) or not isinstance(call.args[0].value, str):
-        return False if re.search(rf"\b{re.escape(name)}\b", arglist) else None
+        return [] if re.search(rf"\b{re.escape(name)}\b", arglist) else None
     names = [n.strip() for n in call.args[0].value.split(",")]
     if name not in names:
         return None
     values = call.args[1]
     if not isinstance(values, (ast.List, ast.Tuple)) or not values.elts \
             or any(k.arg == "indirect" for k in call.keywords):
-        return False
+        return []
     if len(names) == 1:
-        return all(_CPU.fullmatch(ast.unparse(v)) is not None for v in values.elts)
-    # `parametrize("offload,device", [(False, "cpu"), (True, "cpu")])`: that position of every tuple
+        return [ast.unparse(v) for v in values.elts]
     at = names.index(name)
-    return all(isinstance(v, (ast.Tuple, ast.List)) and len(v.elts) == len(names)
-               and _CPU.fullmatch(ast.unparse(v.elts[at])) is not None for v in values.elts)
+    if not all(isinstance(v, (ast.Tuple, ast.List)) and len(v.elts) == len(names) for v in values.elts):
+        return []
+    return [ast.unparse(v.elts[at]) for v in values.elts]  # type: ignore[attr-defined]
+
+
+def _cpu_only(arglist: str, name: str) -> bool | None:
+    """``parametrize(arglist)`` gives ``name`` only CPU values (True), some
+    other value or values it cannot read (False), or does not name it (None)."""
+    values = parametrized_values(arglist, name)
+    if values is None:
+        return None
+    return bool(values) and all(_CPU.fullmatch(v) is not None for v in values)
 
 
 def _bound(func: Func, name: str) -> bool:

@@ -23,12 +23,11 @@ import tree_sitter as ts
 
 from ..model import Language
 from .parse_macros import (
-    COMMENT_LINES,
     MACRO_CALL,
-    NOT_AFTER_STATEMENT,
     blank_range,
     close_paren,
     digit_led_macro_names,
+    ends_statement,
     guarded_statement_macros,
 )
 
@@ -218,14 +217,7 @@ def repair_idioms(data: bytes, conditionals_in_parens: bool = True) -> bytes:
         end = close_paren(data, m.end() - 1)
         if end < 0:
             continue
-        line_end = data.find(b"\n", end)
-        line_end = len(data) if line_end < 0 else line_end
-        rest = data[end:line_end].strip()
-        if rest and not rest.startswith(b"//"):
-            continue
-        skip = COMMENT_LINES.match(data, line_end)
-        following = data[skip.end() if skip else line_end:][:200]
-        if following[:1] and following[:1] in NOT_AFTER_STATEMENT:
+        if not ends_statement(data, end):
             continue
         if b"{" in data[m.start():end]:  # a lambda or a body: keep what it holds
             continue

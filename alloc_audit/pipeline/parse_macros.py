@@ -40,14 +40,7 @@ def guarded_statement_macros(data: bytes, out: bytearray) -> None:
         end = close_paren(data, macro.end() - 1)
         if end < 0 or b"{" in data[macro.start(1):end] or b"\n" in data[at:macro.start(1)]:
             continue
-        line_end = data.find(b"\n", end)
-        line_end = len(data) if line_end < 0 else line_end
-        rest = data[end:line_end].strip()
-        if rest and not rest.startswith(b"//"):
-            continue
-        skip = COMMENT_LINES.match(data, line_end)
-        following = data[skip.end() if skip else line_end:][:1]
-        if following and following in NOT_AFTER_STATEMENT:
+        if not ends_statement(data, end):
             continue
         blank_range(out, macro.start(1), end)
         out[macro.start(1)] = 59  # `;`
@@ -72,6 +65,20 @@ def digit_led_macro_names(data: bytes, out: bytearray) -> None:
         for arg in _DIGIT_ARGUMENT.finditer(data, m.end() - 1, end):
             if _NUMBER.fullmatch(arg.group(2)) is None:
                 out[arg.start(2)] = 95  # `_`
+
+
+def ends_statement(data: bytes, end: int) -> bool:
+    """What closes at ``end`` can end a statement: nothing but a comment
+    follows on its line, and the next code line does not go on with the
+    expression (it starts with none of ``NOT_AFTER_STATEMENT``)."""
+    line_end = data.find(b"\n", end)
+    line_end = len(data) if line_end < 0 else line_end
+    rest = data[end:line_end].strip()
+    if rest and not rest.startswith(b"//"):
+        return False
+    skip = COMMENT_LINES.match(data, line_end)
+    following = data[skip.end() if skip else line_end:][:1]
+    return not (following and following in NOT_AFTER_STATEMENT)
 
 
 def close_paren(data: bytes, start: int, limit: int = 4000) -> int:

@@ -25,7 +25,6 @@ site. Pure.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 from collections.abc import Mapping, Sequence
 
@@ -33,7 +32,7 @@ from ..arglists import split_args
 from ..catalog import TierPattern
 from ..model import FileFacts, Language, Site, SiteKind
 from .classify import classify_sites
-from .cpu_locals import Parametrize
+from .cpu_locals import Parametrize, parametrized_values
 from .extract.python_sites import classify_device
 from .host_params import calls_of
 from .index import Func, ProjectIndex
@@ -144,35 +143,10 @@ class _Flags:
             return None
         found: list[str] | None = None
         for arglist in self.parametrize.arglists(func):
-            values = _values(arglist, name)
+            values = parametrized_values(arglist, name)
             if values is None:
                 continue
             if not values:
                 return []
             found = (found or []) + values
         return found
-
-
-def _values(arglist: str, name: str) -> list[str] | None:
-    """The values ``parametrize(arglist)`` gives ``name`` (an empty list: not
-    readable), or None when it does not name it."""
-    try:
-        call = ast.parse(f"f({arglist})", mode="eval").body
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return [] if name in arglist else None
-    assert isinstance(call, ast.Call)
-    if len(call.args) < 2 or not isinstance(call.args[0], ast.Constant) or not isinstance(call.args[0].value, str):
-        return [] if name in arglist else None
-    names = [n.strip() for n in call.args[0].value.split(",")]
-    if name not in names:
-        return None
-    values = call.args[1]
-    if not isinstance(values, (ast.List, ast.Tuple)) or not values.elts \
-            or any(k.arg == "indirect" for k in call.keywords):
-        return []
-    if len(names) == 1:
-        return [ast.unparse(v) for v in values.elts]
-    at = names.index(name)
-    if not all(isinstance(v, (ast.Tuple, ast.List)) and len(v.elts) == len(names) for v in values.elts):
-        return []
-    return [ast.unparse(v.elts[at]) for v in values.elts]  # type: ignore[attr-defined]
