@@ -115,6 +115,7 @@ class CallerGlobs:
     load: tuple[str, ...] = ()
     once: tuple[str, ...] = ()
     checkpoint: tuple[str, ...] = ()  # calls that read a tensor from a checkpoint (`*.get_slice`)
+    converter: tuple[str, ...] = ()  # first words of a folder or file that converts or exports weights
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,8 @@ def load_catalog(config: Config) -> Catalog:
     callers = CallerGlobs(per_step=_str_tuple("rules/tiers.toml", callers_table, "per-step"),
                           load=_str_tuple("rules/tiers.toml", callers_table, "load"),
                           once=_str_tuple("rules/tiers.toml", callers_table, "once"),
-                          checkpoint=_str_tuple("rules/tiers.toml", callers_table, "checkpoint-read"))
+                          checkpoint=_str_tuple("rules/tiers.toml", callers_table, "checkpoint-read"),
+                          converter=_str_tuple("rules/tiers.toml", callers_table, "converter"))
     digest_src = json.dumps(
         {
             "version": __version__,

@@ -12,8 +12,9 @@ A function is on a conversion path when every way into it comes from one:
 
 - a conversion module is a file whose path names a converter or exporter: a
   folder or file name whose first ``_`` word is ``convert``, ``conversion``
-  or ``export`` (``conversion/``, ``export_to_gguf/``, ``convert_exl2.py``;
-  not ``emotion_conversion/``, nor a data pipeline's ``converters.py``);
+  or ``export`` (``[callers] converter`` in ``rules/tiers.toml``;
+  ``conversion/``, ``export_to_gguf/``, ``convert_exl2.py``; not
+  ``emotion_conversion/``, nor a data pipeline's ``converters.py``);
 - a function of a conversion module is on the path when each of its callers
   is (none: the converter's own entry points, run by its script);
 - a function elsewhere is on the path when it has callers, each on the path
@@ -51,8 +52,6 @@ from .index import Func, ProjectIndex
 from .retier import Decision, python_device_site, retier
 
 _DEPTH = 4  # calls up from a function outside a conversion module to one inside (or a load root)
-# `converters.py` of a data pipeline converts batches, not weights: not listed
-_WORDS = frozenset({"convert", "conversion", "export"})
 _CALLABLE = frozenset({"function", "method", "lambda"})
 _PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod", "no_grad", "inference_mode", "wraps", "lru_cache",
                                "cache", "jit", "script", "compile", "contextmanager"})
@@ -63,13 +62,14 @@ class _Ctx:
     index: ProjectIndex
     load: Callable[[str], bool]
     per_step: Callable[[str], bool]
+    words: frozenset[str]  # rules/tiers.toml [callers] converter
     memo: dict[str, str | None] = field(default_factory=dict)
     modules: dict[str, bool] = field(default_factory=dict)
 
 
 def conversion_paths(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
     ctx = _Ctx(index, matcher(globs.load) if globs.load else (lambda _: False),
-               matcher(globs.per_step) if globs.per_step else (lambda _: False))
+               matcher(globs.per_step) if globs.per_step else (lambda _: False), frozenset(globs.converter))
 
     def eligible(site: Site) -> bool:
         return python_device_site(site, Tier.T2, Tier.T4) and not test_path(site.path)
@@ -86,15 +86,11 @@ def conversion_paths(sites: Sequence[Site], index: ProjectIndex, globs: CallerGl
     return retier(sites, eligible, decide)
 
 
-def conversion_module(path: str) -> bool:
-    """A folder or file named for a converter or exporter."""
+def conversion_module(path: str, words: frozenset[str]) -> bool:
+    """A folder or file named for a converter or exporter: its name's first word is one of ``words``."""
     parts = path.split("/")
     names = [*parts[:-1], parts[-1].rsplit(".", 1)[0]]
-    for name in names:
-        words = [w for w in name.lower().split("_") if w]
-        if words and words[0] in _WORDS:
-            return True
-    return False
+    return any(next((w for w in name.lower().split("_") if w), "") in words for name in names)
 
 
 def _outermost(func: Func, index: ProjectIndex) -> Func:
@@ -149,7 +145,7 @@ def _caller_on_path(caller: Func, ctx: _Ctx, depth: int, seen: frozenset[str]) -
 def _module(path: str, ctx: _Ctx) -> bool:
     found = ctx.modules.get(path)
     if found is None:
-        found = ctx.modules[path] = conversion_module(path)
+        found = ctx.modules[path] = conversion_module(path, ctx.words)
     return found
 
 
