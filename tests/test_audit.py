@@ -6,6 +6,7 @@ walk carries on where the first stopped. Without a terminal it says why."""
 from __future__ import annotations
 
 import os
+import platform
 import pty
 import re
 import select
@@ -75,6 +76,29 @@ class Terminal:
     def send(self, text: str) -> None:
         os.write(self.fd, text.encode())
 
+    def interrupt(self, timeout: float = 60.0) -> None:
+        """^C once the child sits in read(2) on the terminal. A SIGINT that
+        lands after the prompt is printed but before the blocking read starts
+        only sets Python's flag, and the read then waits for more input (the
+        race behind a 1-in-4 hang under load); a person at a prompt never
+        types that fast. Where /proc cannot say, a short pause stands in."""
+        read_syscall = {"x86_64": "0", "aarch64": "63"}.get(platform.machine())
+        deadline = time.monotonic() + timeout
+        while not self._reading_terminal(read_syscall):
+            assert time.monotonic() < deadline, f"never came to read the terminal:\n{self.text()[-2000:]}"
+            time.sleep(0.01)
+        self.send("\x03")
+
+    def _reading_terminal(self, read_syscall: str | None) -> bool:
+        try:
+            state = Path(f"/proc/{self.pid}/syscall").read_text().split()
+        except OSError:
+            state = []
+        if read_syscall is None or not state:
+            time.sleep(0.5)  # no /proc to ask
+            return True
+        return state[:2] == [read_syscall, "0x0"]
+
     def text(self) -> str:
         return ANSI.sub(b"", self.seen).replace(b"\r", b"").decode("utf-8", "replace")
 
@@ -134,7 +158,7 @@ def test_audit_saves_as_it_goes_and_keeps_work_on_ctrl_c(tmp_path: Path) -> None
     # the annotation moved the third site down a line: the walk knows
     term.expect("[3/3] eng/ops.py:15")
     term.expect("[a]ccept")
-    term.send("\x03")  # Ctrl-C, through the terminal
+    term.interrupt()  # Ctrl-C, through the terminal, once it is reading
     code = term.wait()
     assert code == 130
     assert "interrupted after 2 of 3 sites; 2 decisions already saved and kept" in term.text()
