@@ -7,7 +7,10 @@ context may be in force, as device sites whose reason names the context.
 PyTorch allocates a tensor without ``device=`` on the default device, which
 is the host unless code enters ``with torch.device("cuda"):``, ``with
 target_device:`` (``target_device = torch.device(...)``) or calls
-``torch.set_default_device(...)``. Engines build whole models that way: the
+``torch.set_default_device(...)`` (or, in older code,
+``torch.set_default_tensor_type(torch.cuda.HalfTensor)``: a CUDA tensor type
+is a CUDA default device; a host type or a type held in a variable is not
+taken as one). Engines build whole models that way: the
 loader enters the context, and every ``create_weights`` below it allocates
 ``torch.empty(...)`` with no device (DESIGN.md, "Default-device contexts").
 
@@ -45,6 +48,8 @@ _MODULE_BASES = frozenset({"Module", "nn.Module", "torch.nn.Module"})
 # puts nothing on the GPU
 _OTHER_ACCELERATOR = re.compile(r"xla|tpu|xpu|mps|hpu|npu", re.IGNORECASE)
 _SET_DEFAULT = frozenset({"torch.set_default_device", "set_default_device"})
+_SET_TENSOR_TYPE = frozenset({"torch.set_default_tensor_type", "set_default_tensor_type"})
+_CUDA_TENSOR_TYPE = re.compile(r"\bcuda\.\w*Tensor\b")
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,7 @@ def device_contexts(index: ProjectIndex, contexts: Iterable[str]) -> list[Contex
     for path, facts in index.files.items():
         if facts.language is not Language.PYTHON:
             continue
-        if not facts.withs and not any(c in _SET_DEFAULT for c in facts.calls.callees):
+        if not facts.withs and not any(c in _SET_DEFAULT or c in _SET_TENSOR_TYPE for c in facts.calls.callees):
             continue
         bindings = _device_bindings(facts, wanted)
         for w in facts.withs:
@@ -96,16 +101,21 @@ def device_contexts(index: ProjectIndex, contexts: Iterable[str]) -> list[Contex
                     out.append(Context(path, w.scope, w.body, text, device, w.span.line))
         calls = facts.calls
         for i, callee in enumerate(calls.callees):
-            if callee in _SET_DEFAULT and calls.arglists[i].strip():
-                arg = calls.arglists[i].split(",")[0].strip()
-                device = classify_device(arg)
-                if device not in ("cuda", "unknown") or _OTHER_ACCELERATOR.search(arg):
-                    continue
-                call = calls[i]
-                func = index.func(path, call.scope)
-                end = func.span if func is not None and func.span is not None else None
-                body = Span(call.span.line, call.span.col, end.end_line if end else 10**9, end.end_col if end else 0)
-                out.append(Context(path, call.scope, body, f"torch.set_default_device({arg})", device, call.span.line))
+            if (callee not in _SET_DEFAULT and callee not in _SET_TENSOR_TYPE) or not calls.arglists[i].strip():
+                continue
+            arg = calls.arglists[i].split(",")[0].strip()
+            if callee in _SET_TENSOR_TYPE:
+                device = "cuda" if _CUDA_TENSOR_TYPE.search(arg) else "cpu"
+                text = f"torch.set_default_tensor_type({arg})"
+            else:
+                device, text = classify_device(arg), f"torch.set_default_device({arg})"
+            if device not in ("cuda", "unknown") or _OTHER_ACCELERATOR.search(arg):
+                continue
+            call = calls[i]
+            func = index.func(path, call.scope)
+            end = func.span if func is not None and func.span is not None else None
+            body = Span(call.span.line, call.span.col, end.end_line if end else 10**9, end.end_col if end else 0)
+            out.append(Context(path, call.scope, body, text, device, call.span.line))
     return out
 
 

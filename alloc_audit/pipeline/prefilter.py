@@ -118,7 +118,7 @@ def _py_needles(apis: ApiCatalog, pack: RulePack) -> set[tuple[str, ...]]:
     needles |= {(f".{m}(",) for m in apis.py_methods if m != "to"}
     # default-device contexts (a file that enters one decides where the
     # factories without a device that it calls allocate)
-    needles |= {(f"{c}(",) for c in apis.py_device_contexts} | {("set_default_device(",)}
+    needles |= {(f"{c}(",) for c in apis.py_device_contexts} | {("set_default_device(",), ("set_default_tensor_type(",)}
     # `Tensor.to(...)` and `device=...` name a CUDA device literally, and
     # `pin_memory=` is a keyword.
     needles |= {('"cuda',), ("'cuda",), ("current_device(",), ("pin_memory",)}
