@@ -236,6 +236,9 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
         return None  # code only a type checker reads, or after an unconditional raise/return: never runs
     kwargs = {a.keyword: ext.resolve_text(a.text) for a in args if a.keyword}
     positional = [ext.resolve_text(a.text) for a in args if a.keyword is None and not a.text.startswith("**")]
+    if spec.api.startswith("Tensor.new_") and not positional and not {"size", "data"} & kwargs.keys() \
+            and not any(a.text.startswith("**") for a in args):
+        return None  # `graph.new_tensor(dims=d, name=n)`: torch's `new_*` take a size or data; another class's method
     kind = spec.kind
     device: str | None = None
     mode = spec.device
