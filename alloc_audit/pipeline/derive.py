@@ -28,7 +28,12 @@ def derive_sites(index: ProjectIndex, files: Mapping[str, FileFacts], tiers: tup
     # workspaces a function returns to callers that keep them (kept_returns) count like uploads: factories' allocations
     counted = frozenset(uploads) | {(s.path, s.span.line) for s in direct if s.via is None and s.tier is Tier.T2
                                     and s.tier_reason.startswith(RETURNED_KEPT)}
-    kept, branches = drop_untaken(drop_host_moves(index.derived_sites(uploads=counted), index), index)
+    # a call the catalogue counts is one site, also where a project function of
+    # the same name resolves it (a `hipMalloc` shim over the real call)
+    # (the same span: `Model(...).cuda()` starts where its inner call does)
+    catalogued = {(s.path, s.span) for s in direct if s.via is None}
+    calls = [s for s in index.derived_sites(uploads=counted) if (s.path, s.span) not in catalogued]
+    kept, branches = drop_untaken(drop_host_moves(calls, index), index)
     derived = tuple(drop_off_device(kept, index))
     if apis is not None:
         derived = kinds_from_use(derived, index, apis)
