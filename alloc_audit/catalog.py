@@ -133,7 +133,15 @@ class Catalog:
         """Compiled from the APIs and the pack on first use (a run the stored result answers never asks)."""
         from .pipeline.prefilter import compile_prefilter
 
-        return compile_prefilter(self.apis, self.pack)
+        compiled = _PREFILTERS.get(self.digest)
+        if compiled is None:  # the digest covers every input of the APIs and the pack
+            compiled = _PREFILTERS[self.digest] = compile_prefilter(self.apis, self.pack)
+        return compiled
+
+
+# digest -> compiled prefilter: a process that loads the same catalogue again
+# (the test suite, many scans in one process) compiles it once
+_PREFILTERS: dict[str, Prefilter] = {}
 
 
 # ---------------------------------------------------------------- loading
@@ -171,6 +179,7 @@ def load_catalog(config: Config) -> Catalog:
             "macros": list(config.preprocess_macros),
             "pack": [p[1] for p in packs],
             "knobs": [list(k) for k in config.pack_extensions],
+            "depths": [list(d) for d in config.pack_depths],
         },
         sort_keys=True,
         default=str,

@@ -98,6 +98,34 @@ def test_catalogue_change_invalidates(tmp_path: Path) -> None:
     assert after == scan(root, "--no-cache")
 
 
+def test_a_depth_knob_change_invalidates(tmp_path: Path) -> None:
+    """`capture-depth` decides how far the capture rule follows calls: a
+    change to it is a change of the result, not a warm hit."""
+    root = make_repo(tmp_path / "p", {"eng/g.py": """import torch
+
+
+def leaf(n):
+    scratch = torch.empty(n, device="cuda")
+    return scratch.sum()
+
+
+def middle(n):
+    return leaf(n)
+
+
+def capture(g, n):
+    with torch.cuda.graph(g):
+        middle(n)
+"""})
+    cache = tmp_path / "cache"
+    deep = scan(root, "--cache-dir", str(cache))
+    assert any(f["rule"] == "alloc-in-capture" for f in deep["findings"])
+    write(root, "alloc-audit.toml", "capture-depth = 0\n")
+    shallow = scan(root, "--cache-dir", str(cache))
+    assert shallow == scan(root, "--no-cache")
+    assert not any(f["rule"] == "alloc-in-capture" for f in shallow["findings"])
+
+
 def test_tool_version_change_invalidates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """In process: the salt of every key includes the version."""
     from alloc_audit.catalog import load_catalog

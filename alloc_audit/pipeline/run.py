@@ -66,7 +66,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     run_cache = RunCache(_cache_for(config, catalog, options), config.root)
     cache = run_cache.cache
     # what discovery reported (too large, a named link or FIFO) is part of the stored result
-    inputs = (catalog.tiers, config.enable, config.disable, config.severity, options.with_rules,
+    inputs = (catalog.tiers, catalog.callers, sorted(catalog.stateless_modules),
+              config.enable, config.disable, config.severity, options.with_rules,
               config.max_file_size, config.roles, sorted((e.path, e.message) for e in discovery.errors))
     digests, misses = run_cache.known_digests(files)
     if cache.enabled and len(digests) == len(files):
@@ -260,9 +261,11 @@ def _stats(files: Sequence[object], facts: dict[str, FileFacts], seconds: float)
     )
 
 
+@functools.cache
 def _source_digest() -> str:
     """A digest of this package's own code: an editable install changes
-    behaviour without changing the version, and must not read stale facts."""
+    behaviour without changing the version, and must not read stale facts.
+    Once per process (the code a process runs is the code it loaded)."""
     h = hashlib.blake2b(digest_size=8)
     base = Path(__file__).resolve().parent.parent  # the package
     for path in sorted(base.rglob("*.py")):

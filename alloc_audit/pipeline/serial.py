@@ -10,6 +10,7 @@ entries).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Callable
@@ -125,10 +126,11 @@ def _generate_decoder(cls: type) -> Callable[[Any], Any]:
     return typing.cast(Callable[[Any], Any], env["dec"])
 
 
+@functools.cache
 def schema_digest(cls: type) -> str:
     """A digest of a dataclass's field layout, nested dataclasses included:
     part of the cache key, so a change to the facts retires old entries even
-    before the version number moves."""
+    before the version number moves. Once per class and process."""
     import hashlib
 
     seen: set[type] = set()
