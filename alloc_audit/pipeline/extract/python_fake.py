@@ -7,7 +7,10 @@ one of those decorators in the file (``_fake = torch.library.register_fake``,
 or a function whose ``return`` hands one out, then ``@_fake("ns::op")``, or a
 decorator factory returning such a function), or registered by a call at the
 start of a line (``torch.library.register_fake("ns::op")(fn)``: ``fn`` is
-the fake implementation),
+the fake implementation) or handed to a registration as a keyword argument
+named for it (``direct_register_custom_op("op", op_func=f,
+fake_impl=f_fake)``, ``gen_fake=f_fake``: any keyword with ``fake`` in its
+name, given a plain name),
 and code lexically inside
 ``with FakeTensorMode(...):`` or ``with fake_mode:`` where ``fake_mode`` is
 bound to ``FakeTensorMode(...)`` in the same function. Part of the Python
@@ -22,13 +25,13 @@ if TYPE_CHECKING:
     from .python import PythonExtractor
 
 # a file without one of these words has no fake scope (the cheap gate)
-_WORDS = (b"register_fake", b"impl_abstract", b"register_meta", b"FakeTensorMode", b"Meta")
+_WORDS = (b"register_fake", b"impl_abstract", b"register_meta", b"FakeTensorMode", b"Meta", b"fake")
 _FAKE_DECORATOR = re.compile(
     r"""^@\s*(?:[\w.]+\.)?(?:register_fake|impl_abstract|register_meta|register_fake_class)\b"""
     r"""|^@\s*(?:torch\.)?(?:library\.)?impl\(.*["']Meta["']\s*\)\s*$""", re.S)
 _FAKE_MODE_CALL = re.compile(r"^(?:[\w.]+\.)?FakeTensorMode\(")
 _FAKE_NAME = rb"(?:[\w.]+\.)?(?:register_fake|impl_abstract|register_meta)\b"
-_NAME_WORDS = (b"register_fake", b"impl_abstract", b"register_meta")  # one of them in every _FAKE_NAME
+_NAME_WORDS = (b"register_fake", b"impl_abstract", b"register_meta", b"fake")  # one of them in each pattern
 # `_fake = torch.library.register_fake` (module level or in a branch)
 _ALIAS = re.compile(rb"^[ \t]*([A-Za-z_]\w*)[ \t]*=[ \t]*" + _FAKE_NAME, re.M)
 # `def _fake(...):` whose body returns one (`return torch.library.register_fake(op)`)
@@ -38,6 +41,10 @@ _ALIAS_DECORATOR = re.compile(r"^@\s*([A-Za-z_]\w*)\b")
 # `torch.library.register_fake("ns::op")(fn)`: the call form of the decorator
 _REGISTERED = re.compile(
     rb"^[ \t]*" + _FAKE_NAME + rb"\((?:[^()\n]|\([^()\n]*\))*\)\(\s*([A-Za-z_]\w*)\s*\)", re.M)
+
+
+# `fake_impl=f_fake` / `gen_fake=f_fake` in a call's arguments: a registration's fake implementation
+_FAKE_KEYWORD = re.compile(rb"(?<=[(,])\s*[A-Za-z_]*fake[A-Za-z_]*[ \t]*=[ \t]*([A-Za-z_]\w*)\s*(?=[,)])")
 
 
 def may_have_fake_scopes(source: bytes) -> bool:
@@ -83,6 +90,7 @@ def fake_aliases(ext: PythonExtractor) -> frozenset[str]:
             return ext.fake_aliases
         names = {m.group(1).decode() for m in _ALIAS.finditer(data)}
         names.update(m.group(1).decode() for m in _REGISTERED.finditer(data))
+        names.update(m.group(1).decode() for m in _FAKE_KEYWORD.finditer(data) if m.group(1) != b"None")
         for ret in _RETURNS_FAKE.finditer(data):
             # the innermost `def` above the `return`, indented less
             indent = len(ret.group(1))
