@@ -9,8 +9,8 @@ decorator factory returning such a function), or registered by a call at the
 start of a line (``torch.library.register_fake("ns::op")(fn)``: ``fn`` is
 the fake implementation) or handed to a registration as a keyword argument
 named for it (``direct_register_custom_op("op", op_func=f,
-fake_impl=f_fake)``, ``gen_fake=f_fake``: any keyword with ``fake`` in its
-name, given a plain name),
+fake_impl=f_fake)``, ``gen_fake=f_fake``: a keyword that names a fake
+implementation, given a plain name),
 and code lexically inside
 ``with FakeTensorMode(...):`` or ``with fake_mode:`` where ``fake_mode`` is
 bound to ``FakeTensorMode(...)`` in the same function. Part of the Python
@@ -44,7 +44,9 @@ _REGISTERED = re.compile(
 
 
 # `fake_impl=f_fake` / `gen_fake=f_fake` in a call's arguments: a registration's fake implementation
-_FAKE_KEYWORD = re.compile(rb"(?<=[(,])\s*[A-Za-z_]*fake[A-Za-z_]*[ \t]*=[ \t]*([A-Za-z_]\w*)\s*(?=[,)])")
+# (the keyword names the implementation: `fake`, `*_fake`, `fake_impl`/`_fn`/`_func`; not `fake_mode=`, `fake_pg=`)
+_FAKE_KEYWORD = re.compile(
+    rb"(?<=[(,])\s*(?:\w*_)?fake(?:_impl|_fn|_func|_function)?[ \t]*=[ \t]*([A-Za-z_]\w*)\s*(?=[,)])")
 
 
 def may_have_fake_scopes(source: bytes) -> bool:
