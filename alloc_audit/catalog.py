@@ -139,6 +139,8 @@ class Catalog:
         return compiled
 
 
+# digest -> the APIs and the pack built from the catalogues it covers
+_BUILT: dict[str, tuple[ApiCatalog, RulePack]] = {}
 # digest -> compiled prefilter: a process that loads the same catalogue again
 # (the test suite, many scans in one process) compiles it once
 _PREFILTERS: dict[str, Prefilter] = {}
@@ -155,13 +157,11 @@ def load_catalog(config: Config) -> Catalog:
     ]
     for path in config.api_catalogues:
         sources.append((str(path), _read_toml(path), "python"))
-    apis = _build_apis(sources, config)
     packs: list[tuple[str, Mapping[str, Any]]] = []
     if config.default_pack:
         packs.append(("rules/packs/default.toml", _read_toml(base / "packs" / "default.toml")))
     for path in config.rule_packs:
         packs.append((str(path), _read_toml(path)))
-    pack = _build_pack(packs, config)
     shipped_tiers = _read_toml(base / "tiers.toml")
     tiers = _build_tiers(config, shipped_tiers)
     callers_table = shipped_tiers.get("callers", {})
@@ -185,6 +185,10 @@ def load_catalog(config: Config) -> Catalog:
         default=str,
     )
     digest = hashlib.sha256(digest_src.encode()).hexdigest()[:16]
+    built = _BUILT.get(digest)
+    if built is None:  # the digest covers every input of the APIs and the pack
+        built = _BUILT[digest] = (_build_apis(sources, config), _build_pack(packs, config))
+    apis, pack = built
     return Catalog(
         apis=apis,
         pack=pack,
