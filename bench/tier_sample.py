@@ -127,6 +127,12 @@ def table(rows: list[dict[str, str]], verdicts: list[str], sizes: Counter[str] |
             weighted += accuracy * sizes[name]
     if sizes:
         out.append(f"\nPopulation-weighted estimate: {weighted / sum(sizes[n] for n in names):.1%}")
+    frees = [v for r, v in zip(rows, verdicts) if r.get("kind", "").strip("`") == "release"]
+    if frees:  # a free is right with any tier: the allocations alone say more
+        allocations = [v for r, v in zip(rows, verdicts) if r.get("kind", "").strip("`") != "release"]
+        right = sum(v == "right" for v in allocations)
+        out.append(f"\nAllocations only ({len(frees)} frees left out): {right}/{len(allocations)} "
+                   f"({right / max(len(allocations), 1):.1%})")
     return "\n".join(out)
 
 

@@ -80,3 +80,26 @@ def test_score_and_rescore(tmp_path: Path) -> None:
     assert tool.rescored([dict(rows[0], api="`Tensor.cuda`")], fixed) == ["right"]
     (tmp_path / "scan.json").write_text(json.dumps(data), encoding="utf-8")
     assert tool.main(["score", str(path), "--scan", str(tmp_path / "scan.json")]) == 0
+
+
+def test_score_says_the_allocations_alone_when_frees_were_sampled(tmp_path: Path) -> None:
+    """A free is right with any tier (rescore's convention), so a sample
+    with many frees reads better than the allocations are: the table adds
+    the allocations-only figure whenever a free was sampled."""
+    tool = load()
+    data = scan()
+    for site in data["sites"][:60]:
+        site["kind"] = "release"
+    chosen = tool.draw(data["sites"], 11, 100, 12)
+    frees = sum(1 for s in chosen if s["kind"] == "release")
+    assert frees
+    path = tmp_path / "sheet.md"
+    first_allocation = next(i for i, s in enumerate(chosen, 1) if s["kind"] != "release")
+    path.write_text(judged(tool.sheet(data, chosen, 11, "scan.json"), {first_allocation: ("wrong", "T2")}),
+                    encoding="utf-8")
+    rows = tool.read_sheet(path)
+    text = tool.table(rows, [tool.verdict_of(r) for r in rows], None)
+    allocations = len(chosen) - frees
+    assert f"Allocations only ({frees} frees left out): {allocations - 1}/{allocations}" in text
+    plain = tool.table([dict(r, kind="device") for r in rows], [tool.verdict_of(r) for r in rows], None)
+    assert "Allocations only" not in plain
