@@ -116,6 +116,7 @@ class CallerGlobs:
     once: tuple[str, ...] = ()
     checkpoint: tuple[str, ...] = ()  # calls that read a tensor from a checkpoint (`*.get_slice`)
     converter: tuple[str, ...] = ()  # first words of a folder or file that converts or exports weights
+    quantiser: tuple[str, ...] = ()  # "entry:saver" method pairs of an offline quantiser (`quantize:save_quantized*`)
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,8 @@ def load_catalog(config: Config) -> Catalog:
                           load=_str_tuple("rules/tiers.toml", callers_table, "load"),
                           once=_str_tuple("rules/tiers.toml", callers_table, "once"),
                           checkpoint=_str_tuple("rules/tiers.toml", callers_table, "checkpoint-read"),
-                          converter=_str_tuple("rules/tiers.toml", callers_table, "converter"))
+                          converter=_str_tuple("rules/tiers.toml", callers_table, "converter"),
+                          quantiser=_str_tuple("rules/tiers.toml", callers_table, "quantiser"))
     digest_src = json.dumps(
         {
             "version": __version__,

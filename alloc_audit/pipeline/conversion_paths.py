@@ -24,6 +24,21 @@ A function is on a conversion path when every way into it comes from one:
 - a method's callers include the calls by its name through another object
   that resolve nowhere (``qlayer.pack(layer, scale)`` in an exporter reaches
   ``QuantLinear.pack``), so a method some step also calls by name is not;
+  except for a class a conversion module defines whose every construction
+  is on the path (round 24: ``AdaptiveGPTQ``, built only by the converter's
+  ``quant``/``measure``): no object of it exists elsewhere, so a call by the
+  same name on another object (``config.prepare()``) runs another method;
+- an offline quantiser's entry is a root like a converter (round 24, the
+  judges' convention: offline quantisation is weight preparation, even in
+  its per-block loop): a method ``quantize`` of a class that also defines
+  ``save_quantized`` (``[callers] quantiser``: it quantises the model's
+  weights once and saves them; AutoGPTQ's, AutoAWQ's wrappers), unless a
+  per-step function calls it. A closure it registers as a hook runs in the
+  calibration forward, whose temporaries stay per call (T4), and so does
+  what only the hook reaches; below an entry, a tensor move (``.to``,
+  ``.cuda``) keeps its tier too, since what is moved may be calibration
+  data on its way into that forward; factories there (scratch, zero
+  points, losses, the quantised weight) are weight preparation;
 - a function a decorator registers (``@f.register(T)``), or one outside
   the converter that its file hands on as a value (``TABLE[key] = fn``),
   has callers nobody can list: not on it;
@@ -33,8 +48,8 @@ A function is on a conversion path when every way into it comes from one:
   out.
 
 Its direct Python device sites tiered T2 or T4 become T1 with a reason naming
-the conversion module or the root. Work inside a calibration or tuning loop
-that is not such a path (a quantiser's per-block search) keeps its tier.
+the conversion module or the root. Work inside a
+calibration or tuning loop that no such root reaches keeps its tier.
 Derived sites, native code and tests are left alone. Pure.
 """
 
@@ -47,10 +62,13 @@ from dataclasses import dataclass, field
 from ..arglists import split_args
 from ..catalog import CallerGlobs
 from ..globs import matcher, test_path
-from ..model import Site, Tier
+from ..model import Language, Site, Tier
+from .hook_closures import registered_closure
 from .index import Func, ProjectIndex
 from .retier import Decision, python_device_site, retier
 
+_OFFLINE = "which quantises the weights offline"  # the reason a quantiser's entry gives (``_entry``)
+_MOVES = frozenset({"Tensor.to", "Tensor.cuda"})
 _DEPTH = 4  # calls up from a function outside a conversion module to one inside (or a load root)
 _CALLABLE = frozenset({"function", "method", "lambda"})
 _PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod", "no_grad", "inference_mode", "wraps", "lru_cache",
@@ -63,13 +81,16 @@ class _Ctx:
     load: Callable[[str], bool]
     per_step: Callable[[str], bool]
     words: frozenset[str]  # rules/tiers.toml [callers] converter
+    quantisers: tuple[tuple[Callable[[str], bool], Callable[[str], bool]], ...] = ()  # [callers] quantiser
     memo: dict[str, str | None] = field(default_factory=dict)
     modules: dict[str, bool] = field(default_factory=dict)
 
 
 def conversion_paths(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
     ctx = _Ctx(index, matcher(globs.load) if globs.load else (lambda _: False),
-               matcher(globs.per_step) if globs.per_step else (lambda _: False), frozenset(globs.converter))
+               matcher(globs.per_step) if globs.per_step else (lambda _: False), frozenset(globs.converter),
+               tuple((matcher([entry]), matcher([saver])) for entry, _, saver in
+                     (pair.partition(":") for pair in globs.quantiser) if saver))
 
     def eligible(site: Site) -> bool:
         return python_device_site(site, Tier.T2, Tier.T4) and not test_path(site.path)
@@ -79,8 +100,8 @@ def conversion_paths(sites: Sequence[Site], index: ProjectIndex, globs: CallerGl
         if func is None:
             return None
         root = _on_path(_outermost(func, index), ctx, _DEPTH, frozenset())
-        if root is None:
-            return None
+        if root is None or (_OFFLINE in root and site.api in _MOVES):
+            return None  # a quantiser's move may carry calibration data into a calibration forward (T4)
         return Tier.T1, (f"weight conversion: {site.scope} runs only while weights are converted or packed "
                          f"offline ({root}), a load-tier temporary; was: {site.tier_reason}")
     return retier(sites, eligible, decide)
@@ -117,9 +138,12 @@ def _on_path(func: Func, ctx: _Ctx, depth: int, seen: frozenset[str]) -> str | N
         return None
     if func.id in seen:
         return func.path if inside else None  # a cycle adds no way in
-    callers = [c for c in _callers(func, ctx) if not test_path(c.path)] if depth > 0 else []
+    built = _built_on_path(func, ctx, depth, seen | {func.id})
+    callers = [c for c in _callers(func, ctx, built is None) if not test_path(c.path)] if depth > 0 else []
     found: str | None
-    if inside:
+    if built is not None and not callers:
+        found = built  # its objects exist only there: the converter calls it, through them
+    elif inside:
         ok = all(_caller_on_path(c, ctx, depth - 1, seen | {func.id}) is not None for c in callers)
         found = func.path if ok else None
     elif not callers or depth <= 1:
@@ -139,7 +163,32 @@ def _caller_on_path(caller: Func, ctx: _Ctx, depth: int, seen: frozenset[str]) -
         return ""  # weight preparation too (`_pack_weight_*`): it does not rule the path out
     if caller.qualname == "<module>":
         return caller.path if _module(caller.path, ctx) else None
-    return _on_path(_outermost(caller, ctx.index), ctx, depth, seen)
+    outer = _outermost(caller, ctx.index)
+    if outer is not caller and registered_closure(caller.path, caller.qualname, ctx.index) is not None:
+        return None  # a hook it registers runs in a (calibration) forward, not in the conversion
+    entry = _entry(outer, ctx)
+    if entry is not None:
+        return entry
+    return _on_path(outer, ctx, depth, seen)
+
+
+def _entry(func: Func, ctx: _Ctx) -> str | None:
+    """An offline quantiser's entry (``[callers] quantiser``: ``quantize``
+    of a class that also defines ``save_quantized``) no per-step function
+    calls: weight preparation, a root like a converter."""
+    owner = func.owner
+    if owner is None or not ctx.quantisers or func.language is not Language.PYTHON:
+        return None
+    names = set(owner.methods)
+    for base in owner.bases:
+        for cls in ctx.index.classes_named(base.rsplit(".", 1)[-1]):
+            names |= set(cls.methods)
+    for entry, saver in ctx.quantisers:
+        if entry(func.name) and any(saver(n) for n in names):
+            if any(ctx.per_step(c.name) for c in _callers(func, ctx, False)):
+                return None
+            return f"{func.qualname}, {_OFFLINE}"
+    return None
 
 
 def _module(path: str, ctx: _Ctx) -> bool:
@@ -173,13 +222,44 @@ def _handed_on(func: Func, ctx: _Ctx) -> bool:
         for text in table.arglists)
 
 
-def _callers(func: Func, ctx: _Ctx) -> list[Func]:
+def _built_on_path(func: Func, ctx: _Ctx, depth: int, seen: frozenset[str]) -> str | None:
+    """For a method of a class the converter's own modules define: why every
+    object of it is built on a conversion path (each resolved construction,
+    through a constructor with callers, sits on one; the class has no
+    subclass in the project), or None. Its calls by name through objects
+    elsewhere (``config.prepare()``) then run another class's method of that
+    name, not this one. A class defined elsewhere (a model a conversion
+    script builds) may be built by other means too (a registry, ``cls(...)``)."""
+    owner = func.owner
+    if (owner is None or depth <= 0 or func.language is not Language.PYTHON or func.name.startswith("__")
+            or not _module(func.path, ctx)):
+        return None
+    key = f"class:{owner.name}:{func.path}#{depth}"
+    if key in ctx.memo:
+        return ctx.memo[key]
+    ctx.memo[key] = None  # a construction reached from its own methods adds no way in
+    found: str | None = None
+    ctors = ctx.index.constructors(owner)
+    if ctors and not ctx.index.subclass_names(owner.name):
+        dist = ctx.index.callers_within(ctors, 1)
+        builders = [f for fid, d in dist.items() if d == 1 and (f := ctx.index.funcs.get(fid)) is not None
+                    and not test_path(f.path)]
+        roots = [_caller_on_path(b, ctx, depth - 1, seen) for b in builders]
+        named = sorted({r for r in roots if r})
+        if builders and named and all(r is not None for r in roots):
+            found = f"{owner.name} is built only by {', '.join(named[:2])}"
+    ctx.memo[key] = found
+    return found
+
+
+def _callers(func: Func, ctx: _Ctx, by_name: bool = True) -> list[Func]:
     """The resolved callers, and for a method the functions calling its name
-    through another object where the call resolves nowhere."""
+    through another object where the call resolves nowhere (unless
+    ``by_name`` is off: its objects are built only on the path)."""
     index = ctx.index
     dist = index.callers_within([func], 1)
     found = {fid: index.funcs[fid] for fid, d in dist.items() if d == 1 and fid in index.funcs}
-    if func.owner is not None and not func.name.startswith("__"):
+    if by_name and func.owner is not None and not func.name.startswith("__"):
         for caller, i in index.calls_named(func.name):
             if caller.table is None or caller.id in found or caller is func:
                 continue

@@ -54,8 +54,13 @@ def hook_registration(site: Site, index: ProjectIndex) -> tuple[str, str, int] |
     """(the closure, the function that registers it, the line) when the
     site's function, or one enclosing it, is a nested function handed to a
     ``register*hook*`` call of a function enclosing it."""
-    parts = site.scope.split(".")
-    chain = [index.func(site.path, ".".join(parts[:n])) for n in range(len(parts), 0, -1)]
+    return registered_closure(site.path, site.scope, index)
+
+
+def registered_closure(path: str, scope: str, index: ProjectIndex) -> tuple[str, str, int] | None:
+    """``hook_registration`` for the function ``scope`` of ``path``."""
+    parts = scope.split(".")
+    chain = [index.func(path, ".".join(parts[:n])) for n in range(len(parts), 0, -1)]
     funcs = [f for f in chain if f is not None and f.scope is not None]
     for i, closure in enumerate(funcs[:-1]):
         parent = funcs[i + 1]
