@@ -63,8 +63,19 @@ class _HostDevices:
         if not name.isidentifier():
             return False
         if name not in func.scope.params:
-            return _only_cpu(func, name)
+            return _only_cpu(func, name) or self._constant_cpu(func, name)
         return not _bound(func, name) and (self._parametrized_cpu(func, name) or self._callers_cpu(func, name))
+
+    def _constant_cpu(self, func: Func, name: str) -> bool:
+        """``name`` is a module constant bound to the CPU that the function
+        never binds (`CPU = torch.device("cpu")`, here or imported by name:
+        `from .device import CPU` ... `torch.empty(n, device=CPU)`)."""
+        parts = func.qualname.split(".")
+        for i in range(len(parts), 0, -1):  # nor does any function it is nested in (a closure's name)
+            outer = func if i == len(parts) else self.index.func(func.path, ".".join(parts[:i]))
+            if outer is not None and _bound(outer, name):
+                return False
+        return off_device(self.index.visible_constants(func.path).get(name))
 
     def _callers_cpu(self, func: Func, name: str) -> bool:
         """``func`` is a function nested in another, every call of which

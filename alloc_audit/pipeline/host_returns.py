@@ -53,7 +53,7 @@ def _of_host_return(site: Site, index: ProjectIndex) -> bool:
                      and c.callee.rsplit(".", 1)[-1] == name] if name else []
     if not producers:
         return False
-    return all(_host_producer(func, c.callee, index) for c in producers)
+    return all(host_producer(func, c.callee, index) for c in producers)
 
 
 def _callee(text: str) -> str:
@@ -61,7 +61,7 @@ def _callee(text: str) -> str:
     return m.group(1) if m is not None else ""
 
 
-def _host_producer(func: Func, callee: str, index: ProjectIndex) -> bool:
+def host_producer(func: Func, callee: str, index: ProjectIndex) -> bool:
     """Every function ``callee`` resolves to returns a host tensor on every ``return``."""
     targets = index.resolve(func, callee) if callee else ()
     if not targets:

@@ -100,6 +100,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .helper_built import helper_built
     from .hook_closures import hook_closures
     from .hooked_state import hooked_state
+    from .host_args import drop_host_args
     from .host_params import drop_host_param_moves
     from .host_reads import host_reads
     from .host_returns import drop_host_returns
@@ -184,6 +185,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = drop_empty_moves(object_moves(drop_placed_moves(sites, index), index, facts, catalog.tiers), index)
     sites = unpinned_flags(sites, index, facts, catalog.tiers)
     sites = drop_host_param_moves(drop_host_returns(drop_cpu_locals(sites, index), index), index)
+    sites = drop_host_args(sites, index)
     sites = drop_same_device_moves(sites, index)
     sites = tiers_from_callers(sites, index, catalog.callers)
     sites = dropped_objects(built_per_call(sites, index, catalog.callers), index)

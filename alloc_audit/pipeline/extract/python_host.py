@@ -1,13 +1,16 @@
-"""Stage 3, extract (Python): whether the tensor a ``*_like`` copies its
-device from is provably a host tensor within the function, or one made on
-the default device.
+"""Stage 3, extract (Python): whether the tensor a ``*_like`` (or the
+receiver of ``x.new_zeros(...)``, round 24) copies its device from is
+provably a host tensor within the function, or one made on the default
+device.
 
 The source is a local (or an entry of a local, ``enc["input_ids"]``) that
 every assignment in the enclosing function binds to a host producer:
 ``torch.from_numpy(...)``, ``torch.tensor(...)`` / ``torch.as_tensor(...)``
 without a device, a call with ``return_tensors="pt"`` (a tokenizer's
 output), or anything ending in ``.cpu()`` / ``.numpy()``; or an entry of a
-local bound so. A parameter, an attribute, a value moved on
+local bound so, or a view of one without a call (``inp =
+enc.input_ids[:, i:j]``, round 24; no attribute of it stored in the
+function). A parameter (a lambda's too), an attribute, a value moved on
 (``.to(...)``/``.cuda()``) or a name bound any other way stays
 ``device: unknown``.
 
@@ -19,7 +22,8 @@ tensor input of an op on one device (a 0-dim tensor aside, so only factories
 that make at least one dimension count inside an op), so the result is
 where the factory's is: the ``*_like`` is a factory without a device too,
 a device site only under a default-device context
-(``pipeline/default_device.py``). Pure.
+(``pipeline/default_device.py``). So is one of such an expression written
+in place (``torch.ones(()).new_empty(shape)``, ``default_expression``). Pure.
 """
 
 from __future__ import annotations
@@ -61,15 +65,36 @@ def host_source(ext: PythonExtractor, node: Any, text: str) -> bool:
     source = ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace")
     if name not in source:
         return False  # never bound above: no per-name pattern to compile
-    values = [_value(source, hit.end()) for hit in
-              re.finditer(rf"^[ \t]*{re.escape(name)}[ \t]*(?:\[[^\]\n]*\])?[ \t]*=(?!=)[ \t]*", source, re.M)]
-    if values and not re.search(rf"^[ \t]*[^\n=#]*,[ \t]*{re.escape(name)}\b[^\n=]*=(?!=)", source, re.M) \
-            and all(_host(v) for v in values):
+    if _host_bound(source, name, _DEPTH):
         return True
     # the last binding above moves it to the host (`t = t.to("cpu")`) and still holds
     return m.group(0) == name and b"cpu" in ext.src.data[body.start_byte:node.start_byte] and \
         _placed(source, ext.src.data[node.start_byte:body.end_byte].decode("utf-8", "replace"), name, "cpu",
                 _DEPTH, source)
+
+
+def _host_bound(source: str, name: str, depth: int) -> bool:
+    """Every binding of local ``name`` in ``source`` (a function up to the
+    allocation) is a host producer, or a view of a local bound only so
+    (`inp = enc.input_ids[:, i:j]`); an attribute stored into it
+    (`enc.input_ids = ...`) or an unpacking binds it another way."""
+    values = [_value(source, hit.end()) for hit in
+              re.finditer(rf"^[ \t]*{re.escape(name)}[ \t]*(?:\[[^\]\n]*\])?[ \t]*=(?!=)[ \t]*", source, re.M)]
+    if not values or re.search(rf"^[ \t]*[^\n=#]*,[ \t]*{re.escape(name)}\b[^\n=]*=(?!=)", source, re.M):
+        return False
+    for value in values:
+        if _host(value):
+            continue
+        view = _HOST_VIEW.fullmatch(value.strip())
+        if view is None or depth <= 0 or view.group(1) == name \
+                or re.search(rf"^[ \t]*{re.escape(view.group(1))}\.[\w.]+[ \t]*=(?!=)", source, re.M) \
+                or not _host_bound(source, view.group(1), depth - 1):
+            return False
+    return True
+
+
+# a subscript or attribute of a local, no call: `enc.input_ids[:, i:j]`, `batch["ids"]`
+_HOST_VIEW = re.compile(r"([A-Za-z_]\w*)(?:\.[A-Za-z_]\w*|\[[^\[\]\n()]*\])+")
 
 
 def _value(source: str, start: int) -> str:
@@ -124,6 +149,23 @@ def default_source(ext: PythonExtractor, node: Any, text: str) -> bool:
         found = ext.default_sources[key] = _bound_default(ext, source, name, env_of(ext, body), _DEPTH, False,
                                                           frozenset())
     return found
+
+
+def default_expression(ext: PythonExtractor, node: Any, text: str) -> bool:
+    """``text`` (the copied tensor, no plain name) is an expression made on
+    the default device: `torch.ones(()).new_empty(shape)`, `torch.ones_like(torch.arange(n))`."""
+    text = text.strip()
+    if "(" not in text or len(text) > 400:
+        return False
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    body = enclosing(node.parent, "function_definition")
+    if body is None:
+        return _default_expr(ext, tree, "", Env(frozenset()), _DEPTH, False, frozenset())
+    source = ext.src.data[body.start_byte:body.end_byte].decode("utf-8", "replace")
+    return _default_expr(ext, tree, source, env_of(ext, body), _DEPTH, False, frozenset())
 
 
 def _bound_default(ext: PythonExtractor, source: str, name: str, env: Env, depth: int,

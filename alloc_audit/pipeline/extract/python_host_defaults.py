@@ -15,6 +15,10 @@ follows to prove a tensor made on the default device (issue 11, round 17).
   default-device tensors for counted as such; one level only (a call inside
   it is not followed).
 
+- ``copied_source`` names the tensor an inheriting allocation copies its
+  device from: the first argument of ``torch.zeros_like(x)``, the receiver
+  of ``x.new_zeros(n)`` (round 24); a lambda's own parameter is none.
+
 Nothing here makes a site: a proven source only marks a ``device=x.device``
 or ``*_like`` allocation as one on the default device, a device site only
 under a default-device context (``pipeline/default_device.py``). Pure.
@@ -28,6 +32,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from ..names import has_word
 
 if TYPE_CHECKING:
     from .python import PythonExtractor
@@ -155,3 +161,22 @@ def _module_function(ext: PythonExtractor, name: str) -> tuple[ast.FunctionDef, 
             return None
         return (fn, source) if isinstance(fn, ast.FunctionDef) else None
     return None
+
+
+def copied_source(node: Any, api: str, positional: list[str], text: Callable[[Any], str]) -> str | None:
+    """The tensor whose device an inheriting allocation copies: the first
+    argument of `torch.zeros_like(x)`, the receiver of `x.new_zeros(n)`."""
+    if api.startswith("torch."):
+        found = positional[0] if positional else None
+    else:
+        fn = node.children[0]
+        receiver = fn.child_by_field_name("object") if fn.type == "attribute" else None
+        found = text(receiver) if receiver is not None else None
+    root = re.match(r"[A-Za-z_]\w*", found.strip()) if found is not None else None
+    up = node.parent
+    while root is not None and up is not None and up.type != "function_definition":
+        params = up.child_by_field_name("parameters") if up.type == "lambda" else None
+        if params is not None and has_word(text(params), root.group(0)):
+            return None  # `lambda t: t.new_zeros(n)`: the lambda's own parameter, not the function's local
+        up = up.parent
+    return found

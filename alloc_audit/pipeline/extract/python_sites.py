@@ -19,7 +19,8 @@ from .common import Source, zero_elements
 from .dead_code import after_exit
 from .python_empty import empty_guarded
 from .python_fake import in_fake_scope
-from .python_host import default_source, host_source, on_current_gpu, to_one_device
+from .python_host import default_expression, default_source, host_source, on_current_gpu, to_one_device
+from .python_host_defaults import copied_source
 from .python_host_kernel import in_host_kernel
 from .python_module_move import dispatches_to_super, moves_module
 from .python_runtime import runtime_handle
@@ -259,12 +260,14 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
                 return None
             if mode == "inherit" and ext.host_test_file:
                 return None  # a copy of a tensor in a test file that never names a device: host
-            if mode == "inherit" and positional and spec.api.startswith("torch."):
-                if host_source(ext, node, positional[0]):
+            copied = copied_source(node, spec.api, positional, lambda n: ext.src.text(n, 400)) \
+                if mode == "inherit" else None
+            if copied is not None:  # `torch.zeros_like(x)`, `x.new_zeros(n)`: where `x` is
+                if host_source(ext, node, copied):
                     return None  # `torch.zeros_like(enc["input_ids"])` of a tokenizer's output: a host tensor
-                if ext.empty_guard_file and empty_guarded(ext, node, positional[0]):
+                if spec.api.startswith("torch.") and ext.empty_guard_file and empty_guarded(ext, node, copied):
                     return None  # `empty_like(A)` under `if A.numel() == 0:`: zero elements, no memory
-                if default_source(ext, node, positional[0]):
+                if default_source(ext, node, copied) or default_expression(ext, node, copied):
                     device = DEFAULT_DEVICE  # `torch.ones_like(torch.arange(n))`: where the default device is
         else:
             device = classify_device(dev_text)

@@ -110,13 +110,25 @@ def module_constants(symbols: Symbols, path: str) -> dict[str, Value]:
         name = assign.targets[0]
         if counts.get(name) != 1 or name in rebound or not name.isidentifier():
             continue
-        value = literal_value(assign.value, f"module constant {name} = {assign.value.strip()}")
+        value = literal_value(assign.value, f"module constant {name} = {assign.value.strip()}") \
+            or _aliased_device(module, assign.value, counts, rebound, name)
         if value is not None:
             found[name] = value
     # a class body's `CPU = "cpu"` binds a class attribute, not the module's name
     in_functions = {t for f in symbols.by_path.get(path, {}).values() if _function(f)
                     for a in f.assigns for t in a.targets}
     return found | _cpu_devices(symbols, module, counts, in_functions)
+
+
+def _aliased_device(module: Func, text: str, counts: Mapping[str, int], rebound: set[str], name: str) -> Value | None:
+    """`CPU: Final = Device("cpu")` (an annotated binding, kept as an
+    assignment) where the module binds `Device = torch.device` once: the CPU."""
+    callee, paren, rest = text.strip().partition("(")
+    if not paren or not callee.isidentifier() or counts.get(callee) != 1 or callee in rebound:
+        return None
+    if not any(a.targets == (callee,) and a.op == "=" and a.value.strip() == "torch.device" for a in module.assigns):
+        return None
+    return cpu_device_value(f"torch.device({rest}", f"module constant {name} = {text.strip()}")
 
 
 def _function(func: Func) -> bool:
