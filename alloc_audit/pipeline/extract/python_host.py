@@ -345,6 +345,8 @@ def _placed(before: str, after: str, name: str, device: str, depth: int, upto: s
     ``upto``: the function up to the move, of which ``before`` is a prefix)."""
     hits = [h for h in _binding_pattern(name).finditer(before)
             if _statement_at(before, h.start())]  # not a keyword argument on a line of its own
+    if hits and hits[-1].end() + len(_value(before, hits[-1].end())) >= len(before):
+        hits.pop()  # `x = x.to(d)`: the move's own statement, unfinished at the move, binds it after
     if depth <= 0 or not hits:
         return False
     last = hits[-1]
@@ -371,6 +373,8 @@ def _placed(before: str, after: str, name: str, device: str, depth: int, upto: s
         tail = upto[last.end():]  # up to the move: the same device variable, not bound again
         # (an attribute chain, `logits.device`: nor its root, `logits = ...`)
         names = {device, device.split(".", 1)[0]}
+        if device.endswith(".device") and _moved_in_place(device.removesuffix(".device"), tail):
+            return False  # `model.cpu()` between: the module's device moved in place
         return not any(_binding_pattern(n).search(tail) or _bound_else(tail, n) for n in names)
     base = _view_of(value) or _like_of(value)
     if base is None or base == name:
@@ -441,6 +445,12 @@ def _made_on(value: str, device: str) -> bool:
     if device == "cuda":
         return isinstance(given, ast.Constant) and given.value == "cuda"
     return isinstance(given, ast.Name) and given.id == device
+
+
+def _moved_in_place(root: str, source: str) -> bool:
+    """A statement of ``source`` moves ``root`` and drops the result: a module moved in place."""
+    moved = rf"^[ \t]*{re.escape(root)}\.(?:to|cuda|cpu|to_empty)\("
+    return root in source and re.search(moved, source, re.M) is not None
 
 
 def _view_of(value: str) -> str | None:

@@ -18,27 +18,63 @@ the function above the move, or a local bound once, above the move and
 before any use; below the move it may be bound again only outside a loop.
 Then ``Y.device`` names one device. Anything else -- a call of a project
 function or a module, a factory without a device or with another one, an
-``out=``, a ``self.device`` -- proves nothing and keeps the site. Pure.
+``out=``, a ``self.device`` -- proves nothing and keeps the site.
+
+Round 24 reads a local also by the one binding that reaches the move when
+not every binding is on ``Y``'s device: its last binding above the move
+(the move's own statement, ``x = x.to(d)``, binds it only after), with no
+line between them leaving its block, no loop entered between them, and
+neither the local nor ``Y``'s root bound again between them; a value that
+reads ``Y`` itself, in the same expression as the move
+(``torch.zeros_like(c).to(c.device)``), needs no binding at all. A tuple
+target takes its element of a tuple written out, or an output of a torch op
+or a tensor method that splits (``v, i = torch.sort(y)``). ``type_as(Y)``
+of a value on ``Y``'s device stays, an op of ``torch.linalg``, ``torch.fft``,
+``torch.special`` or ``F`` runs where its inputs are, and an ``a if c else
+None`` is where ``a`` is (a None moved raises). The same reading proves a
+move to a device variable ``D`` (``.to(device)``) of a value made by a torch
+factory given ``device=D``. ``self.X.to(self.D)``, where every binding of
+``self.X`` in the class is a torch factory given ``device=self.D`` and
+``self.D`` is bound once, in ``__init__``, moves nothing either. Pure.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from typing import TYPE_CHECKING, Any
 
 from .common import enclosing
-from .python_host import _DEFAULT_FACTORIES, _VIEWS, _binding_pattern, _bindings, _bound_else, _dtype_only
+from .python_host import (
+    _DEFAULT_FACTORIES,
+    _VIEWS,
+    _binding_pattern,
+    _bindings,
+    _bound_else,
+    _dtype_only,
+    _moved_in_place,
+    _statement_at,
+    _value,
+)
 
 if TYPE_CHECKING:
     from .python import PythonExtractor
 
 _NAME = re.compile(r"[A-Za-z_]\w*")
+_MEMBER = re.compile(r"self\.[A-Za-z_]\w*")
 _DEVICE_OF = re.compile(r"((?:self\.)?[A-Za-z_]\w*)\.device")
 _NOT_ON_INPUT = _DEFAULT_FACTORIES | {"tensor", "as_tensor", "from_numpy", "asarray", "frombuffer", "empty_strided",
                                       "full_like", "scalar_tensor", "zeros_like", "ones_like", "empty_like",
                                       "rand_like", "randn_like", "randint_like"}
 _DEPTH = 4  # locals followed through their bindings
+# torch namespaces whose ops run where their tensor inputs are
+_TORCH_NAMESPACES = frozenset({"torch.linalg", "torch.fft", "torch.special", "torch.nn.functional"})
+# tensor methods returning a tuple of tensors on the tensor's device (`v, i = x.sort()`)
+_SPLITS = frozenset({"sort", "topk", "max", "min", "median", "mode", "kthvalue", "chunk", "split", "unbind",
+                     "tensor_split", "std_mean", "var_mean", "aminmax", "unique", "qr", "svd"})
+# names a move may take that name no device variable
+_NOT_DEVICES = frozenset({"self", "cls", "None", "True", "False", "cuda", "cpu"})
 # tensor methods whose result is on the tensor's device (views, dtype casts, math, `new_*`); any other
 # (`type_as`, `size`, `tolist`, `__class__`, a module's or an object's own method) proves nothing
 _SAME_DEVICE = _VIEWS | frozenset({
@@ -52,20 +88,85 @@ _SAME_DEVICE = _VIEWS | frozenset({
 
 def on_device_of(ext: PythonExtractor, node: Any, receiver: str, target: str) -> bool:
     """``receiver`` (what ``.to(target)`` moves) is already on ``target``,
-    a ``Y.device`` the receiver is made from."""
-    m = _DEVICE_OF.fullmatch(target.strip())
-    if m is None or ".device" not in target or b".device" not in ext.src.data[node.start_byte:node.end_byte]:
-        return False
-    root = m.group(1)
-    if root == "self":
+    a ``Y.device`` the receiver is made from, or a device variable ``D`` it
+    is made on (a factory given ``device=D``, a move to ``D``)."""
+    target = target.strip()
+    m = _DEVICE_OF.fullmatch(target)
+    if m is None and _MEMBER.fullmatch(target) and _MEMBER.fullmatch(receiver.strip()):
+        return _member_made_there(ext, node, receiver.strip(), target)
+    if m is None and (_NAME.fullmatch(target) is None or target in _NOT_DEVICES):
+        return False  # `.to("cuda")`, `.to(self.device)`: another pass's question, or nothing followed
+    root = m.group(1) if m is not None else target
+    if root == "self" or target.encode() not in ext.src.data[node.start_byte:node.end_byte]:
         return False  # a module's own `self.device`: its methods' results are not followed
     body = enclosing(node.parent, "function_definition")
     if body is None:
         return False
     source = ext.src.data[body.start_byte:body.end_byte].decode("utf-8", "replace")
+    at = len(ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace"))
+    try:
+        tree = ast.parse(receiver.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    on = _Target(root, target, m is not None)
+    if m is None and not re.search(rf"device\s*=\s*{re.escape(root)}\b|\.to\(\s*{re.escape(root)}\b",
+                                  source[:at] + receiver):
+        return False  # nothing above is made on, or moved to, the device variable: nothing to prove it by
+    if m is not None and _moved_in_place(root, source[:at]):
+        return False  # `model.cpu()` above the move: `model.device` changed in place
+    if _bound_once(source, root, at, node, body):
+        params = body.child_by_field_name("parameters")
+        given = frozenset(_NAME.findall(ext.src.text(params, 2000))) if params is not None else frozenset()
+        if _on(ext, tree, on, source, _DEPTH, frozenset(), given, None):
+            return True
+    if (_binding_pattern(root).search(source[at:]) or _bound_else(source[at:], root)) and _in_loop(node, body):
+        return False  # bound again below the move, in a loop: a second pass may see that
+    return _on(ext, tree, on, source, _DEPTH, frozenset(), frozenset(), source[:at])
+
+
+def _member_made_there(ext: PythonExtractor, node: Any, member: str, device: str) -> bool:
+    """``self.X.to(self.D)`` where every binding of ``self.X`` in the class is a torch factory given
+    ``device=self.D``, and ``self.D`` is bound once, in ``__init__``: made there, never moved."""
+    cls = enclosing(node.parent, "class_definition")
+    if cls is None:
+        return False
+    source = ext.src.data[cls.start_byte:cls.end_byte].decode("utf-8", "replace")
+    if _bound_else(source, device) or _bound_else(source, member):
+        return False
+    placed = list(_binding_pattern(device).finditer(source))
+    if len(placed) != 1 or not re.search(r"\bdef[ \t]+__init__\b(?![\s\S]*\bdef[ \t])", source[:placed[0].start()]):
+        return False  # bound again, or outside the constructor: another device, perhaps
+    made = list(_binding_pattern(member).finditer(source))
+    if not made:
+        return False  # set elsewhere, or a property
+    for hit in made:
+        try:
+            value = ast.parse(_value(source, hit.end()).strip(), mode="eval").body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return False
+        if not isinstance(value, ast.Call) or not isinstance(value.func, ast.Attribute) \
+                or _torch_head(ext, value.func.value) != "torch" or any(k.arg in (None, "out") for k in value.keywords):
+            return False
+        given = next((k.value for k in value.keywords if k.arg == "device"), None)
+        if given is None or ast.unparse(given) != device:
+            return False
+    return True
+
+
+class _Target:
+    """What the move goes to: ``root.device`` (``tensor``: ``root`` a
+    tensor the value may be) or the device variable ``root`` itself."""
+
+    def __init__(self, root: str, text: str, tensor: bool) -> None:
+        self.root, self.text, self.tensor = root, text, tensor
+
+
+def _bound_once(source: str, root: str, at: int, node: Any, body: Any) -> bool:
+    """``root`` names one device in the whole function above the move: a
+    parameter never bound in the function above it, or a local bound once,
+    above the move and before any use; below it, bound again only outside a loop."""
     if _bound_else(source, root):
         return False
-    at = len(ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace"))
     bound = list(_binding_pattern(root).finditer(source))
     above = [b for b in bound if b.start() < at]
     if len(above) < len(bound) and _in_loop(node, body):
@@ -73,13 +174,7 @@ def on_device_of(ext: PythonExtractor, node: Any, receiver: str, target: str) ->
     first = re.search(rf"(?<![\w.]){re.escape(root)}\b", source)
     if len(above) > 1 or above and (first is None or first.start() != above[0].start() + len(above[0].group(1))):
         return False  # bound again above the move (a parameter, or a local used before): another device, perhaps
-    try:
-        tree = ast.parse(receiver.strip(), mode="eval").body
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    params = body.child_by_field_name("parameters")
-    given = frozenset(_NAME.findall(ext.src.text(params, 2000))) if params is not None else frozenset()
-    return _on(ext, tree, root, source, _DEPTH, frozenset(), given)
+    return True
 
 
 def _in_loop(node: Any, body: Any) -> bool:
@@ -92,15 +187,22 @@ def _in_loop(node: Any, body: Any) -> bool:
     return False
 
 
-def _on(ext: PythonExtractor, node: ast.AST, root: str, source: str, depth: int, proving: frozenset[str],
-        params: frozenset[str]) -> bool:
-    """``node`` is on ``root``'s device (``params``: the function's parameters, wherever their callers put them)."""
+def _on(ext: PythonExtractor, node: ast.AST, on: _Target, source: str, depth: int, proving: frozenset[str],
+        params: frozenset[str], before: str | None) -> bool:
+    """``node`` is on ``on``'s device (``params``: the function's parameters, wherever their callers put them;
+    ``before``: the function up to the move, when a local is read by its last binding above, not by all)."""
     if depth <= 0:
         return False
     text = ast.unparse(node) if isinstance(node, (ast.Name, ast.Attribute)) else ""
-    if text == root:
+    if on.tensor and text == on.root:
         return True
+
+    def sub(child: ast.AST, down: int = 0) -> bool:
+        return _on(ext, child, on, source, depth - down, proving, params, before)
+
     if isinstance(node, ast.Name):
+        if before is not None:
+            return _reaching(ext, node.id, on, source, depth, before)
         if node.id in params:
             return False  # a parameter, even when the function binds it again
         if node.id in proving:
@@ -113,42 +215,127 @@ def _on(ext: PythonExtractor, node: ast.AST, root: str, source: str, depth: int,
                 tree = ast.parse(value.strip(), mode="eval").body
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 return False
-            if not _on(ext, tree, root, source, depth - 1, proving | {node.id}, params):
+            if not _on(ext, tree, on, source, depth - 1, proving | {node.id}, params, None):
                 return False
         return True
     if isinstance(node, ast.Subscript):
-        return _on(ext, node.value, root, source, depth, proving, params)
+        return sub(node.value)
     if isinstance(node, ast.UnaryOp):
-        return _on(ext, node.operand, root, source, depth, proving, params)
+        return sub(node.operand)
     if isinstance(node, ast.BinOp):
-        return any(_on(ext, side, root, source, depth, proving, params) for side in (node.left, node.right))
+        return any(sub(side) for side in (node.left, node.right))
     if isinstance(node, ast.Compare):
-        return any(_on(ext, side, root, source, depth, proving, params) for side in (node.left, *node.comparators))
+        return any(sub(side) for side in (node.left, *node.comparators))
     if isinstance(node, ast.IfExp):
-        return all(_on(ext, side, root, source, depth, proving, params) for side in (node.body, node.orelse))
+        # `a if c else None`: a None moved raises, so only the tensor side reaches a move
+        return all(sub(side) or _none(side) for side in (node.body, node.orelse)) \
+            and not all(_none(side) for side in (node.body, node.orelse))
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
         return False  # a call of a function or a module: wherever it puts its result
     func = node.func
     if any(k.arg in (None, "out") for k in node.keywords):
         return False  # `**kwargs` that may hold a device, or an output buffer
     device = next((k.value for k in node.keywords if k.arg == "device"), None)
-    head = ext.resolve_text(func.value.id) if isinstance(func.value, ast.Name) else ""
+    head = _torch_head(ext, func.value)
     if head == "torch":
         if device is not None:
-            return ast.unparse(device) == f"{root}.device"
+            return ast.unparse(device) == on.text
         if func.attr in _NOT_ON_INPUT:
-            return func.attr.endswith("_like") and bool(node.args) and \
-                _on(ext, node.args[0], root, source, depth, proving, params)
+            return func.attr.endswith("_like") and bool(node.args) and sub(node.args[0])
         args = [e for a in node.args for e in (a.elts if isinstance(a, (ast.List, ast.Tuple)) else (a,))]
-        return any(_on(ext, a, root, source, depth, proving, params) for a in args)
+        return any(sub(a) for a in args)
+    if head:
+        args = [e for a in node.args for e in (a.elts if isinstance(a, (ast.List, ast.Tuple)) else (a,))]
+        return device is None and any(sub(a) for a in args)  # `torch.linalg.solve(R, b)`: where its inputs are
+    if func.attr == "type_as":
+        # `.type_as(y)` takes `y`'s type, its device kind included: stays only when `y` is there too
+        return len(node.args) == 1 and not node.keywords and sub(node.args[0]) and sub(func.value)
     if func.attr not in _SAME_DEVICE:
         return False
     if func.attr == "to":
         moved = [*node.args, *(k.value for k in node.keywords if k.arg == "device")]
-        if len(moved) == 1 and ast.unparse(moved[0]) == f"{root}.device":
+        if len(moved) == 1 and ast.unparse(moved[0]) == on.text:
             return True  # moved there on the way
         if not _dtype_only(node):
             return False
     elif device is not None:
         return False  # `x.new_zeros(n, device=d)`: wherever `d` is
-    return _on(ext, func.value, root, source, depth, proving, params)
+    return sub(func.value)
+
+
+def _none(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _torch_head(ext: PythonExtractor, value: ast.expr) -> str:
+    """``"torch"`` for ``torch.op``, the namespace for an op of a torch namespace whose ops run where their
+    tensor inputs are (``torch.linalg``, ``F`` for ``torch.nn.functional``); else ``""``."""
+    if isinstance(value, ast.Name):
+        head = ext.resolve_text(value.id)
+    elif isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):
+        head = f"{ext.resolve_text(value.value.id)}.{value.attr}"
+    elif isinstance(value, ast.Attribute) and ast.unparse(value) == "torch.nn.functional":
+        head = "torch.nn.functional"
+    else:
+        return ""
+    return head if head == "torch" or head in _TORCH_NAMESPACES else ""
+
+
+def _reaching(ext: PythonExtractor, name: str, on: _Target, source: str, depth: int, before: str) -> bool:
+    """The local ``name``'s last binding above the move (``before`` ends there) is on ``on``'s device and
+    still holds at the move: nothing between them leaves its block, binds it another way, or enters a loop
+    when the function binds it again below; nor is ``on``'s root bound between. A tuple target takes an
+    element of a tuple written out, or any output of a torch op (`v, i = torch.sort(x)`)."""
+    if name not in before:
+        return False  # a parameter, or never bound above
+    tuples = list(_tuple_pattern(name).finditer(before))
+    last = None
+    end = len(before)
+    for hit in sorted((*_binding_pattern(name).finditer(before), *tuples), key=lambda h: -h.start()):
+        if not _statement_at(before, hit.start()):
+            continue  # a keyword argument on a line of its own
+        if hit.end() + len(_value(before, hit.end())) >= len(before):
+            end = min(end, hit.start())  # the move's own statement, `x = x.to(d)`: it binds the name after
+            continue
+        last = hit
+        break
+    if last is None:
+        return False  # a parameter, or bound another way
+    value = _value(before, last.end())
+    between = before[last.end() + len(value):end]
+    indent = len(last.group(1))
+    lines = between.split("\n")[1:]
+    if any(line.strip() and len(line) - len(line.lstrip()) < indent for line in lines):
+        return False  # the block was left in between: the binding may not run before the move
+    root = on.root.split(".", 1)[0]
+    if _bound_else(between, name) or _binding_pattern(name).search(between) or _tuple_pattern(name).search(between):
+        return False
+    if _binding_pattern(on.root).search(between) or _binding_pattern(root).search(between) \
+            or _bound_else(between, root):
+        return False  # the root bound again between: the binding saw another device, perhaps
+    if _moved_in_place(on.root, between):
+        return False  # `model.cpu()` between: a module's device moved in place
+    if any(re.match(r"\s*(?:async\s+)?(?:for|while)\b", line) for line in lines):
+        return False  # a loop entered in between: a later pass may see another binding
+    try:
+        tree = ast.parse(value.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    if last in tuples:
+        targets = [t.strip() for t in last.group(2).split(",") if t.strip()]
+        if isinstance(tree, ast.Tuple):
+            if len(tree.elts) != len(targets) or any(isinstance(e, ast.Starred) for e in tree.elts):
+                return False
+            tree = tree.elts[targets.index(name)]
+        elif not isinstance(tree, ast.Call) or not isinstance(tree.func, ast.Attribute) or \
+                not _torch_head(ext, tree.func.value) and tree.func.attr not in _SPLITS:
+            return False  # unpacked from a project call, or a tensor method that returns anything
+    return _on(ext, tree, on, source, depth - 1, frozenset(), frozenset(), before[:last.start()])
+
+
+@functools.lru_cache(maxsize=1024)
+def _tuple_pattern(name: str) -> re.Pattern[str]:
+    """``a, name = ...``, ``(name, b) = ...`` at the start of a line, the indent and the targets captured."""
+    n = re.escape(name)
+    targets = rf"(?:[\w.]+[ \t]*,[ \t]*)*{n}(?:[ \t]*,[ \t]*[\w.]+)*"
+    return re.compile(rf"^([ \t]*)\(?({targets})[ \t]*,?\)?[ \t]*=(?!=)[ \t]*", re.M)
