@@ -16,7 +16,7 @@ from alloc_audit.pipeline.parse import _keep_one_branch, error_summary, parse_so
 FIXTURES = Path(__file__).parent / "fixtures"
 IDIOM_FIXTURES = ["cuda/parse-idioms-conditionals.cu", "cuda/parse-idioms-macros.cu",
                   "cpp/parse-idioms-declarations.cpp", "cuda/parse-idioms-instantiations.cu",
-                  "cpp/parse-idioms-tests.cpp"]
+                  "cpp/parse-idioms-tests.cpp", "cuda/parse-idioms-kernels.cu", "cpp/parse-idioms-modern.cpp"]
 
 
 @pytest.mark.parametrize("name", IDIOM_FIXTURES)
@@ -89,3 +89,63 @@ def test_digit_led_macro_argument_becomes_a_name_and_numbers_stay() -> None:
     data = b"TEST(Suite, 2dimtest) {}\nTEST(s, 3d_x) {}\nCALL(2u, 0x1F, 1.5f, 1e-3, 16_KiB, 7);\nf(2dim);\n"
     assert repair_idioms(data) == (b"TEST(Suite, _dimtest) {}\nTEST(s, _d_x) {}\n"
                                    b"CALL(2u, 0x1F, 1.5f, 1e-3, 16_KiB, 7);\nf(2dim);\n")
+
+
+def test_brace_default_blanked_only_in_a_parameter_after_a_type() -> None:
+    data = (b"void f(Dims d = {1, 1, 1}, number<N> = {},\n       typename T::P p = {}\n);\n"
+            b"Dims e = {1, 2, 3};\nP q = {.x = {1, 2}, .y = 3};\ng(a, b = {1});\n")
+    assert repair_idioms(data) == (b"void f(Dims d            , number<N>     ,\n       typename T::P p     \n);\n"
+                                   b"Dims e = {1, 2, 3};\nP q = {.x = {1, 2}, .y = 3};\ng(a, b = {1});\n")
+
+
+def test_bit_cast_loses_its_type_argument_and_one_argument_calls_stay() -> None:
+    data = (b"x = __builtin_bit_cast(unsigned short, y) + __builtin_bit_cast(T<A, 2>, z);\n"
+            b"w = __builtin_bit_cast(v);\n// __builtin_bit_cast(\n//   float, v)\n")
+    assert repair_idioms(data) == (b"x = __builtin_bit_cast(                y) + __builtin_bit_cast(         z);\n"
+                                   b"w = __builtin_bit_cast(v);\n// __builtin_bit_cast(\n//   float, v)\n")
+
+
+def test_operator_call_template_arguments_blanked_other_templates_kept() -> None:
+    data = (b"template <> void operator()<F16, float>(F16& e) const;\nbool b = a < c;\nf<int>(x);\n"
+            b"call.template operator()<true, hasZ>();\n")
+    assert repair_idioms(data) == (b"template <> void operator()            (F16& e) const;\nbool b = a < c;\nf<int>(x);\n"
+                                   b"call.template operator()<true, hasZ>();\n")
+
+
+def test_new_pointer_array_becomes_one_name_plain_arrays_stay() -> None:
+    data = b"p = new char const *[n];\nq = new const Foo*[n];\nr = new int[n];\ns = new (buf) T*[n];\n"
+    assert repair_idioms(data) == b"p = new char_const__[n];\nq = new       Foo_[n];\nr = new int[n];\ns = new (buf) T*[n];\n"
+
+
+def test_using_declarator_list_keeps_its_first_name_aliases_stay() -> None:
+    data = b"using std::cout, std::cerr,\n    std::endl;\nusing V = std::pair<int, int>;\nusing std::swap;\n"
+    assert repair_idioms(data) == b"using std::cout            \n             ;\nusing V = std::pair<int, int>;\nusing std::swap;\n"
+
+
+def test_triple_template_close_joins_the_innermost_list_launches_stay() -> None:
+    data = b"g(X<Y<Z<A>>>{});\nk<<<grid, block>>>(x);\nk<<<N>>>(x);\nT<U<V<W>>>(x);\n"
+    assert repair_idioms(data) == b"g(X<Y<Z_A_>>{});\nk<<<grid, block>>>(x);\nk<<<N>>>(x);\nT<U<V<W>>>(x);\n"
+
+
+def test_macro_before_a_constructor_initialiser_list_only() -> None:
+    data = (b"  OPUS_D Foo(void* p) : inner(p) {}\n  __q_inline__ constexpr Foo()\n      : a(0) {}\n"
+            b"  MY_TYPE f(int a);\n  int x = c ? F(a) : b;\n  UINT x : 4;\n")
+    assert repair_idioms(data) == (b"         Foo(void* p) : inner(p) {}\n               constexpr Foo()\n      : a(0) {}\n"
+                                   b"  MY_TYPE f(int a);\n  int x = c ? F(a) : b;\n  UINT x : 4;\n")
+
+
+def test_attribute_macro_over_lines_blanked_one_line_calls_left_to_the_mask() -> None:
+    data = b"extern __shared__ __align__(\n    alignof(S<A, 4>))\n    char smem[];\n__align__(16) int x;\n"
+    assert repair_idioms(data, attribute_macros=("__align__",)) == (
+        b"extern __shared__           \n                     \n    char smem[];\n__align__(16) int x;\n")
+
+
+def test_comments_in_a_define_blanked_with_their_continuations_kept() -> None:
+    data = b"#define T(X) \\\n  /* a \\\n  b */ \\\n  X(1) /* c */  \nint y; /* kept */\n"
+    assert repair_idioms(data) == b"#define T(X) \\\n       \\\n       \\\n  X(1)          \nint y; /* kept */\n"
+
+
+def test_lone_macro_line_kept_as_the_last_template_argument() -> None:
+    data = b"f(kernel<\n    float,\n    EMIT_RELU\n  >, attr);\nCUTLASS_PRAGMA_UNROLL\nfor (;;) {}\n"
+    masked = parse_source(data, Language.CUDA, (), (), True).source
+    assert masked == data.replace(b"CUTLASS_PRAGMA_UNROLL", b" " * 21)

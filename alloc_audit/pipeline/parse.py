@@ -22,6 +22,7 @@ from typing import Any
 import tree_sitter as ts
 
 from ..model import Language
+from .parse_declarations import repair_declarations
 from .parse_macros import (
     MACRO_CALL,
     blank_range,
@@ -92,7 +93,7 @@ def parse_source(data: bytes, lang: Language, attribute_macros: tuple[str, ...] 
         # `#if` inside a parameter list, ...): blank them and keep the tree
         # with fewer errors. Only files with errors pay for the second parse.
         best, best_source, best_errors = tree, masked, error_bytes(tree.root_node)
-        repaired = repair_idioms(masked)
+        repaired = repair_idioms(masked, attribute_macros=attribute_macros)
         if repaired != masked:
             second = _parser(Language.CUDA).parse(repaired)
             errors = error_bytes(second.root_node)
@@ -112,7 +113,7 @@ def parse_source(data: bytes, lang: Language, attribute_macros: tuple[str, ...] 
                 # after `#endif` (`#if A\n for (x;\n#else\n for (y;\n#endif\n
                 # i++) {`), or whose branches each close a namespace: one
                 # branch kept per conditional, the `#else` one where it exists
-                single = _keep_one_branch(repair_idioms(masked, conditionals_in_parens=False))
+                single = _keep_one_branch(repair_idioms(masked, False, attribute_macros))
                 fourth = _parser(Language.CUDA).parse(single)
                 if error_bytes(fourth.root_node) < best_errors:
                     best, best_source = fourth, single
@@ -161,7 +162,6 @@ def _keep_one_branch(data: bytes) -> bytes:
 _STATEMENT_MACRO = re.compile(rb"(?m)^[ \t]*_*[A-Z][A-Z0-9_]*[ \t]*\(")
 # `typename T::Args{...}`, `typename FF<T>::Config(...)` (a braced or functional cast)
 _TYPENAME_BRACE = re.compile(rb"\btypename(?=\s+[\w:]+(?:<[^<>;{}()]*>)?(?:::\w+)*\s*[{(])")
-_EMPTY_DEFAULT = re.compile(rb"[ \t]*=[ \t]*\{[ \t]*\}(?=[ \t]*[,)])")  # `T::Args args = {}` in a parameter list
 _LAMBDA_QUALIFIER = re.compile(rb"(?<=\])[ \t]*(?:__device__|__host__)(?:[ \t]+(?:__device__|__host__))*")
 # `DS_D_INLINE void f(`, `template <int N> HD_INLINE T g(`: an ALL_CAPS name
 # followed by a return type and a function name can only be an inline or
@@ -172,7 +172,6 @@ _DECL_MACRO = re.compile(
     rb"(?:<[^;{}()\n]*>)?[ \t*&]+[A-Za-z_]\w*[ \t]*\()")
 _ENUM_BASE = re.compile(rb"(?<=\benum)[ \t]*:[ \t]*[\w:]+(?=\s*\{)")  # `typedef enum : int {`
 _STATEMENT_ARGUMENT = re.compile(rb"(?<=\))[ \t]*;(?=\s*\))")  # `MACRO(..., f(x);)`
-_DEFINE_COMMENT = re.compile(rb"/\*[^\n]*?\*/(?=[^\n]*\\\n)")  # a `/* */` ends a `#define` body early
 _STRING_MACRO = re.compile(rb'(?<=")[ \t]+[A-Z][A-Z0-9_]*(?:\([^()"\n]*\))?(?=[ \t]+")')  # `"a" HINT(128) "b"`
 _PRAGMA_LINE = re.compile(rb"(?m)^[ \t]*#[ \t]*pragma\b[^\n]*")  # `for (...)\n#pragma unroll\n for`
 # `using typename Base::half_t;` in a class body: the `typename` of a using-declaration
@@ -189,7 +188,7 @@ _CLASS_INSTANTIATION = re.compile(
     rb"(?m)^[ \t]*(?:extern[ \t]+)?template[ \t]+(class|struct|union)[ \t]+[\w:]+[ \t]*<[^;{}]*>[\w:]*[ \t]*;")
 
 
-def repair_idioms(data: bytes, conditionals_in_parens: bool = True) -> bytes:
+def repair_idioms(data: bytes, conditionals_in_parens: bool = True, attribute_macros: tuple[str, ...] = ()) -> bytes:
     """Blank (same length, newlines kept) what tree-sitter-cuda cannot read:
     a statement macro invocation without `;` alone on its lines
     (`REGISTER_EXTENSION(NAME)`, `CALL_IF(8, 8, 256)`), the `typename` of a
@@ -210,8 +209,13 @@ def repair_idioms(data: bytes, conditionals_in_parens: bool = True) -> bytes:
     statement macro without `;` as the body of an `if`/`for`/`while`/`else`
     on its line (`if (a) TORCH_CHECK(b, "...")`: an empty statement `;` in its
     place), and a name a macro pastes that starts with a digit
-    (`TEST(Suite, 2dimtest)`: `_dimtest`). Positions do not move,
-    so every span is still a span of the file."""
+    (`TEST(Suite, 2dimtest)`: `_dimtest`), and the C++17/20 and builtin
+    idioms of ``parse_declarations`` (braced default arguments,
+    `__builtin_bit_cast(T, x)`, `operator()<T>(`, `new T *[n]`, a
+    using-declarator list, `>>>` closing templates, an attribute macro
+    over lines, a macro before a constructor's initialiser list, comments
+    in a `#define`). Positions do not move, so every span is still a span
+    of the file."""
     out = bytearray(data)
     for m in _STATEMENT_MACRO.finditer(data):
         end = close_paren(data, m.end() - 1)
@@ -224,8 +228,6 @@ def repair_idioms(data: bytes, conditionals_in_parens: bool = True) -> bytes:
         blank_range(out, m.start(), end)
     for m in _TYPENAME_BRACE.finditer(data):
         blank_range(out, m.start(), m.end())
-    for m in _EMPTY_DEFAULT.finditer(data):
-        blank_range(out, m.start(), m.end())
     for m in _LAMBDA_QUALIFIER.finditer(data):
         blank_range(out, m.start(), m.end())
     for regex in (_DECL_MACRO, _BODY_MACRO):
@@ -233,13 +235,14 @@ def repair_idioms(data: bytes, conditionals_in_parens: bool = True) -> bytes:
             blank_range(out, m.start(1), m.end(1))
     for m in _CLASS_INSTANTIATION.finditer(data):
         blank_range(out, m.start(1), m.end(1))
-    for regex in (_ENUM_BASE, _STATEMENT_ARGUMENT, _PRAGMA_LINE, _DEFINE_COMMENT, _STRING_MACRO, _USING_TYPENAME):
+    for regex in (_ENUM_BASE, _STATEMENT_ARGUMENT, _PRAGMA_LINE, _STRING_MACRO, _USING_TYPENAME):
         for m in regex.finditer(data):
             blank_range(out, m.start(), m.end())
     _blank_type_argument_macros(data, out)
     _type_arguments_as_values(data, out)
     guarded_statement_macros(data, out)
     digit_led_macro_names(data, out)
+    repair_declarations(data, out, attribute_macros)
     if conditionals_in_parens:
         _blank_conditionals_in_parens(data, out)
     return bytes(out)
@@ -353,7 +356,8 @@ def _mask_regex(attribute_macros: tuple[str, ...], specifier_macros: tuple[str, 
         parts.append(rb"(?<!define )(?<!define\t)\b(?:" + names + rb")\b(?!\s*\()")
     if lone_macro_lines:
         # not the last argument of a call (`..., CUBLAS_COMPUTE_32F,\n  CUBLAS_GEMM_DEFAULT\n);`)
-        parts.append(rb"(?m)^[ \t]*[A-Z][A-Z0-9_]*_[A-Z0-9_]+[ \t]*$(?!\n[ \t]*\))")
+        # or of a template argument list (`kernel<\n  HAS_MASK,\n  EMIT_RELU\n>`)
+        parts.append(rb"(?m)^[ \t]*[A-Z][A-Z0-9_]*_[A-Z0-9_]+[ \t]*$(?!\n[ \t]*[)>])")
     if not parts:
         return None
     flags = b"(?m)" if lone_macro_lines else b""
