@@ -63,7 +63,8 @@ def parse_source(data: bytes, lang: Language, attribute_macros: tuple[str, ...] 
     three engines (after macro masking) it leaves 317 files with error nodes
     where tree-sitter-cpp leaves 566 and the better of the two per file 316;
     trying both would cost a second parse of every file with an error for
-    one file's gain (bench/grammar_errors.py keeps the number tracked)."""
+    one file's gain (the scan's ``stats.parse_errors`` counts the files left
+    with errors; bench/results/census-depth.md tracks it per tree)."""
     if lang is Language.PYTHON:
         tree = _parser(Language.PYTHON).parse(data)
         if tree.root_node.has_error:
