@@ -12,11 +12,14 @@ Input: classified sites, the project index and the ``[callers] per-step``
 globs. Output: the same sites, a per-call device buffer re-tiered T2 when
 the function binds it to a local that a function nested in it reads (a
 free name: not its parameter, never bound in it) and returns that nested
-function: the buffer lives as long as the closure, which its caller keeps
-to run it again and again (a benchmark's set-up and its timed body). A
-function reached from a per-step function within two calls builds a new
-closure each step and keeps T4; so does a buffer the closure never reads,
-and a nested function not returned. DESIGN.md ("Lifetime tiers"): set up
+function, and the function is handed by name to a runner (``benchmark(func,
+"iou", args)``) that no project code stands in for: the buffer lives as
+long as the closure, which the runner keeps to run it again and again (a
+benchmark's set-up and its timed body). A function the project calls
+itself is left to what that caller does (``bench = get_bench(d)``, run and
+dropped per case: per call); one reached from a per-step function within
+two calls builds a new closure each step and keeps T4; so does a buffer
+the closure never reads, and a nested function not returned. DESIGN.md ("Lifetime tiers"): set up
 once and kept -> persistent. Pure.
 """
 
@@ -28,7 +31,7 @@ from ..catalog import CallerGlobs
 from ..globs import matcher
 from ..model import Site, Tier
 from .index import Func, ProjectIndex
-from .names import has_word
+from .names import has_name, has_word
 from .retier import Decision, python_device_site, retier
 
 _UP = 2  # calls up from the set-up function to a per-step function
@@ -47,6 +50,9 @@ def closure_kept(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs)
         local = (site.target or "").strip()
         if local in func.scope.params or not func.returns:
             return None
+        runner = _handed_to_runner(func, index)
+        if not runner:
+            return None
         closures = _returned_closures(func, index)
         reader = next((c for c in closures if _reads_free(c, local)), None)
         if reader is None:
@@ -58,10 +64,24 @@ def closure_kept(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs)
             if stepper is not None or per_step(func.name):
                 return None
         return Tier.T2, (f"set up for a closure: {func.qualname} binds it to {local}, which the nested "
-                         f"{reader.name} it returns reads on every run; it lives as long as the closure its "
-                         f"caller keeps; was: {site.tier_reason}")
+                         f"{reader.name} it returns reads on every run; {func.name} is handed to {runner}, "
+                         f"which keeps the closure for its runs; was: {site.tier_reason}")
 
     return retier(sites, eligible, decide)
+
+
+def _handed_to_runner(func: Func, index: ProjectIndex) -> str:
+    """The call the enclosing scope (the function ``func`` is nested in,
+    or module level) hands ``func`` to by name (``benchmark(func, "iou",
+    args)``), when no project code calls ``func`` itself: ""
+    otherwise. A caller the project shows decides by what it does with the
+    closure (``bench = get_bench(d)`` run and dropped per case: per call)."""
+    if any(d == 1 for d in index.callers_within([func], 1).values()):
+        return ""
+    parent = func.qualname.rpartition(".")[0] or "<module>"
+    scope = index.func(func.path, parent)
+    calls = scope.calls if scope is not None else []
+    return next((c.callee for c in calls if has_name(c.arglist, func.name, not_before=".", not_after="(.[")), "")
 
 
 def _returned_closures(func: Func, index: ProjectIndex) -> list[Func]:
