@@ -27,6 +27,15 @@ that returns a copy of its object (``return Keypoints(self.tensor[i])``
 in ``__getitem__``) and a test building it say nothing of its lifetime:
 the other builders decide (none left: not per call).
 
+Round 24: an object handed to the constructor of a class that is itself
+built per call (``lb = LocalBlend(...)``; ``AttentionRefine(..., local_blend=lb)``
+in a method ``generate`` runs) lives as that holder does: no keeping. A
+subclass nothing builds (no call of its constructors, no ``cls(...)``
+factory, its name read nowhere outside its own methods: not held in a
+table nor handed on) is no evidence about its base, and its own
+constructor's buffers live as its siblings' do: per call when its project
+base is built only per call, through the subclasses something builds.
+
 Transitively (round 20): a class built only in the constructor of a class
 built per call (``self.buffers = Buffers(...)`` in ``Metadata.__init__``,
 and ``Metadata`` built every step) is per call too, and so are the buffers
@@ -67,6 +76,13 @@ def built_per_call(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlob
     memo: dict[str, str] = {}
     factories: dict[str, list[Func]] = {}
 
+    unbuilt_memo: dict[str, bool] = {}
+
+    def unbuilt(owner: ClassInfo) -> bool:
+        if owner.key not in unbuilt_memo:
+            unbuilt_memo[owner.key] = _unbuilt(owner, index, factories)
+        return unbuilt_memo[owner.key]
+
     def per_call(owner: ClassInfo) -> str:
         """Where ``owner`` is built per call, "" when it is not."""
         key = owner.key
@@ -74,8 +90,17 @@ def built_per_call(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlob
             memo[key] = ""  # a class that builds itself (recursion) is not per call
             ctors = index.constructors(owner)
             memo[key] = "" if class_factories(index, ctors, factories) else \
-                per_call_builders(ctors, index, per_step, per_call)
+                per_call_builders(ctors, index, per_step, per_call, unbuilt)
         return memo[key]
+
+    def per_call_or_base(owner: ClassInfo) -> str:
+        """``per_call``, or for a class nothing builds, how its base is built
+        per call (asked once the base's answer is settled)."""
+        found = per_call(owner)
+        if found or owner.language is not Language.PYTHON or not owner.bases:
+            return found
+        found = _as_base(owner, index, per_call)  # the name scan of `unbuilt` only when it decides
+        return found if found and unbuilt(owner) else ""
 
     def eligible(site: Site) -> bool:
         if site.language is not Language.PYTHON:
@@ -92,7 +117,7 @@ def built_per_call(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlob
                 func.scope.role == "method" and site.tier_reason.startswith((_INITIALISER, _PINNED[1]))
                 and _set_up_at_build(func, func.owner, index, _SET_UP)):
             return None
-        found = per_call(func.owner)
+        found = per_call_or_base(func.owner)
         if not found:
             return None
         if site.kind is SiteKind.PINNED_HOST:
@@ -111,10 +136,12 @@ def per_call_pinned(site: Site) -> bool:
 
 
 def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
-                      per_call: Callable[[ClassInfo], str] | None = None) -> str:
+                      per_call: Callable[[ClassInfo], str] | None = None,
+                      unbuilt: Callable[[ClassInfo], bool] | None = None) -> str:
     """The functions that build the class, each per step or reached from a
-    per-step function, or the constructor of a class built per call, named
-    with the per-step function; "" when any is not."""
+    per-step function, or the constructor of a class built per call (a
+    subclass ``unbuilt`` says nothing builds is no evidence), named with
+    the per-step function; "" when any is not."""
     if not ctors:
         return ""
     dist = index.callers_within(ctors, 1)
@@ -122,6 +149,7 @@ def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
     if not builders:
         return ""
     named = []
+    pending: list[ClassInfo] = []
     owner = ctors[0].owner
     for builder in builders:
         if owner is None or builder.scope is None:
@@ -130,22 +158,60 @@ def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
                 and builder.owner is not owner:
             # `self.buffers = Buffers(...)` in the constructor of a class built per call
             if not per_call(builder.owner):
-                return ""
+                if unbuilt is None:
+                    return ""
+                pending.append(builder.owner)  # no evidence if nothing builds it (told last: a name scan)
+                continue
             named.append(f"{builder.qualname} of a per-call {builder.owner.name}")
             continue
         if _own_copy(builder, owner, index) or test_path(builder.path):
             continue  # `return Keypoints(self.tensor[item])` in `Keypoints.__getitem__`, or a test: no evidence
-        if builder.scope.role not in _PLAIN or keeps(builder, owner, index) or _result_kept(builder, index):
+        if builder.scope.role not in _PLAIN or keeps(builder, owner, index, per_call) \
+                or _result_kept(builder, index):
             return ""
         stepper = _stepper(builder, index, per_step)
         if stepper is None and not _only_tests_call(builder, index):
             return ""
         if stepper is not None:
             named.append(builder.qualname if stepper is builder else f"{builder.qualname} <- {stepper.qualname}")
-    if not named:
+    if not named or (unbuilt is not None and not all(unbuilt(sub) for sub in pending)):
         return ""
     shown = ", ".join(named[:3]) + (f", +{len(named) - 3} more" if len(named) > 3 else "")
     return shown
+
+
+def _unbuilt(owner: ClassInfo, index: ProjectIndex, factories: dict[str, list[Func]]) -> bool:
+    """Nothing in the project builds ``owner``: no call of its constructors
+    (a subclass's ``super().__init__`` included), no ``cls(...)`` factory,
+    and its name is read nowhere outside its own methods (held in a table,
+    ``NORM_MAPPING["x"] = C``, handed on, called through an alias)."""
+    ctors = index.constructors(owner)
+    if not ctors or class_factories(index, ctors, factories) or any(
+            d == 1 for d in index.callers_within(ctors, 1).values()):
+        return False
+    name = owner.name
+    for func in index.functions():
+        if func.owner is owner or func.language is not Language.PYTHON:
+            continue
+        table = func.table
+        if table is not None and any(has_word(table.callees[i], name) or has_word(table.arglists[i], name)
+                                     for i in func.call_ix):
+            return False
+        if any(has_word(a.value, name) for a in func.assigns) or any(has_word(r.value, name) for r in func.returns):
+            return False
+    return True
+
+
+def _as_base(owner: ClassInfo, index: ProjectIndex, per_call: Callable[[ClassInfo], str]) -> str:
+    """A class nothing builds lives as its siblings do: where its project
+    base (one class of that name) is built only per call, through its other
+    subclasses (``AttentionReplace`` beside the ``AttentionRefine`` made per
+    ``generate``); "" otherwise."""
+    for base in owner.bases:
+        found = index.classes_named(base.split("[", 1)[0].rsplit(".", 1)[-1])
+        if len(found) == 1 and found[0] is not owner and (how := per_call(found[0])):
+            return f"never built itself; its base {found[0].name} is built only per call: {how}"
+    return ""
 
 
 def _set_up_at_build(func: Func, owner: ClassInfo, index: ProjectIndex, depth: int) -> bool:
@@ -199,11 +265,14 @@ def _result_kept(builder: Func, index: ProjectIndex) -> bool:
     return False
 
 
-def keeps(func: Func, owner: ClassInfo, index: ProjectIndex) -> bool:
+def keeps(func: Func, owner: ClassInfo, index: ProjectIndex,
+          per_call: Callable[[ClassInfo], str] | None = None) -> bool:
     """``func`` keeps an object of ``owner`` it builds: stored on an object
     or in a container (``self.state = State(...)``, ``runners[d] = runner``,
     ``self._fb = fb.to(device)``, ``self._fb = Fb(...).to(device)``), or
-    handed to another project class's constructor (``Replace(..., lb)``)."""
+    handed to another project class's constructor (``Replace(..., lb)``),
+    unless ``per_call`` says that class is itself built per call (the
+    object then lives as the per-call object holding it does)."""
     calls = func.calls
     stores = [a for a in func.assigns if any(not t.strip().isidentifier() for t in a.targets)]
     for call in calls:
@@ -221,8 +290,8 @@ def keeps(func: Func, owner: ClassInfo, index: ProjectIndex) -> bool:
                 c.span.line > call.span.line and c.target and not c.target.strip().isidentifier()
                 and starts_with_word(c.callee, target) for c in calls):
             return True  # `runners[d] = runner`, `self._fb = fb.to(device)`
-        if any(c.span.line > call.span.line and has_word(c.arglist, target) and index.constructed_class(func, c)
-               is not None for c in calls):
+        if any(c.span.line > call.span.line and has_word(c.arglist, target) and (held := index.constructed_class(
+                func, c)) is not None and (held is owner or per_call is None or not per_call(held)) for c in calls):
             return True
     return False
 

@@ -49,13 +49,17 @@ def class_factories(index: ProjectIndex, funcs: Sequence[Func], memo: dict[str, 
     return memo[key]
 
 
-def default_fill(func: Func, test: str) -> bool:
+def default_fill(func: Func, test: str, target: str = "") -> bool:
     """``test`` (of a branch in constructor ``func``) compares only its
     parameters, or what they hold, with None: a default filled in, or an
     optional input taken, on every construction (``if pos is None: pos =
-    torch.arange(n)``, ``if jt.weights_or_none() is not None:``)."""
+    torch.arange(n)``, ``if jt.weights_or_none() is not None:``). In any
+    function or method when ``target``, what the branch allocates into, is
+    a parameter (a local, not the object): ``if latent is None: latent =
+    torch.randn(...)`` fills a default on every call."""
     scope = func.scope
-    if scope is None or scope.role != "constructor" or "hasattr" in test:
+    if scope is None or "hasattr" in test or (scope.role != "constructor" and not (
+            target in scope.params and scope.role in ("function", "method"))):
         return False
     found = _NONE_TEST.findall(test)
     # every attribute path of the test is one of the compared operands

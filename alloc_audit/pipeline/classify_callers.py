@@ -1,15 +1,14 @@
 """Stage 5, classify (second pass): tiers decided by who calls the function.
 
-Input: classified sites, the project index and the caller globs of
-``rules/tiers.toml`` ``[callers]``. Output: the same sites, a few re-tiered,
-each with a reason naming the caller.
+Input: classified sites, the project index and the caller globs of ``rules/tiers.toml`` ``[callers]``. Output:
+the same sites, a few re-tiered, each with a reason naming the caller.
 
 Names are evidence, not proof (DESIGN.md, "Lifetime tiers"):
 
 - an initialiser by name (T2: ``setup``, ``init_*``) that a per-step function
   calls directly (``forward`` calls ``self.setup(n)``) allocates on every
   step: T4, unless the allocation is guarded to run once (it sits under a
-  test that names its target or ``None``: lazy initialisation);
+  test that names its target or ``None``: lazy initialisation, not ``if latent is None: latent = ...``);
 - a buffer returned to callers that are all constructors is built once per
   object: T2 (T1 while the model is built);
 - a persistent pinned buffer (T5b) of a class that is constructed only from
@@ -337,7 +336,8 @@ def _guarded_once(site: Site, func: Func) -> bool:
             continue
         test = block.test
         if block.span.contains_line(site.span.line) and (
-                (("None" in test or (target and target in test)) and not default_fill(func, test)) or "hasattr" in test
+                (("None" in test or (target and target in test)) and not default_fill(func, test, target))
+                or "hasattr" in test
                 or (holder is not None and "[" not in target and holder.search(test) and _COMPARES.search(test))):
             return True
     return False

@@ -13,7 +13,10 @@ What sets it back to None, and who builds the object, decide (first match):
    ``register_hook(self._hook)``: it runs when the step's hooks run). A member
    kept per key is left to 2 and 3.
 2. The object keeping it is built only in per-call code (``built_per_call``'s
-   builders: ``_Replicator(t)`` in ``step()``, dropped after).
+   builders: ``_Replicator(t)`` in ``step()``, dropped after). So too (round
+   24) for a buffer a method returns to the class's own methods, which keep
+   it on the object (``self.mask = self._calc_mask(...)`` in ``__call__`` of
+   a logits processor ``generate`` builds each call).
 3. The build sits under ``if self.x is None:`` and another method that runs
    per step resets it: a per-step name, ``train_batch``/``eval_batch``, or a
    method a per-step function calls (``release_workspace()`` from
@@ -44,6 +47,7 @@ from .repinned_members import step_reason
 from .retier import Decision, retier
 
 _LAZY = "created lazily: "
+_KEPT_BY_CALLERS = "kept by its callers: "  # kept_accumulators: a method's result its callers keep on the object
 _SELF_NAME = re.compile(r"self\.([A-Za-z_]\w*)")
 # one batch per call: a training engine's `train_batch(data_iter)`, `eval_batch`
 _BATCH = re.compile(r"_*(?:train|eval)_batch")
@@ -62,9 +66,13 @@ def reset_members(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs
     steps: dict[str, str] = {}
 
     def eligible(site: Site) -> bool:
-        return site.tier is Tier.T2 and _LAZY in site.tier_reason
+        return site.tier is Tier.T2 and (_LAZY in site.tier_reason or site.tier_reason.startswith(_KEPT_BY_CALLERS))
 
     def decide(site: Site) -> Decision | None:
+        if site.tier_reason.startswith(_KEPT_BY_CALLERS):  # kept on its own object by the class's methods
+            builders = _object_per_call(site, index, named, built, factories) if _own_callers(site, index) else ""
+            return (Tier.T4, (f"per call: the object whose methods keep it is built only in per-call code "
+                              f"({builders}) and dropped after; was: {site.tier_reason}")) if builders else None
         reset = _reset_by_name(site, index, named) if " per key " not in site.tier_reason else None
         if reset is not None:
             member, method, why = reset
@@ -105,6 +113,16 @@ def _reset_by_caller(site: Site, index: ProjectIndex, per_step: Callable[[str], 
             return Tier.T4, (f"rebuilt per step: {method.qualname} sets {member} back to None on every step "
                              f"({memo[method.id]}); was: {site.tier_reason}")
     return None
+
+
+def _own_callers(site: Site, index: ProjectIndex) -> bool:
+    """Every caller of the site's method (one at least) is a method of its
+    own class: what they keep on ``self`` is kept on the same object."""
+    func = index.func(site.path, site.scope)
+    if func is None or func.owner is None:
+        return False
+    callers = [index.funcs.get(fid) for fid, d in index.callers_within([func], 1).items() if d == 1]
+    return bool(callers) and all(c is not None and c.owner is func.owner for c in callers)
 
 
 def _object_per_call(site: Site, index: ProjectIndex, per_step: object, memo: dict[str, str],

@@ -85,6 +85,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .checkpoint_reads import checkpoint_uploads
     from .classify import classify_sites
     from .classify_callers import tiers_from_callers, tiers_of_derived
+    from .closure_kept import closure_kept
     from .conversion_paths import conversion_paths
     from .cpu_locals import drop_cpu_locals
     from .default_device import promote_default_sites
@@ -205,7 +206,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = kept_accumulators(run_accumulators(sites, index, catalog.callers), index, catalog.callers)
     sites = helper_built(kept_results(sites, index, catalog.callers), index)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
-    sites = adopted_weights(module_build_temps(returned_once(sites, index, catalog.callers), index), index)
+    sites = closure_kept(returned_once(sites, index, catalog.callers), index, catalog.callers)
+    sites = adopted_weights(module_build_temps(sites, index), index)
     sites = repinned_members(native_pinned(kept_slots(sites, index, catalog.callers), index), index, catalog.callers)
     sites = worker_buffers(setup_members(sites, index, catalog.callers), index)
     sites = weight_members(buffer_classes(kept_pinned(sites, index)), index)
