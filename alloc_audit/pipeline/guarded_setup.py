@@ -39,7 +39,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..model import Call, Language, Site, SiteKind, Tier
+from ..model import Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
 from .index.values import off_device
 
@@ -150,7 +150,7 @@ def _callers(func: Func, ctx: _Ctx) -> list[Func]:
     its enclosing function when that calls it by name."""
     out: dict[str, Func] = {}
     shared = ctx.defined.get(func.name, 0) > 1
-    for caller, call, resolved in _calls_named(func, ctx.index):
+    for caller, call, resolved in ctx.index.calls_reaching(func):
         if not resolved and shared:
             continue
         values = ctx.index.edge_values(caller, call, func, {}) if resolved else {}
@@ -212,20 +212,6 @@ def _flags(func: Func) -> set[str]:
     """The members ``func`` sets to ``True`` (``self.ready = True``)."""
     return {t.removeprefix("self.") for a in func.assigns if a.op == "=" and a.value.strip() == "True"
             for t in a.targets if _SELF_MEMBER.fullmatch(t)}
-
-
-def _calls_named(func: Func, index: ProjectIndex) -> list[tuple[Func, Call, bool]]:
-    """Every call by ``func``'s name that may reach it: resolved to it, or
-    not resolved at all; with whether it was resolved."""
-    out = []
-    for caller, i in index.calls_named(func.name):
-        if caller.table is None:
-            continue
-        call = caller.table[i]
-        resolved = index.resolve(caller, call)
-        if not resolved or func in resolved:
-            out.append((caller, call, bool(resolved)))
-    return out
 
 
 def _unset_test(caller: Func, line: int, receiver: str, flags: set[str], stored: set[str]) -> str:

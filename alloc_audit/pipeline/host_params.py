@@ -100,13 +100,7 @@ def _callers_leave_default(func: Func, param: str, index: ProjectIndex) -> bool:
     params = list(func.scope.params)
     position = params.index(param) - (1 if params and params[0] in _SELF else 0)
     outside = False
-    for caller, i in index.calls_named(func.name):
-        if caller.table is None:
-            continue
-        call = caller.table[i]
-        resolved = index.resolve(caller, call)
-        if resolved and func not in resolved:
-            continue
+    for caller, call, _ in index.calls_reaching(func):
         args = split_args(call.arglist)
         if any(a.text.lstrip().startswith("*") for a in args):
             return False  # `f(*args)`, `f(**kw)`: what it passes is not known

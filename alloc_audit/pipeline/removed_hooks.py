@@ -77,13 +77,7 @@ def removed_hooks(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
 def _callers(func: Func, index: ProjectIndex) -> list[Func]:
     """The functions that call ``func``: calls by its name resolved to it, or not resolved at all
     (``self.quantizer.quantize_low_rank(...)``: each must then pass the test too)."""
-    out: dict[str, Func] = {}
-    for caller, i in index.calls_named(func.name):
-        if caller.table is None:
-            continue
-        resolved = index.resolve(caller, caller.table[i])
-        if not resolved or func in resolved:
-            out[caller.id] = caller
+    out = {caller.id: caller for caller, _, _ in index.calls_reaching(func)}
     return list(out.values())
 
 

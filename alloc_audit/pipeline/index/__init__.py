@@ -243,6 +243,20 @@ class ProjectIndex:
         index in its file's ``CallTable``), resolved or not."""
         return self._calls.calls_by_leaf().get(name, ())
 
+    def calls_reaching(self, func: Func) -> list[tuple[Func, Call, bool]]:
+        """Every call by ``func``'s name that may reach it: resolved to it,
+        or resolved to nothing (``self.helper.run(...)``); with whether it
+        was resolved."""
+        out = []
+        for caller, i in self.calls_named(func.name):
+            if caller.table is None:
+                continue
+            call = caller.table[i]
+            resolved = self.resolve(caller, call)
+            if not resolved or func in resolved:
+                out.append((caller, call, bool(resolved)))
+        return out
+
     def callees(self, func: Func) -> Iterator[tuple[Call, tuple[Func, ...]]]:
         return self._calls.callees(func)
 
