@@ -3,10 +3,12 @@ parallel parent work): the rules read the settled index and nothing the
 tier passes compute, so a child forked when the index settles runs them
 while the parent runs the tier passes.
 
-Every run on a platform that can fork computes in the child, whatever
-``--jobs`` says, so the rules always start from the same index (its memos
-as they were when it settled) and the output is the same for every
-``--jobs``; with one job the parent waits for the child before it goes on.
+With more than one job, on a platform that can fork, the child computes
+it. With one job the parent computes it at once, where the child would have
+been forked: the rules start from the same index (its memos as they were
+when it settled) for every ``--jobs``, so the output is the same, and one
+job pays for no fork (a fork of a large process and the copy-on-write of
+every page the child touches cost more than the rules of a small project).
 Where processes cannot be forked, or the child dies, the parent computes
 the value itself when it is asked for it.
 """
@@ -24,8 +26,8 @@ T = TypeVar("T")
 
 
 class Background(Generic[T]):
-    """A value being computed, by a forked child when possible; ``result``
-    waits for it."""
+    """A value being computed: by a forked child when ``concurrent`` and
+    possible, at once otherwise; ``result`` waits for it."""
 
     def __init__(self, compute: Callable[[], T], concurrent: bool) -> None:
         self._compute = compute
@@ -33,10 +35,10 @@ class Background(Generic[T]):
         self._reader: Any = None
         self._done = False
         self._value: T | None = None
-        if can_fork():
+        if not concurrent:
+            self.result()
+        elif can_fork():
             self._start()
-            if not concurrent:
-                self.result()
 
     def _start(self) -> None:
         import multiprocessing

@@ -176,6 +176,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     index.settle()  # nothing is added from here on: the memos drop what kept them across rounds
     phases.mark("default-device")
     # the rules read the settled index only: a child runs them while this process runs the tier passes
+    # (one job: this process runs them now, from the same index)
     jobs = job_count(options.jobs, config.jobs)
     rules = Background(functools.partial(_rules, index, config, catalog), concurrent=jobs > 1) \
         if options.with_rules else None
