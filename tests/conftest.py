@@ -10,6 +10,14 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests (real pre-commit, browsers: marked ``slow``) first, in
+    their files' order: xdist hands tests out in this order, so the long ones
+    start at once and the short ones fill in around them, instead of one of
+    them running alone at the end while the other worker idles."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def release(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """One tagged local clone of this repository and one pre-commit home for

@@ -32,7 +32,7 @@ def strip(e: AllowlistEntry) -> tuple[object, ...]:
     return (e.path, e.scope, e.api, e.count, e.tier, e.pinned, e.reason)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(entry, max_size=20).map(unique))
 def test_parse_of_write_is_identity_and_sorted(entries: list[AllowlistEntry]) -> None:
     text = render_file(entries)
