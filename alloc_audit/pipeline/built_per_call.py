@@ -36,6 +36,21 @@ table nor handed on) is no evidence about its base, and its own
 constructor's buffers live as its siblings' do: per call when its project
 base is built only per call, through the subclasses something builds.
 
+Round 25: a builder that runs per step and parks the object in an
+attribute slot outside any ``if`` (``cache.curr_lens = lens`` in
+``prefill_step``) replaces the last step's object: no keeping (a store
+under a test, a lazy member, still keeps). A method that overrides a
+project base's is reached where the base's is (``self.prefill_step(...)``
+in the base's ``step`` runs the override). A value class, one whose own
+methods (or a project base's) return a new object of the object's class
+(``return self.__class__(...)`` in ``clone``, ``type(self)(...)``), is
+made per operation like a tensor: a builder no per-step function reaches
+is no obstacle when it drops or returns the object (a loader, a join),
+tests (their module level too) are no evidence, and a class built only by
+tests and its own copies is per call; a builder that keeps it, builds it
+in a constructor or at module level, or is a run-once entry point
+(``main``, ``cli``, ``setup_*``, ``build_*``, ``init_*``) still keeps T2.
+
 Transitively (round 20): a class built only in the constructor of a class
 built per call (``self.buffers = Buffers(...)`` in ``Metadata.__init__``,
 and ``Metadata`` built every step) is per call too, and so are the buffers
@@ -50,7 +65,7 @@ from collections.abc import Callable, Sequence
 
 from ..catalog import CallerGlobs
 from ..globs import matcher, test_path
-from ..model import Language, Site, SiteKind, Tier
+from ..model import Assign, Language, Site, SiteKind, Tier
 from .built_per_pass import class_factories
 from .index import ClassInfo, Func, ProjectIndex
 from .names import has_name, has_word, starts_with_word
@@ -65,6 +80,10 @@ _PINNED = ("persistent pinned host buffer created in ", "persistent pinned host 
 _PLAIN = frozenset({"function", "method"})
 _ENTRY = re.compile(r"([A-Za-z_]\w*)\[[^\]]*\]")  # `chunks[i]`
 _CLASS_NAME = re.compile(r"[A-Z]\w*[a-z]\w*")  # `Instances`, not a constant's name
+_NAME = re.compile(r"[A-Za-z_]\w*")
+_SLOT = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")  # `cache.curr_lens`, no entry
+_SELF_TYPE = frozenset({"self.__class__", "type(self)"})  # a copy of the object's own class
+_ONCE = re.compile(r"_?main|_?run|cli|_?setup\w*|_?build\w*|_?init\w*|configure\w*")  # run-once entry points
 _UP = 2  # calls up from a constructing function to a per-step function
 _SET_UP = 3  # calls up through the object's own methods to where it is built
 
@@ -151,7 +170,10 @@ def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
     named = []
     pending: list[ClassInfo] = []
     owner = ctors[0].owner
+    value = _value_copy(owner, index) if owner is not None and per_call is not None else ""
     for builder in builders:
+        if value and test_path(builder.path):
+            continue  # a test's module level builds a value as its functions do: no evidence
         if owner is None or builder.scope is None:
             return ""
         if per_call is not None and builder.scope.role == "constructor" and builder.owner is not None \
@@ -166,18 +188,43 @@ def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
             continue
         if _own_copy(builder, owner, index) or test_path(builder.path):
             continue  # `return Keypoints(self.tensor[item])` in `Keypoints.__getitem__`, or a test: no evidence
-        if builder.scope.role not in _PLAIN or keeps(builder, owner, index, per_call) \
+        stepper = _stepper(builder, index, per_step)
+        if builder.scope.role not in _PLAIN or keeps(builder, owner, index, per_call, stepper is not None) \
                 or _result_kept(builder, index):
             return ""
-        stepper = _stepper(builder, index, per_step)
         if stepper is None and not _only_tests_call(builder, index):
-            return ""
+            if not value or _ONCE.fullmatch(builder.name):
+                return ""
+            named.append(f"{builder.qualname} (drops or returns it)")
+            continue
         if stepper is not None:
             named.append(builder.qualname if stepper is builder else f"{builder.qualname} <- {stepper.qualname}")
+    if value and not named and not pending:
+        named.append("tests only")
     if not named or (unbuilt is not None and not all(unbuilt(sub) for sub in pending)):
         return ""
+    if value:
+        named[0] = f"a value class ({value} returns a new {owner.name if owner else 'object'}): {named[0]}"
     shown = ", ".join(named[:3]) + (f", +{len(named) - 3} more" if len(named) > 3 else "")
     return shown
+
+
+def _value_copy(owner: ClassInfo, index: ProjectIndex) -> str:
+    """Round 25: the method of ``owner`` (or of a project base) that returns
+    a new object of the object's own class (``return self.__class__(...)``,
+    ``type(self)(...)``, ``return Meshes(...)`` in ``Meshes.clone``): a
+    value class, whose operations make new objects, like a tensor's; ""
+    when none does."""
+    if owner.language is not Language.PYTHON:
+        return ""
+    for cls in [owner, *index.base_classes(owner)]:
+        for funcs in cls.methods.values():
+            for func in funcs:
+                if func.scope is None or func.scope.role != "method" or func.scope.params[:1] != ("self",):
+                    continue  # a classmethod factory (`cls.static(dim)`) makes no copy of an object
+                if any(c.callee in _SELF_TYPE for c in func.calls) or _own_copy(func, owner, index):
+                    return f"{cls.name}.{func.name}"
+    return ""
 
 
 def _unbuilt(owner: ClassInfo, index: ProjectIndex, factories: dict[str, list[Func]]) -> bool:
@@ -266,15 +313,22 @@ def _result_kept(builder: Func, index: ProjectIndex) -> bool:
 
 
 def keeps(func: Func, owner: ClassInfo, index: ProjectIndex,
-          per_call: Callable[[ClassInfo], str] | None = None) -> bool:
+          per_call: Callable[[ClassInfo], str] | None = None, per_step: bool = False) -> bool:
     """``func`` keeps an object of ``owner`` it builds: stored on an object
     or in a container (``self.state = State(...)``, ``runners[d] = runner``,
     ``self._fb = fb.to(device)``, ``self._fb = Fb(...).to(device)``), or
     handed to another project class's constructor (``Replace(..., lb)``),
     unless ``per_call`` says that class is itself built per call (the
-    object then lives as the per-call object holding it does)."""
+    object then lives as the per-call object holding it does).
+
+    Round 25: when ``func`` runs per step (``per_step``), a store of the
+    object's name into an attribute slot on no test (``cache.curr_lens =
+    lens`` in ``prefill_step``) replaces the previous step's object: the
+    slot holds one step's object, no keeping. A store under an ``if`` (a
+    lazy member, ``if self.x is None: self.x = x``) still keeps."""
     calls = func.calls
-    stores = [a for a in func.assigns if any(not t.strip().isidentifier() for t in a.targets)]
+    stores = [a for a in func.assigns if any(not t.strip().isidentifier() for t in a.targets)
+              and not (per_step and _replaced_slot(func, a))]
     for call in calls:
         if index.constructed_class(func, call) is not owner:
             continue
@@ -294,6 +348,16 @@ def keeps(func: Func, owner: ClassInfo, index: ProjectIndex,
                 func, c)) is not None and (held is owner or per_call is None or not per_call(held)) for c in calls):
             return True
     return False
+
+
+def _replaced_slot(func: Func, store: Assign) -> bool:
+    """``store`` binds a plain name to attribute slots (``a.b = x``, no entry,
+    no augmented assignment) outside every ``if`` of ``func``: each call
+    overwrites what the last one stored."""
+    if store.op != "=" or not _NAME.fullmatch(store.value.strip()) or not all(
+            _SLOT.fullmatch(t.strip()) for t in store.targets):
+        return False
+    return not any(b.kind == "if" and b.span.contains_line(store.line) for b in func.blocks)
 
 
 def _own_entry(func: Func, target: str) -> bool:
@@ -367,6 +431,19 @@ def _stepper(func: Func, index: ProjectIndex, per_step: object) -> Func | None:
     assert callable(per_step)
     if per_step(func.name):
         return func
-    dist = index.callers_within([func], _UP)
+    dist = index.callers_within(_overridden(func, index), _UP)
     ups = [f for fid in sorted(dist, key=lambda f: (dist[f], f)) if dist[fid] > 0 and (f := index.funcs.get(fid))]
     return next((f for f in ups if per_step(f.name)), None)
+
+
+def _overridden(func: Func, index: ProjectIndex) -> list[Func]:
+    """``func`` and the methods of that name of its class's project bases
+    (round 25): ``self.prefill_step(tasks)`` in a base's ``step`` runs the
+    subclass's override, a call the call graph resolves to the base's."""
+    owner = func.owner
+    if owner is None or func.scope is None or func.scope.role != "method" or owner.language is not Language.PYTHON:
+        return [func]
+    found = [func]
+    for base in index.base_classes(owner):
+        found += [m for m in base.methods.get(func.name, []) if m not in found]
+    return found

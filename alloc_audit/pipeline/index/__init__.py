@@ -143,6 +143,10 @@ class ProjectIndex:
         """A method of ``cls`` or of its nearest base that defines it."""
         return self._symbols.method_lookup(cls, name)
 
+    def base_classes(self, cls: ClassInfo) -> list[ClassInfo]:
+        """The project classes ``cls`` derives from, nearest first."""
+        return self._symbols.base_classes(cls)
+
     def subclass_names(self, name: str) -> list[str]:
         return self._symbols.subclass_names(name)
 
