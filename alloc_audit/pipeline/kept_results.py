@@ -48,6 +48,7 @@ _RAW = re.compile(r"(?:[\w.]+\.)?(?:cudaMalloc|cuMemAlloc|hipMalloc|hipMemAlloc|
 _RUNTIME = re.compile(r"cuda|cu[A-Z]|hip")
 _FREE = re.compile(r"(?:[\w.]+\.)?\w*[Ff]ree\w*")
 _CONSTRUCTION = re.compile(r"(?:[\w.]+\.)?[A-Z]\w*\((.*)\)", re.S)
+_OPENED = re.compile(r"(?:[\w.]+\.)?[A-Z]\w*\((.*)", re.S)  # the start of a construction whose text was cut
 _CACHING = frozenset({"functools.lru_cache", "functools.cache", "lru_cache", "cache"})
 
 
@@ -103,6 +104,8 @@ def _returns_itself(site: Site, returns: Sequence[Return]) -> bool:
     for ret in returns:
         text = ret.value.strip()
         built = _CONSTRUCTION.fullmatch(text)
+        if built is None and text.count("(") > text.count(")"):  # a long return, its text cut short
+            built = _OPENED.match(text)
         if built is not None:  # `return Holder(t, n)`: the object keeps what it is given
             text = built.group(1)
         elif text[:1] in "([{" and text[-1:] in ")]}":
