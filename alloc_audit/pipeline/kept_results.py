@@ -12,7 +12,11 @@ process -> persistent.
   must be what is returned (itself, in a tuple, or handed to an object the
   function returns): an example input only handed to the compiler whose
   kernel is returned (``return cute.compile(k, from_dlpack(t))``) is
-  dropped on return, per call (round 23).
+  dropped on return, per call (round 23). Round 25: a local handed to the
+  object the function returns (``return GraphState(input_ids=input_ids,
+  ...)``, the keyword's value) or built inside the returned expression counts
+  as returned, whatever flow analysis said of where it goes (a handed
+  tensor, not only ``return``); a plain local stays per call.
 - An object with persistent buffers (a derived site whose ``via`` is a
   persistent buffer of its constructor) kept on ``self`` by a method
   (``self.state = DecoderState(...)`` in ``_graph_reinitialize``) lives as
@@ -44,6 +48,7 @@ _RAW = re.compile(r"(?:[\w.]+\.)?(?:cudaMalloc|cuMemAlloc|hipMalloc|hipMemAlloc|
 _RUNTIME = re.compile(r"cuda|cu[A-Z]|hip")
 _FREE = re.compile(r"(?:[\w.]+\.)?\w*[Ff]ree\w*")
 _CONSTRUCTION = re.compile(r"(?:[\w.]+\.)?[A-Z]\w*\((.*)\)", re.S)
+_OPENED = re.compile(r"(?:[\w.]+\.)?[A-Z]\w*\((.*)", re.S)  # the start of a construction whose text was cut
 _CACHING = frozenset({"functools.lru_cache", "functools.cache", "lru_cache", "cache"})
 
 
@@ -53,7 +58,7 @@ def kept_results(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs)
     out = []
     for site in sites:
         if site.tier is Tier.T4 and site.language is Language.PYTHON:
-            if site.via is None and site.kept == "return":
+            if site.via is None and (site.kept == "return" or (site.kept != "local" and _in_cached(site, index))):
                 site = _cached(site, index)
             elif site.via is not None and (site.via.path, site.via.line) in persistent:
                 site = _kept_on_self(site, index, per_step)
@@ -75,6 +80,14 @@ def _cached(site: Site, index: ProjectIndex) -> Site:
         f"process; {site.tier_reason}"))
 
 
+def _in_cached(site: Site, index: ProjectIndex) -> bool:
+    """The site's function is cache-decorated: a tensor it hands to the
+    object or container it returns (``return State(ids=ids)``) is kept by
+    the cache as much as one it returns itself (``_returns_itself`` decides)."""
+    func = index.func(site.path, site.scope)
+    return func is not None and func.scope is not None and any(d in _CACHING for d in func.scope.decorators)
+
+
 def _returns_itself(site: Site, returns: Sequence[Return]) -> bool:
     """The tensor itself is what the function returns (``return t``,
     ``return t, scale``, ``return t[:n]``, ``return t.contiguous()``), so
@@ -91,6 +104,8 @@ def _returns_itself(site: Site, returns: Sequence[Return]) -> bool:
     for ret in returns:
         text = ret.value.strip()
         built = _CONSTRUCTION.fullmatch(text)
+        if built is None and text.count("(") > text.count(")"):  # a long return, its text cut short
+            built = _OPENED.match(text)
         if built is not None:  # `return Holder(t, n)`: the object keeps what it is given
             text = built.group(1)
         elif text[:1] in "([{" and text[-1:] in ")]}":

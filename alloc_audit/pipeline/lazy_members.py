@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 from ..model import Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
+from .native_lazy import native_lazy_members
 
 _IF_KINDS = frozenset({"if", "elif", "else"})
 _KEYED = re.compile(r"((?:self|cls)\.[A-Za-z_]\w*)\[([^\[\]]+)\]")
@@ -37,7 +38,8 @@ _ADD = re.compile(r"(self\.[A-Za-z_]\w*)\.(?:append|extend|insert)")
 
 
 def lazy_members(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
-    return [_lazy(site, index) if _candidate(site) else site for site in sites]
+    out = [_lazy(site, index) if _candidate(site) else site for site in sites]
+    return native_lazy_members(out, index) if any(s.language is not Language.PYTHON for s in out) else out
 
 
 def _candidate(site: Site) -> bool:
