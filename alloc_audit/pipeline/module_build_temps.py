@@ -24,7 +24,11 @@ handed to ``self.register_buffer`` in ``Transformer.__init__``): when every
 resolved caller is a torch module's constructor that keeps the call's
 result (an argument of ``register_buffer`` / ``nn.Parameter``, or stored in
 ``self.x``), or a function only such callers reach (a helper nested in it),
-its temporaries are made while the model is built: T1. One other caller (a
+its temporaries are made while the model is built: T1. So is a caller that
+is a method of the module keeping the result (``self.freqs_cis =
+precompute_freqs_cis(...)`` in ``Transformer.precompute_freqs_cis``) which
+only the constructor reaches, as above (round 25); and what such a function
+returns is the module's state, built with it: T1 too. One other caller (a
 ``forward`` recomputing it) keeps them per call. Pure.
 """
 
@@ -46,15 +50,17 @@ def module_build_temps(sites: Sequence[Site], index: ProjectIndex) -> list[Site]
     memo: dict[str, bool] = {}
 
     def eligible(site: Site) -> bool:
-        return python_device_site(site, Tier.T4) and (site.kept in ("", "local") or site.kept.startswith(_TORCH_OP))
+        return python_device_site(site, Tier.T4) and (site.kept in ("", "local", "return")
+                                                      or site.kept.startswith(_TORCH_OP))
 
     def decide(site: Site) -> Decision | None:
         func = index.func(site.path, site.scope)
         if func is not None and func.scope is not None and func.scope.role == "function":
-            ctor = _built_for_module(func, index, _DEPTH)
+            # what it returns, too: every caller keeps that on the module it builds
+            ctor = _built_for_module(func, index, _DEPTH, memo)
             return (Tier.T1, (f"a load-time temporary: {func.qualname} runs only while a module is constructed "
                               f"({ctor} keeps what it returns); was: {site.tier_reason}")) if ctor else None
-        if site.kept.startswith(_TORCH_OP):
+        if site.kept.startswith(_TORCH_OP) or site.kept == "return":
             return None  # a method's: only its own locals are followed
         owner = func.owner if func is not None else None
         if func is None or func.scope is None or func.scope.role != "method" or owner is None or not any(
@@ -121,10 +127,12 @@ def _built_by_constructor(func: Func, index: ProjectIndex, depth: int, memo: dic
     return found
 
 
-def _built_for_module(func: Func, index: ProjectIndex, depth: int) -> str:
+def _built_for_module(func: Func, index: ProjectIndex, depth: int, memo: dict[str, bool]) -> str:
     """The constructor that keeps ``func``'s result on a torch module, when
     every resolved caller is one (or, ``depth`` allowing, a function only
-    such callers reach); "" otherwise."""
+    such callers reach, or a method of the module that keeps the result and
+    that only its constructor reaches: ``self.freqs_cis = precompute_freqs_cis(...)``
+    in ``Transformer.precompute_freqs_cis``, which ``__init__`` calls); "" otherwise."""
     dist = index.callers_within([func], 1)
     callers = [index.funcs[fid] for fid, d in sorted(dist.items()) if d == 1 and fid in index.funcs]
     found = ""
@@ -132,8 +140,12 @@ def _built_for_module(func: Func, index: ProjectIndex, depth: int) -> str:
         role = c.scope.role if c.scope is not None else ""
         if role == "constructor" and _module(c) and _keeps_result(c, func.name):
             found = found or c.qualname
-        elif role == "function" and depth > 1 and c is not func and (via := _built_for_module(c, index, depth - 1)):
+        elif role == "function" and depth > 1 and c is not func and (
+                via := _built_for_module(c, index, depth - 1, memo)):
             found = found or via
+        elif role == "method" and _module(c) and _keeps_result(c, func.name) \
+                and _built_by_constructor(c, index, _DEPTH, memo):
+            found = found or c.qualname
         else:
             return ""
     return found

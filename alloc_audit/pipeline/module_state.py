@@ -21,6 +21,22 @@ it becomes a module's registered state:
   ``partial(FlashSelfAttention, alibi_slopes=slopes)``) whose ``__init__``
   registers that parameter.
 
+Round 25: the registered value may hold the allocation anywhere inside it
+(``self.register_buffer("r", torch.arange(0, d, 2)[: d // 2].float() / d)``,
+``nn.Parameter(x if x is not None else torch.ones(n) * v)``): made for the
+module's state, T1. An allocation handed whole to a project class's
+constructor that wraps that parameter (``nn.Parameter(scales.data)``) is T1
+as a local so handed is, and a parameter class named for it
+(``bmt.DistributedParameter(w)``) registers like ``nn.Parameter``. A
+temporary of module construction (a constructor, or a method every call by
+whose name sits in a constructor) whose value flows through the function's
+later assignments, up to ``_FLOW_HOPS`` locals, into a registration
+(``t`` -> ``freqs = torch.outer(t, inv)`` -> ``register_buffer("cos",
+freqs.cos())``) is made while the model is built: a load-path temporary, T1
+(the judges' convention). A temporary only read (its shape, a host scalar)
+or stored in a plain ``self.x`` stays as it was, and none of this applies to
+an object ``built_per_call`` found built per call.
+
 One call edge is followed, from the calls of the site's own function: no
 search. It runs after classification, so the index still sees these
 allocations as the constructor's and a class that holds them stays a
@@ -40,14 +56,20 @@ from .names import has_word
 from .retier import Decision, python_device_site, retier
 
 _PARTIAL = frozenset({"partial", "functools.partial"})
-REGISTERS = re.compile(r"(?:^|\.)(?:register_buffer|register_parameter|Parameter)$|_parameter(?:_|$)")
+# `nn.Parameter` and the parameter classes named for it (`bmt.DistributedParameter(w)`)
+REGISTERS = re.compile(r"(?:^|\.)(?:register_buffer|register_parameter|(?:[A-Z]\w*)?Parameter)$|_parameter(?:_|$)")
 _ON_MODULE = re.compile(r"(?:^|\.)register_(?:buffer|parameter)$")
 _LOCAL = re.compile(r"[A-Za-z_]\w*")
+# puts its argument on a module
+_STATE = re.compile(r"(?:^|\.)(?:register_(?:buffer|parameter)|(?:[A-Z]\w*)?Parameter)$")
 _MEMBER = re.compile(r"self\.[A-Za-z_]\w*")  # a member the same function registers slices of
 # moves and casts whose result is the same values (`data.to(device)`, `w.contiguous()`); a `clone()` is
 # a copy: the parameter is the clone, not the local
 _BOUND = r"(?:[^\[\]()]|\[[^\[\]()]*\])*"  # a slice bound: no call, one level of subscripts
 _SAME = r"to|cuda|contiguous|detach|float|half|bfloat16|view|reshape|t"
+_FLOW_HOPS = 4  # locals a construction temporary's value may pass through on its way to a registration
+_SHAPE_ONLY = re.compile(r"(?:_like|\bnew_\w+)\(\s*$")  # a `*_like(x)` / `y.new_zeros(x` reads x's shape
+_PER_CALL = "per call:"  # built_per_call's reasons: a module built per call keeps its state per call
 
 
 def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
@@ -59,6 +81,11 @@ def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
         func = index.func(site.path, site.scope)
         if func is None:
             return None
+        if not site.tier_reason.startswith(_PER_CALL):  # an object built per call keeps its state per call
+            inside = _inside_registration(site, func, _registering(func, registering))
+            if inside is not None:
+                return Tier.T1, (f"module state: made inside the value {inside.callee} registers in {site.scope}; "
+                                 f"was: {site.tier_reason}")
         made = _expression_local(site, func)
         local = made or (site.target or "")
         call = _registration_of(func, _registering(func, registering), local, site.span.end_line) \
@@ -67,6 +94,13 @@ def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
             how = f"{made} (made from it)" if made else local
             return Tier.T1, (f"module state: {how} is registered by {call.callee} in {site.scope}; "
                              f"was: {site.tier_reason}")
+        if not site.tier_reason.startswith(_PER_CALL) and _LOCAL.fullmatch(local):
+            flow = _flows_into_registration(func, _registering(func, registering), local,
+                                            site.stmt_line or site.span.line)
+            if flow is not None and _builds_module(func, index):
+                call, chain = flow
+                return Tier.T1, (f"module state: a temporary of module construction ({site.scope}) whose value "
+                                 f"flows through {' -> '.join(chain)} into {call.callee}; was: {site.tier_reason}")
         if made:
             return None
         stored = _stored_as_weight(func, local, site.span.end_line) if _LOCAL.fullmatch(local) else ""
@@ -81,6 +115,63 @@ def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
                          f"{ctor.path}:{call.span.line}); was: {site.tier_reason}")
 
     return retier(sites, lambda s: python_device_site(s, Tier.T2, Tier.T4), decide)
+
+
+def _builds_module(func: Func, index: ProjectIndex) -> bool:
+    """``func`` runs while its object is built: a constructor, or a method
+    every call by its name (resolved to it or to nothing) sits in a constructor."""
+    if func.scope is None or func.scope.role == "constructor":
+        return func.scope is not None
+    if func.scope.role != "method":
+        return False
+    reaching = index.calls_reaching(func)
+    return bool(reaching) and all(c.scope is not None and c.scope.role == "constructor" for c, _, _ in reaching)
+
+
+def _carries(text: str, local: str) -> bool:
+    """``text`` reads the values of ``local``: not only its shape, size,
+    device or dtype (``x.shape``, ``torch.zeros_like(x)``), not an attribute ``y.x``."""
+    pattern = rf"(?<![\w.]){re.escape(local)}\b(?!\s*\.\s*(?:shape|size|numel|device|dtype|ndim|dim)\b)"
+    return any(_SHAPE_ONLY.search(text, 0, m.start()) is None for m in re.finditer(pattern, text))
+
+
+def _flows_into_registration(func: Func, registering: list[Call], local: str,
+                             after: int) -> tuple[Call, list[str]] | None:
+    """The registration (``register_buffer``/``register_parameter``/a parameter) that
+    takes a value computed from ``local`` through the function's later
+    assignments (``t`` -> ``freqs = torch.outer(t, inv)`` -> ``register_buffer("cos", freqs.cos())``),
+    up to ``_FLOW_HOPS`` locals, with the chain of locals; or None."""
+    calls = [c for c in registering if c.span.line > after and _STATE.search(c.callee)]
+    if not calls:
+        return None
+    # a value is an assignment's (`freqs = t[:, None] * inv`) or a call's stored whole (`freqs = torch.outer(t, inv)`)
+    steps = [(a.line, a.targets, a.value) for a in func.assigns if a.line > after and a.op == "="]
+    steps += [(c.span.line, (c.target,), f"{c.callee}({c.arglist})") for c in func.calls
+              if c.target and c.span.line > after]
+    chain = [local]
+    for _, targets, value in sorted(steps, key=lambda step: step[0]):
+        if len(chain) > _FLOW_HOPS:
+            break
+        if not any(_carries(value, n) for n in chain):
+            continue
+        for target in targets:
+            for name in (t.strip() for t in target.split(",")):
+                if _LOCAL.fullmatch(name) and name not in chain:
+                    chain.append(name)
+    for call in calls:
+        if any(_carries(call.arglist, n) for n in chain):
+            return call, chain
+    return None
+
+
+def _inside_registration(site: Site, func: Func, registering: list[Call]) -> Call | None:
+    """The registering call (``self.register_buffer(name, torch.arange(n)[:k].float() / n)``,
+    ``nn.Parameter(torch.ones(n) * v)``) one of whose arguments holds the site inside an
+    expression, deeper than the direct argument ``decide`` reads by ``wrapper``, or None."""
+    for call in registering:
+        if call.span != site.span and call.span.contains(site.span) and _STATE.search(call.callee):
+            return call
+    return None
 
 
 def _expression_local(site: Site, func: Func) -> str:
@@ -135,7 +226,7 @@ def _takes(arg: str, local: str, on_module: bool) -> bool:
     # split parameters of one contiguous buffer); an index by a tensor or a list is a copy
     # (bounds may index a list themselves: `storage[offsets[i] : offsets[i + 1]]`)
     whole = re.escape(local) + r"(?:\[(?:" + _BOUND + ":" + _BOUND + r"|\s*-?\d+\s*)\])?(?:\.(?:" + _SAME + \
-        r")\([^()]*\))*"
+        r")\([^()]*\)|\.data)*"
     # converted first (`nn.Parameter(to_nf4(weight))`): its values become the parameter's
     converted = r"(?![\w.]*(?:_like|\bnew_\w+)\()[A-Za-z_][\w.]*\(\s*" + whole + r"\s*(?:,[^()]*)?\)"
     return re.fullmatch(whole, arg) is not None or (on_module and re.fullmatch(converted, arg) is not None)
@@ -166,9 +257,15 @@ def _registered_by(site: Site, func: Func, index: ProjectIndex) -> tuple[Func, C
     """The constructor (and its registering call) of the class the site's
     local is handed to, when that constructor registers the parameter."""
     local = site.target or ""
-    if not site.wrapper or not local.isidentifier():
+    if not site.wrapper:
         return None
-    call = _first_taking(func, local, site.span.end_line)
+    if local.isidentifier():
+        call = _first_taking(func, local, site.span.end_line)
+    elif site.wrapper.rsplit(".", 1)[-1][:1].isupper():
+        # itself the argument of a class's construction (`ScaledActivation(act, torch.ones(c))`)
+        call, local = _argument_of(site, func)
+    else:
+        return None
     if call is None or call.callee != site.wrapper:
         return None
     args = list(split_args(call.arglist))
@@ -184,6 +281,23 @@ def _registered_by(site: Site, func: Func, index: ProjectIndex) -> tuple[Func, C
         params = [p for p in ctor.scope.params if p not in ("self", "cls")]
         name = args[at].keyword or (params[at] if at < len(params) else "")
         for inner in ctor.calls if name else ():
-            if REGISTERS.search(inner.callee) and any(a.text.strip() == name for a in split_args(inner.arglist)):
+            if REGISTERS.search(inner.callee) and any(_takes(a.text.strip(), name, False)
+                                                      for a in split_args(inner.arglist)):
                 return ctor, inner
     return None
+
+
+def _argument_of(site: Site, func: Func) -> tuple[Call | None, str]:
+    """The call (named by the site's ``wrapper``) the allocation is a whole
+    argument of, and that argument's text; (None, "") when it is no whole argument."""
+    own = next((c for c in func.calls if c.span == site.span), None)
+    if own is None or not own.arglist.strip():
+        return None, ""
+    for call in func.calls:
+        if call.callee == site.wrapper and call is not own and call.span.contains(site.span):
+            # the argument that is the allocation's call: its own arguments, then nothing after them
+            found = [a.text.strip() for a in split_args(call.arglist)
+                     if a.text.strip().endswith(f"({own.arglist.strip()})")
+                     and re.fullmatch(r"[A-Za-z_][\w.]*\(.*\)", a.text.strip(), re.S) is not None]
+            return (call, found[0]) if len(found) == 1 else (None, "")
+    return None, ""

@@ -49,7 +49,9 @@ class PythonResolution:
             table = symbols.by_path.get(func.path, {})
             while qual:
                 nested = table.get(f"{qual}.{name}")
-                if nested is not None:
+                # a class body is no enclosing scope of its methods: a bare `f()` in a method is never
+                # the class's own `f` (`self.f = f(...)` in a method named `f` calls the module's `f`)
+                if nested is not None and not (nested.owner is not None and nested.owner.qualname == qual):
                     return [nested]
                 qual = qual.rpartition(".")[0]
             symbol = symbols.module_symbols.get(func.path, {}).get(name)
