@@ -16,13 +16,16 @@ activations, pooling; `nn.L1Loss().to(device)`), built with such arguments,
 moves nothing too (round 19). Round 25: what a move moves is the
 module's parameters, buffers and sub-modules, and only a store into a
 direct attribute (``self.x = ...``) or a registration can add one; so a
-method's allocation it returns or drops, a store into an attribute of an
+method's allocation it returns or drops (``Site.kept`` ``return`` or
+``local``; one going anywhere else still holds), a store into an attribute of an
 attribute (``self.ctx.out = gelu(...)``, on a plain object) and a
 ``torch.device(...)`` kept on ``self`` hold nothing the move copies. An
 argument may also be a local bound only to a construction of a project class
-with no base (a plain context object, ``ctx = MoeCtx()``), when no method
-stores anything read through an attribute (``self.w = ctx.weight``) on
-``self``. Pure.
+with no base (a plain context object, ``ctx = MoeCtx()``). A value stored
+on ``self`` must be plain (literals, the method's parameters, ``self.``
+reads, enum members, ``torch.device(...)``): a call, a subscript, a local or
+a member read out of another object (``self.w = ctx.weight``,
+``self.m = blocks["a"]``) may be a parameter or a module. Pure.
 """
 
 from __future__ import annotations
@@ -66,9 +69,8 @@ def _moves_nothing(site: Site, index: ProjectIndex, memo: dict[str, bool], state
     plain = [_plain_argument(a, func, index) for a in args]
     if all(plain):
         return True
-    # a plain object handed in is kept as a plain attribute, unless a method reads a member out of it onto self
-    return all(p or _plain_object(a, func, index, site.span.line) for a, p in zip(args, plain)) \
-        and not _stores_members(cls)
+    # a plain object handed in is kept as a plain attribute (what is read out of it onto self is no plain value)
+    return all(p or _plain_object(a, func, index, site.span.line) for a, p in zip(args, plain))
 
 
 def _torch_stateless(callee: str, func: Func, index: ProjectIndex, stateless: frozenset[str]) -> bool:
@@ -88,19 +90,40 @@ def _holds_nothing(cls: ClassInfo) -> bool:
         return False
     for methods in cls.methods.values():
         for method in methods:
-            if any(_keeps(c) for c in method.calls):
+            if any(s.kept not in _GONE for s in method.sites) or any(_keeps(c) for c in method.calls):
                 return False
-            if any(_SELF_ATTRIBUTE.fullmatch(t.strip()) and "(" in a.value and not _NO_TENSOR.match(a.value.strip())
+            params = set(method.scope.params) if method.scope is not None else set()
+            if any(_SELF_ATTRIBUTE.fullmatch(t.strip()) and not _plain_value(a.value, params)
                    for a in method.assigns for t in a.targets):
                 return False
     return True
 
 
+# where an allocation of a method goes when the module does not keep it: returned, or a temporary
+_GONE = frozenset({"return", "local"})
 # `self.x`: a direct attribute, where a module registers a parameter, buffer or sub-module
 _SELF_ATTRIBUTE = re.compile(r"self\.[A-Za-z_]\w*")
 # calls whose value holds no tensor (`self._device = torch.device("cpu")`)
-_NO_TENSOR = re.compile(r"torch\.device\([^()]*\)$")
-_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+_NO_TENSOR = re.compile(r"torch\.device\([^()]*\)")
+
+
+_WORDS = re.compile(r"[rbf]?\"[^\"]*\"|[rbf]?'[^']*'|\d[\w.]*|[A-Za-z_][\w.]*")
+_KEYWORDS = frozenset({"None", "True", "False", "not", "and", "or", "is", "in", "if", "else"})
+
+
+def _plain_value(value: str, params: set[str]) -> bool:
+    """A value stored on ``self`` that cannot be a parameter, buffer or
+    module: made of literals, the method's parameters (the construction's
+    arguments, told apart by ``_plain_argument``), ``self.`` reads, enum
+    members and ``torch.device(...)``; no call, subscript or other name."""
+    v = _NO_TENSOR.sub("", value.strip())
+    for word in _WORDS.findall(v):
+        if word[0] in "\"'0123456789" or word[-1] in "\"'" or word in _KEYWORDS or word in params \
+                or word.startswith("self.") or re.fullmatch(r"[A-Z]\w*(?:\.\w+)+", word):
+            continue
+        return False
+    stripped = _WORDS.sub("", v)
+    return "(" not in stripped and "[" not in stripped
 
 
 def _keeps(call: Call) -> bool:
@@ -108,13 +131,6 @@ def _keeps(call: Call) -> bool:
         return True
     target = (call.target or "").strip()
     return _SELF_ATTRIBUTE.fullmatch(target) is not None and call.callee != "torch.device"
-
-
-def _stores_members(cls: ClassInfo) -> bool:
-    """A method stores on ``self`` something read out of another object
-    (``self.w = ctx.weight``): it could be a parameter or a module."""
-    return any(_SELF_ATTRIBUTE.fullmatch(t.strip()) and _DOTTED.fullmatch(a.value.strip())
-               for methods in cls.methods.values() for method in methods for a in method.assigns for t in a.targets)
 
 
 def _literal_local(name: str, func: Func) -> bool:
