@@ -18,6 +18,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..model import Language
+
 if TYPE_CHECKING:
     from ..pack import RulePack
     from .index import Func, ProjectIndex
@@ -298,6 +300,7 @@ def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Fu
                 table.setdefault(name, set()).update(factory.defined_in.split("."))
                 packages.setdefault(name, set()).add(factory.defined_in.rpartition(".")[0])
     definitions |= index.unattached_owners()
+    definitions |= moved_classes(index)
     modules = frozenset(d[len("module:"):] for d in definitions if d.startswith("module:"))
     names = {d for d in definitions if not d.startswith("module:")}
 
@@ -308,6 +311,30 @@ def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Fu
              for kind, table in python.items()}
     return WantedFiles(frozenset(filter(keep, names)), reach["class"], reach["function"], modules,
                  frozenset(filter(keep, native)))
+
+
+_MOVES = ("Module.to", "Module.cuda")
+
+
+def moved_classes(index: ProjectIndex) -> set[str]:
+    """The modules that could define the class of a Python module a move
+    builds right there (``ROIAlign(...).to(device)``) when it is not
+    analysed yet: whether its class keeps any tensor decides whether the
+    move allocates (``stateless_modules``), and a file that defines a module
+    with no tensor is one the pre-filter skips."""
+    from .module_classes import receiver_builder
+
+    wanted: set[str] = set()
+    for func in index.funcs.values():
+        if func.language is not Language.PYTHON or not func.sites:
+            continue
+        for site in func.sites:
+            if site.api not in _MOVES or site.via is not None:
+                continue
+            call = receiver_builder(func, site)
+            if call is not None and not index.resolve(func, call.callee):
+                wanted |= index.missing_names(func, call.callee)
+    return wanted
 
 
 # ---------------------------------------------------------------- the rounds

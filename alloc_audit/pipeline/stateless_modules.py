@@ -13,7 +13,19 @@ A class with a project base, a method that stores a call's value, or an
 argument that is any other name stays a weight upload. A torch class the
 shipped list names (rules/tiers.toml [modules] stateless: losses,
 activations, pooling; `nn.L1Loss().to(device)`), built with such arguments,
-moves nothing too (round 19). Pure.
+moves nothing too (round 19). Round 25: what a move moves is the
+module's parameters, buffers and sub-modules, and only a store into a
+direct attribute (``self.x = ...``) or a registration can add one; so a
+method's allocation it returns or drops (``Site.kept`` ``return`` or
+``local``; one going anywhere else still holds), a store into an attribute of an
+attribute (``self.ctx.out = gelu(...)``, on a plain object) and a
+``torch.device(...)`` kept on ``self`` hold nothing the move copies. An
+argument may also be a local bound only to a construction of a project class
+with no base (a plain context object, ``ctx = MoeCtx()``). A value stored
+on ``self`` must be plain (literals, the method's parameters, ``self.``
+reads, enum members, ``torch.device(...)``): a call, a subscript, a local or
+a member read out of another object (``self.w = ctx.weight``,
+``self.m = blocks["a"]``) may be a parameter or a module. Pure.
 """
 
 from __future__ import annotations
@@ -51,7 +63,14 @@ def _moves_nothing(site: Site, index: ProjectIndex, memo: dict[str, bool], state
     holds = memo.get(cls.key)
     if holds is None:
         holds = memo[cls.key] = _holds_nothing(cls) and index.class_allocates(cls) is None
-    return holds and all(_plain_argument(a.text.strip(), func, index) for a in split_args(call.arglist))
+    if not holds:
+        return False
+    args = [a.text.strip() for a in split_args(call.arglist)]
+    plain = [_plain_argument(a, func, index) for a in args]
+    if all(plain):
+        return True
+    # a plain object handed in is kept as a plain attribute (what is read out of it onto self is no plain value)
+    return all(p or _plain_object(a, func, index, site.span.line) for a, p in zip(args, plain))
 
 
 def _torch_stateless(callee: str, func: Func, index: ProjectIndex, stateless: frozenset[str]) -> bool:
@@ -71,15 +90,82 @@ def _holds_nothing(cls: ClassInfo) -> bool:
         return False
     for methods in cls.methods.values():
         for method in methods:
-            if method.sites or any(_keeps(c) for c in method.calls):
+            if any(s.kept not in _GONE for s in method.sites) or any(_keeps(c) for c in method.calls):
                 return False
-            if any(t.strip().startswith("self.") and "(" in a.value for a in method.assigns for t in a.targets):
+            params = set(method.scope.params) if method.scope is not None else set()
+            if any(_SELF_ATTRIBUTE.fullmatch(t.strip()) and not _plain_value(a.value, params)
+                   for a in method.assigns for t in a.targets):
                 return False
     return True
 
 
+# where an allocation of a method goes when the module does not keep it: returned, or a temporary
+_GONE = frozenset({"return", "local"})
+# `self.x`: a direct attribute, where a module registers a parameter, buffer or sub-module
+_SELF_ATTRIBUTE = re.compile(r"self\.[A-Za-z_]\w*")
+# calls whose value holds no tensor (`self._device = torch.device("cpu")`)
+_NO_TENSOR = re.compile(r"torch\.device\([^()]*\)")
+
+
+_WORDS = re.compile(r"[rbf]?\"[^\"]*\"|[rbf]?'[^']*'|\d[\w.]*|[A-Za-z_][\w.]*")
+_KEYWORDS = frozenset({"None", "True", "False", "not", "and", "or", "is", "in", "if", "else"})
+
+
+def _plain_value(value: str, params: set[str]) -> bool:
+    """A value stored on ``self`` that cannot be a parameter, buffer or
+    module: made of literals, the method's parameters (the construction's
+    arguments, told apart by ``_plain_argument``), ``self.`` reads, enum
+    members and ``torch.device(...)``; no call, subscript or other name."""
+    v = _NO_TENSOR.sub("", value.strip())
+    for word in _WORDS.findall(v):
+        if word[0] in "\"'0123456789" or word[-1] in "\"'" or word in _KEYWORDS or word in params \
+                or word.startswith("self.") or re.fullmatch(r"[A-Z]\w*(?:\.\w+)+", word):
+            continue
+        return False
+    stripped = _WORDS.sub("", v)
+    return "(" not in stripped and "[" not in stripped
+
+
 def _keeps(call: Call) -> bool:
-    return _REGISTERS.search(call.callee) is not None or (call.target or "").strip().startswith("self.")
+    if _REGISTERS.search(call.callee) is not None:
+        return True
+    target = (call.target or "").strip()
+    return _SELF_ATTRIBUTE.fullmatch(target) is not None and call.callee != "torch.device"
+
+
+def _literal_local(name: str, func: Func) -> bool:
+    """A local every assignment of which binds a literal (`h, w = (5, 5)`,
+    `n = 4`) and no call's value."""
+    if not name.isidentifier() or any((c.target or "").strip() == name for c in func.calls):
+        return False
+    found = False
+    for a in func.assigns:
+        targets = [t.strip() for t in ",".join(a.targets).strip("()[] ").split(",")]
+        if name not in targets:
+            continue
+        if a.op != "=":
+            return False
+        value = a.value.strip()
+        values = [v.strip() for v in value.strip("()[]").split(",")] if len(targets) > 1 else [value]
+        if not all(_LITERAL.fullmatch(v) for v in values if v):
+            return False
+        found = True
+    return found
+
+
+def _plain_object(text: str, func: Func, index: ProjectIndex, line: int) -> bool:
+    """``text`` is a local every binding of which above ``line`` constructs a
+    project class with no base (not a module, not a tensor)."""
+    if not text.isidentifier() or (func.scope is not None and text in func.scope.params):
+        return False
+    built = [c for c in func.calls if (c.target or "").strip() == text and c.span.line < line]
+    if not built or any(text in a.targets or any(t.strip() == text for t in a.targets) for a in func.assigns):
+        return False  # no construction, or a binding that is not a whole call
+    for call in built:
+        cls = index.constructed_class(func, call)
+        if cls is None or any(b.strip() not in ("object", "") for b in cls.bases):
+            return False
+    return True
 
 
 def _plain_argument(text: str, func: Func, index: ProjectIndex) -> bool:
@@ -89,6 +175,10 @@ def _plain_argument(text: str, func: Func, index: ProjectIndex) -> bool:
     value = text.split("=", 1)[1].strip() if re.match(r"[A-Za-z_]\w*\s*=[^=]", text) else text
     if _LITERAL.fullmatch(value) is not None:
         return True
+    if value[:1] in "([" and value[-1:] in ")]" and "(" not in value[1:-1] and "[" not in value[1:-1]:
+        # a tuple or list of plain values (`(pool_h, pool_w)`)
+        items = [i.strip() for i in value[1:-1].split(",") if i.strip()]
+        return bool(items) and all(_plain_argument(i, func, index) or _literal_local(i, func) for i in items)
     if not value.isidentifier() or (func.scope is not None and value in func.scope.params):
         return False
     found = index.resolve(func, value)

@@ -344,7 +344,9 @@ _SHAPED = frozenset({"torch.empty", "torch.zeros", "torch.ones", "torch.rand", "
                      "torch::ones", "torch::empty_strided", "Tensor::new_empty", "Tensor::new_zeros",
                      "at::rand", "at::randn", "torch::rand", "torch::randn", "at::full", "torch::full",
                      "torch.UntypedStorage", "torch.TypedStorage", "torch.storage.UntypedStorage",
-                     "torch.storage.TypedStorage", "torch.cuda.UntypedStorage"})
+                     "torch.storage.TypedStorage", "torch.cuda.UntypedStorage", "torch.full", "Tensor.new_full"})
+# the size is the first argument only: a stride or a fill value follows (`torch.full((0, 2), -1)`)
+_SIZE_FIRST = ("empty_strided", "torch.full", "Tensor.new_full")
 
 
 _FROM_DATA = frozenset({"torch.tensor", "torch.as_tensor", "torch.asarray"})
@@ -356,7 +358,7 @@ def zero_elements(api: str, shape: tuple[str, ...]) -> bool:
         return bool(shape) and shape[0].replace(" ", "") in ("", "[]", "()", "[[]]")
     if api not in _SHAPED or not shape:
         return False
-    dims = shape[:1] if api.endswith("empty_strided") else shape
+    dims = shape[:1] if api.endswith(_SIZE_FIRST) else shape
     if len(dims) == 1 and dims[0].strip()[:1] in "({[":
         dims = tuple(split_top_level(dims[0].strip()[1:-1]))
     return any(d.strip() == "0" for d in dims)

@@ -72,6 +72,7 @@ class CppExtractor:
         self.up = common.Ancestry(tree.root_node)
         self.dead = dead_code.Exits(source, self.up.parent, cpp=True)  # statements after a return/throw
         self.at = common.SiteAt(path, lang, _STATEMENT_PARENTS, tree.root_node.has_error, self.up.parent)
+        self._registered: tuple[frozenset[str], frozenset[str]] | None = None
 
     def run(self, grammar: Language) -> FileFacts:
         caps = common.ordered_captures(_query(grammar), self.tree.root_node)
@@ -87,9 +88,9 @@ class CppExtractor:
         cpp_statements.assignments(self, get("assign", []), assigns)
         cpp_sites.calls(self, get("call", []), calls, sites)
         cpp_sites.news(self, get("new", []), calls, sites)
-        meta = cpp_meta.meta_only_functions(self.src.data)
+        meta = self.registered()[0]
         if meta:  # a Meta-key kernel allocates meta tensors: no memory
-            sites = [s for s in sites if s.scope.rsplit("::", 1)[-1] not in meta]
+            sites = [s for s in sites if _function(s.scope) not in meta]
         sites.sort(key=lambda s: (s.span.line, s.span.col))
         assigns.sort(key=lambda a: a.line)
         comments = common.comment_nodes(self.tree.root_node, self.src.data)
@@ -107,6 +108,16 @@ class CppExtractor:
             annotations=tuple(common.annotation_comments(self.src, comments, (b"//", b"/*", b"*"))),
             lines_of_code=self.src.data.count(b"\n") + (0 if self.src.data.endswith(b"\n") or not self.src.data else 1),
         )
+
+    def registered(self) -> tuple[frozenset[str], frozenset[str]]:
+        """Functions this file registers only for the Meta key, and only for
+        host keys (CPU, ...): ``cpp_meta``. Read once per file."""
+        if self._registered is None:
+            self._registered = cpp_meta.meta_and_host_functions(self.src.data)
+        return self._registered
+
+    def host_functions(self) -> frozenset[str]:
+        return self.registered()[1]
 
     # ------------------------------------------------------------ scopes
     def _containers(self, defs: list[Any], classes: list[Any], namespaces: list[Any], lambdas: list[Any]) -> None:
@@ -241,6 +252,13 @@ class CppExtractor:
     # ------------------------------------------------------------ other facts
 
 # ---------------------------------------------------------------- helpers
+
+
+def _function(scope: str) -> str:
+    """The function a scope is in, by its last name (`f::<lambda>` -> `f`)."""
+    while scope.endswith("::<lambda>"):
+        scope = scope.removesuffix("::<lambda>")
+    return scope.rsplit("::", 1)[-1]
 
 
 def extract_cpp(path: str, lang: Language, source: bytes, tree: Any, apis: ApiCatalog,

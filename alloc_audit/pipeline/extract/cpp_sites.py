@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 from ...arglists import split_top_level
 from ...catalog import ApiSpec
 from ...model import Arg, Assign, Call, Site, SiteKind
-from . import common
+from . import common, cpp_host
 from .common import Source, zero_elements
-from .cpp_names import MAKERS, PRIMITIVE_LIKE, declared_name, strip_templates, unwrap_type
+from .cpp_names import MAKERS, PRIMITIVE_LIKE, declared_name, function_declarator, strip_templates, unwrap_type
 from .dead_code import after_exit
 
 if TYPE_CHECKING:
@@ -284,6 +284,8 @@ def add_site(ext: CppExtractor, sites: list[Site], node: Any, spec: ApiSpec, sco
         found = classify_options(options, spec.device == "inherit")
         if found == "unknown" and options is None and args and host_local(ext, node, args[0].text):
             return  # `empty_like(ids)` of `auto ids = torch::empty({n}, torch::kLong);`: a CPU tensor
+        if found == "unknown" and _host_source(ext, node, options, args, target):
+            return  # `at::zeros(n, x.options())` where the function checks `x` is on the CPU (cpp_host.py)
         if found is None:
             return
         if found == "pinned":
@@ -303,6 +305,40 @@ def add_site(ext: CppExtractor, sites: list[Site], node: Any, spec: ApiSpec, sco
                 target = target.lstrip("*")
     sites.append(ext.at.site(node, spec.api, kind, scope, span, ", ".join(size_parts) if size_parts else None,
                               size_parts, device, target, wrapper(ext, node)))
+
+
+def _host_source(ext: CppExtractor, node: Any, options: str | None, args: tuple[Arg, ...],
+                 target: str | None) -> bool:
+    """The factory's tensor follows an input of a function registered only
+    for the CPU key, or one its function proves is on the host, or is itself
+    read through a host accessor (``cpp_host.py``)."""
+    fn = common.enclosing(node.parent, "function_definition")
+    block = fn.child_by_field_name("body") if fn is not None else None
+    if fn is None or block is None:
+        return False
+    source = cpp_host.source_tensor(options, [a.text for a in args])
+    if source is None and options is not None:
+        local = _OPTIONS_LOCAL.fullmatch(options.strip())
+        if local is not None:
+            before = ext.src.data[fn.start_byte:node.start_byte].decode("utf-8", "replace")
+            bound = cpp_host.bound_options(before, local.group(1))
+            source = cpp_host.source_tensor(bound, []) if bound is not None else None
+    if source is not None and _function_name(ext, fn) in ext.host_functions():
+        return True
+    if cpp_host.names_device(ext.src.data[fn.start_byte:fn.end_byte].decode("utf-8", "replace")):
+        return False  # a function that also names CUDA proves nothing by its host reads
+    # the proof is a statement every run of the function reaches: one directly in its body
+    body = "\n".join(ext.src.data[c.start_byte:c.end_byte].decode("utf-8", "replace") for c in block.named_children
+                     if c.type in ("expression_statement", "declaration"))
+    if target is not None and cpp_host.proven_host(body, target):
+        return True
+    return source is not None and cpp_host.proven_host(body, source)
+
+
+def _function_name(ext: CppExtractor, fn: Any) -> str:
+    declarator = function_declarator(fn.child_by_field_name("declarator"))
+    inner = declarator.child_by_field_name("declarator") if declarator is not None else None
+    return strip_templates(ext.src.raw(inner)).rsplit("::", 1)[-1] if inner is not None else ""
 
 
 _OPTIONS_LOCAL = re.compile(r"([A-Za-z_]\w*)((?:\.\w+\([^()]*\))*)")

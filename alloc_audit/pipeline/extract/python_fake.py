@@ -41,6 +41,12 @@ _ALIAS_DECORATOR = re.compile(r"^@\s*([A-Za-z_]\w*)\b")
 # `torch.library.register_fake("ns::op")(fn)`: the call form of the decorator
 _REGISTERED = re.compile(
     rb"^[ \t]*" + _FAKE_NAME + rb"\((?:[^()\n]|\([^()\n]*\))*\)\(\s*([A-Za-z_]\w*)\s*\)", re.M)
+# `impl_abstract("ns::op", fn)`, `torch.library.register_fake("ns::op", fn)`: the function
+# handed as the second argument (the older call form, over lines), or a name bound to a decorator
+# (`impl_abstract = torch.library.register_fake`) called so
+_REGISTERED_ARG = re.compile(
+    rb"^[ \t]*(?:" + _FAKE_NAME + rb"|([A-Za-z_]\w*))\(\s*(?:[rf]?\"[^\"\n]*\"|[rf]?'[^'\n]*')\s*,\s*"
+    rb"(?:func\s*=\s*)?([A-Za-z_]\w*)\s*,?\s*\)", re.M)
 
 
 # `fake_impl=f_fake` / `gen_fake=f_fake` in a call's arguments: a registration's fake implementation
@@ -91,8 +97,11 @@ def fake_aliases(ext: PythonExtractor) -> frozenset[str]:
             ext.fake_aliases = frozenset()  # each pattern below spells one of them: no search of the file
             return ext.fake_aliases
         names = {m.group(1).decode() for m in _ALIAS.finditer(data)}
+        aliases = frozenset(names)  # names bound to a decorator: their call form registers too
         names.update(m.group(1).decode() for m in _REGISTERED.finditer(data))
         names.update(m.group(1).decode() for m in _FAKE_KEYWORD.finditer(data) if m.group(1) != b"None")
+        names.update(m.group(2).decode() for m in _REGISTERED_ARG.finditer(data)
+                     if m.group(1) is None or m.group(1).decode() in aliases)
         for ret in _RETURNS_FAKE.finditer(data):
             # the innermost `def` above the `return`, indented less
             indent = len(ret.group(1))
