@@ -168,6 +168,8 @@ class PythonExtractor:
                     elif child.type == "dotted_name":
                         dotted = self.src.raw(child)
                         out.append(Import(dotted.split(".")[0], dotted.split(".")[0], line))
+                    else:
+                        continue  # an ERROR child of a broken statement (`import torc n):`) binds nothing
                     self.bound.modules.add(out[-1].name)
                 continue
             module_node = node.child_by_field_name("module_name")
