@@ -59,11 +59,12 @@ Root = tuple[str, str, str]  # (function id, parameter, kind)
 
 def drop_host_vias(derived: Sequence[Site], index: ProjectIndex) -> list[Site]:
     """The derived sites, less the calls whose every allocation's device comes from host arguments."""
+    memo: dict[tuple[str, int], set[Root] | None] = {}  # what a constructor's allocation takes its device from
     return [s for s in derived if s.via is None or s.language is not Language.PYTHON or s.kind is not SiteKind.DEVICE
-            or not _host_call(s, index)]
+            or not _host_call(s, index, memo)]
 
 
-def _host_call(site: Site, index: ProjectIndex) -> bool:
+def _host_call(site: Site, index: ProjectIndex, memo: dict[tuple[str, int], set[Root] | None]) -> bool:
     found = index.site_call(site)
     if found is None:
         return False
@@ -80,12 +81,15 @@ def _host_call(site: Site, index: ProjectIndex) -> bool:
     for start in starts:
         if start.scope is None or start.language is not Language.PYTHON or _calls_param(start):
             return False
-        for reached in index.reach(start, _DEPTH):
+        for i, reached in enumerate(index.reach(start, _DEPTH)):
             if not reached.site.acquires:
                 continue
             if reached.site.kind is not SiteKind.DEVICE:
                 return False  # pinned host memory is a site wherever the data is
-            roots = _Roots(index, start, reached).site_roots()
+            key = (start.id, i)
+            if key not in memo:
+                memo[key] = _Roots(index, start, reached).site_roots()
+            roots = memo[key]
             if roots is None:
                 return False
             for func_id, param, kind in roots:
