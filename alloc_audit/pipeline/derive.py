@@ -14,6 +14,7 @@ from ..model import FileFacts, Language, Site, SiteKind, Tier
 from .buffer_classes import buffer_class_sites
 from .classify import classify_sites
 from .host_moves import drop_host_moves
+from .host_vias import drop_host_vias
 from .index import ProjectIndex
 from .kept_returns import RETURNED_KEPT
 from .lifetimes import weight_storage
@@ -34,7 +35,7 @@ def derive_sites(index: ProjectIndex, files: Mapping[str, FileFacts], tiers: tup
     catalogued = {(s.path, s.span) for s in direct if s.via is None}
     calls = [s for s in index.derived_sites(uploads=counted) if (s.path, s.span) not in catalogued]
     kept, branches = drop_untaken(drop_host_moves(calls, index), index)
-    derived = tuple(drop_off_device(kept, index))
+    derived = tuple(drop_host_vias(drop_off_device(kept, index), index))
     if apis is not None:
         derived = kinds_from_use(derived, index, apis)
     classified = [_with_branch(s, branches) for s in classify_sites(derived, files, tiers)]
