@@ -47,6 +47,10 @@ class Terminal:
     def __init__(self, cwd: Path, *args: str) -> None:
         pid, fd = pty.fork()
         if pid == 0:  # the child
+            # started as a shell starts a job: SIGINT at its default and no
+            # signal blocked, whatever this test process inherited
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])
             os.chdir(cwd)
             os.environ.update({"NO_COLOR": "1", "COLUMNS": "100", "TERM": "dumb"})
             command = [*cli_command(), *args]
@@ -99,6 +103,18 @@ class Terminal:
             return True
         return state[:2] == [read_syscall, "0x0"]
 
+    def _process_state(self) -> str:
+        """What the kernel says of a child that does not end: its syscall, its
+        threads and its signal masks (pending, blocked, ignored, caught), so
+        a hang explains itself in the failure."""
+        try:
+            syscall = Path(f"/proc/{self.pid}/syscall").read_text().split()[:2]
+            status = Path(f"/proc/{self.pid}/status").read_text().splitlines()
+        except OSError:
+            return "unknown (no /proc)"
+        keep = ("State", "Threads", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+        return f"syscall {' '.join(syscall)}; " + "; ".join(line for line in status if line.startswith(keep))
+
     def text(self) -> str:
         return ANSI.sub(b"", self.seen).replace(b"\r", b"").decode("utf-8", "replace")
 
@@ -108,9 +124,11 @@ class Terminal:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                state = self._process_state()
                 os.kill(self.pid, signal.SIGKILL)
                 os.waitpid(self.pid, 0)
-                raise AssertionError(f"still running after {timeout} s; the terminal shows:\n{self.text()[-2000:]}")
+                raise AssertionError(f"still running after {timeout} s; the process was: {state}; "
+                                     f"the terminal shows:\n{self.text()[-2000:]}")
             ready, _, _ = select.select([self.fd], [], [], remaining)
             if not ready:
                 continue
