@@ -47,7 +47,7 @@ from ..model import Arg, Call, Language, Site
 from .cpu_locals import only_off_device
 from .host_returns import host_producer
 from .index import Func, ProjectIndex
-from .index.values import bind_edge, off_device
+from .index.values import bind_edge, call_params, off_device
 
 _DEPTH = 3  # callers followed up for a parameter handed on
 _DEVICE_OF = re.compile(r"([A-Za-z_]\w*)\.device")
@@ -200,9 +200,7 @@ def _source(api: str, call: Call) -> tuple[str, str] | None:
 def _passed(func: Func, name: str, args: Sequence[Arg]) -> str | None:
     """The argument text a call's ``args`` give parameter ``name`` of ``func``."""
     assert func.scope is not None
-    params = list(func.scope.params)
-    if params and params[0] in ("self", "cls") and "staticmethod" not in func.scope.decorators:
-        params = params[1:]
+    params, _ = call_params(func.scope)
     keyword = next((a for a in args if a.keyword == name), None)
     if keyword is not None:
         return keyword.text
@@ -217,9 +215,7 @@ def _fits(func: Func, args: Sequence[Arg]) -> bool:
     methods of one name (`TileWorker().tiled_forward(..., tile_device=d)`)
     may be the other's."""
     assert func.scope is not None
-    params = list(func.scope.params)
-    if params and params[0] in ("self", "cls") and "staticmethod" not in func.scope.decorators:
-        params = params[1:]
+    params, _ = call_params(func.scope)
     if any(p.startswith("**") for p in params):
         return True
     if any(a.keyword is not None and a.keyword not in params for a in args):

@@ -42,6 +42,7 @@ from ..model import Arg, Call, Language, Site, SiteKind
 from .cpu_locals import only_off_device
 from .host_args import _host_local
 from .index import Func, ProjectIndex, Reach
+from .index.values import call_params
 
 _DEPTH = 3  # as the derived sites' own search
 _NEST = 8  # names and attributes followed for one expression
@@ -382,9 +383,7 @@ def _passed(func: Func, name: str, args: Sequence[Arg]) -> str | None:
         return None
     if any(a.text.lstrip().startswith("*") or (a.keyword or "").startswith("*") for a in args):
         return None  # `f(**cfg)`: what it passes is not known
-    params, defaults = list(scope.params), list(scope.param_defaults) or [""] * len(scope.params)
-    if params and params[0] in ("self", "cls") and "staticmethod" not in scope.decorators:
-        params, defaults = params[1:], defaults[1:]
+    params, defaults = call_params(scope)
     if any(p.startswith("*") for p in params) and name not in params:
         return None
     keyword = next((a for a in args if a.keyword == name), None)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ...arglists import split_args
-from ...model import Call, Language, SiteKind
+from ...model import Call, Language, Scope, SiteKind
 from .symbols import Func, Symbols
 
 # What a value is known to be.
@@ -213,6 +213,16 @@ def _local_value(func: Func, name: str, why: str) -> Value:
     return Value(NOT_NONE, None, f"{why} (a buffer {func.qualname} allocates)")
 
 
+def call_params(scope: Scope) -> tuple[list[str], list[str]]:
+    """The parameters a call of a Python function fills, and their defaults
+    ("" for none): a method's receiver (`self`, `cls`; not a staticmethod's
+    first parameter) is bound, not passed."""
+    params, defaults = list(scope.params), list(scope.param_defaults) or [""] * len(scope.params)
+    if params and params[0] in ("self", "cls") and "staticmethod" not in scope.decorators:
+        return params[1:], defaults[1:]
+    return params, defaults
+
+
 def bind_edge(caller: Func, call: Call, target: Func, env: Env, constants: Env) -> dict[str, Value]:
     """The values the call gives the target's parameters. Parameters the call
     leaves out take their default; a ``*args``/``**kwargs`` at the call makes
@@ -222,10 +232,7 @@ def bind_edge(caller: Func, call: Call, target: Func, env: Env, constants: Env) 
         return {}
     if target.language is not Language.PYTHON:
         return _bind_native(caller, call, scope.params, scope.param_defaults, env)
-    params = list(scope.params)
-    defaults = list(scope.param_defaults) or [""] * len(params)
-    if params and params[0] in ("self", "cls") and "staticmethod" not in scope.decorators:
-        params, defaults = params[1:], defaults[1:]
+    params, defaults = call_params(scope)
     args = split_args(call.arglist)
     if any(a.keyword is None and a.text.startswith("*") for a in args):
         return {}
