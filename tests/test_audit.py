@@ -12,6 +12,7 @@ import re
 import select
 import signal
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -113,7 +114,19 @@ class Terminal:
         except OSError:
             return "unknown (no /proc)"
         keep = ("State", "Threads", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
-        return f"syscall {' '.join(syscall)}; " + "; ".join(line for line in status if line.startswith(keep))
+        return (f"syscall {' '.join(syscall)}; " + "; ".join(line for line in status if line.startswith(keep))
+                + f"; {self._terminal_state()}")
+
+    def _terminal_state(self) -> str:
+        """Whether ^C can reach the child at all: the terminal's foreground
+        process group (a ^C goes to it) and its ISIG/ICANON flags."""
+        try:
+            foreground = os.tcgetpgrp(self.fd)
+            lflag = termios.tcgetattr(self.fd)[3]
+        except OSError as exc:
+            return f"terminal state unknown ({exc})"
+        flags = [name for name in ("ISIG", "ICANON", "ECHO") if lflag & getattr(termios, name)]
+        return f"terminal foreground group {foreground} (child {self.pid}), lflags {' '.join(flags) or 'none'}"
 
     def text(self) -> str:
         return ANSI.sub(b"", self.seen).replace(b"\r", b"").decode("utf-8", "replace")
