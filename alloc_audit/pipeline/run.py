@@ -139,7 +139,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .roles import with_roles
     from .run_accumulators import run_accumulators
     from .run_once import run_once
-    from .same_device_moves import drop_same_device_moves
+    from .same_device_moves import drop_gpu_return_moves, drop_same_device_moves
     from .script_intermediates import script_intermediates
     from .self_moves import self_moves
     from .setup_members import setup_members
@@ -183,12 +183,12 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     errors = outcomes.errors + [FileError(path, e) for path, f in facts.items() for e in f.errors]
     direct = host_reads(hook_closures([s for f in facts.values() for s in f.sites], index), index)
     sites = drop_stateless_moves(module_moves(direct, index, facts, catalog.tiers, outcomes.skipped_mentioning),
-                                 index, catalog.stateless_modules)
+                                 index, catalog.stateless_modules, outcomes.skipped_mentioning)
     sites = drop_empty_moves(object_moves(drop_placed_moves(sites, index), index, facts, catalog.tiers), index)
     sites = unpinned_flags(sites, index, facts, catalog.tiers)
     sites = drop_host_param_moves(drop_host_returns(drop_cpu_locals(sites, index), index), index)
     sites = drop_host_args(sites, index)
-    sites = drop_same_device_moves(sites, index)
+    sites = drop_gpu_return_moves(drop_same_device_moves(sites, index), index)
     sites = tiers_from_callers(sites, index, catalog.callers)
     sites = dropped_objects(built_per_call(sites, index, catalog.callers), index)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)

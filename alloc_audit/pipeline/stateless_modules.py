@@ -25,18 +25,25 @@ with no base (a plain context object, ``ctx = MoeCtx()``). A value stored
 on ``self`` must be plain (literals, the method's parameters, ``self.``
 reads, enum members, ``torch.device(...)``): a call, a subscript, a local or
 a member read out of another object (``self.w = ctx.weight``,
-``self.m = blocks["a"]``) may be a parameter or a module. Pure.
+``self.m = blocks["a"]``) may be a parameter or a module. Round 26: a
+class the index does not know, defined once in a file the pre-filter
+skipped (no allocation written there: ``SwapAlign2Nat(2).to(device)``), is
+read from that file's text: its only base ``nn.Module``, no decorator, its
+class body only methods and literal constants, and no method registering
+anything, handing ``self`` to a call, or storing on ``self`` a value that
+is not plain. Pure, but for ``skipped``'s reads.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Sequence
 
 from ..arglists import split_args
 from ..model import Call, Language, Site
 from .index import ClassInfo, Func, ProjectIndex
-from .module_classes import receiver_builder
+from .module_classes import Skipped, receiver_builder
 
 _MOVES = frozenset({"Module.to", "Module.cuda"})
 _TORCH_MODULE = frozenset({"nn.Module", "torch.nn.Module", "Module"})
@@ -44,21 +51,23 @@ _LITERAL = re.compile(r"None|True|False|-?[\d.]+(?:e-?\d+)?|[rbf]?[\"'][^\"']*[\
 _REGISTERS = re.compile(r"(?:^|\.)(?:register_\w+|add_module|Parameter|setattr)$")
 
 
-def drop_stateless_moves(sites: Sequence[Site], index: ProjectIndex,
-                         stateless: frozenset[str] = frozenset()) -> list[Site]:
+def drop_stateless_moves(sites: Sequence[Site], index: ProjectIndex, stateless: frozenset[str] = frozenset(),
+                         skipped: Skipped | None = None) -> list[Site]:
     memo: dict[str, bool] = {}
     return [s for s in sites if not (s.api in _MOVES and s.via is None and s.language is Language.PYTHON
-                                     and _moves_nothing(s, index, memo, stateless))]
+                                     and _moves_nothing(s, index, memo, stateless, skipped))]
 
 
-def _moves_nothing(site: Site, index: ProjectIndex, memo: dict[str, bool], stateless: frozenset[str]) -> bool:
+def _moves_nothing(site: Site, index: ProjectIndex, memo: dict[str, bool], stateless: frozenset[str],
+                   skipped: Skipped | None) -> bool:
     func = index.func(site.path, site.scope)
     call = receiver_builder(func, site) if func is not None else None
     if func is None or call is None:
         return False
     cls = index.constructed_class(func, call)
     if cls is None:
-        return _torch_stateless(call.callee, func, index, stateless) and \
+        return (_torch_stateless(call.callee, func, index, stateless)
+                or skipped is not None and _skipped_stateless(call.callee, func, index, skipped, memo)) and \
             all(_plain_argument(a.text.strip(), func, index) for a in split_args(call.arglist))
     holds = memo.get(cls.key)
     if holds is None:
@@ -81,6 +90,66 @@ def _torch_stateless(callee: str, func: Func, index: ProjectIndex, stateless: fr
     if not head:
         head = (index.imported(func.path, name) or "").rpartition(".")[0]
     return head in ("nn", "torch.nn", "torch.nn.modules.loss", "torch.nn.modules.activation")
+
+
+def _skipped_stateless(callee: str, func: Func, index: ProjectIndex, skipped: Skipped,
+                       memo: dict[str, bool]) -> bool:
+    """``callee`` names a class the index does not know, defined once in the skipped files that mention it,
+    that keeps no tensor (``_class_holds_nothing``)."""
+    name = callee.rpartition(".")[2]
+    if not name[:1].isupper() or callee.startswith(("torch.", "nn.")) or index.resolve(func, callee) \
+            or index.classes_named(name):
+        return False
+    key = "skipped:" + name
+    if key not in memo:
+        found: list[ast.ClassDef] = []
+        readable = True
+        for data in skipped(name):
+            try:
+                tree = ast.parse(data)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                readable = False  # a definition there is not read: proves nothing
+                break
+            found += [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name]
+        memo[key] = readable and len(found) == 1 and _class_holds_nothing(found[0])
+    return memo[key]
+
+
+def _class_holds_nothing(cls: ast.ClassDef) -> bool:
+    """A class read from its text keeps no tensor: its only base ``nn.Module``, no decorator or keyword, a
+    body of methods and literal constants, and no method that registers anything, hands ``self`` to a call
+    (but ``super(C, self)``) or stores on ``self`` a value that is not plain (``_plain_value``)."""
+    if cls.decorator_list or cls.keywords or len(cls.bases) != 1 or ast.unparse(cls.bases[0]) not in _TORCH_MODULE:
+        return False
+    methods = []
+    for statement in cls.body:
+        if isinstance(statement, ast.FunctionDef):
+            methods.append(statement)
+        elif not (isinstance(statement, ast.Expr | ast.Assign | ast.AnnAssign | ast.Pass)
+                  and isinstance(getattr(statement, "value", None), ast.Constant | None)):
+            return False  # a class attribute made by a call, a nested class: not read
+    if not methods:
+        return False
+    for method in methods:
+        params = {a.arg for a in (*method.args.posonlyargs, *method.args.args, *method.args.kwonlyargs)}
+        for node in ast.walk(method):
+            if isinstance(node, ast.Call):
+                if _REGISTERS.search(ast.unparse(node.func)) is not None:
+                    return False
+                passed = [*node.args, *(k.value for k in node.keywords)]
+                if not (isinstance(node.func, ast.Name) and node.func.id == "super") \
+                        and any(isinstance(a, ast.Name) and a.id == "self" for a in passed):
+                    return False  # `init(self)`: the callee may register on it
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, ast.AnnAssign | ast.AugAssign) else []
+            stored = [t for target in targets for t in ast.walk(target)
+                      if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"]
+            value = getattr(node, "value", None)
+            if stored and (value is None or not _plain_value(ast.unparse(value), params)):
+                return False
+            if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+                return False
+    return True
 
 
 def _holds_nothing(cls: ClassInfo) -> bool:

@@ -35,7 +35,12 @@ None`` is where ``a`` is (a None moved raises). The same reading proves a
 move to a device variable ``D`` (``.to(device)``) of a value made by a torch
 factory given ``device=D``. ``self.X.to(self.D)``, where every binding of
 ``self.X`` in the class is a torch factory given ``device=self.D`` and
-``self.D`` is bound once, in ``__init__``, moves nothing either. Pure.
+``self.D`` is bound once, in ``__init__``, moves nothing either.
+
+Round 26 (``storage_alias``): ``torch.as_tensor(x.untyped_storage(),
+device=x.device)`` (or ``torch.asarray``, ``x.storage()``, a slice of the
+storage, no device) wraps memory ``x`` already holds on the device it is
+on: a view, no allocation. Another device, or ``copy=True``, copies. Pure.
 """
 
 from __future__ import annotations
@@ -75,6 +80,25 @@ _SAME_DEVICE = _VIEWS | frozenset({
     "eq", "ne", "lt", "le", "gt", "ge", "logical_not", "logical_and", "logical_or", "sign", "reciprocal", "add",
     "sub", "mul", "div", "matmul", "bmm", "mm", "repeat", "repeat_interleave", "roll", "flip", "tril", "triu",
     "new_tensor", "new_zeros", "new_ones", "new_empty", "new_full", "to"})
+
+
+# torch calls that wrap the memory they are handed when it is a storage on the device asked for
+_WRAPS = frozenset({"torch.as_tensor", "torch.asarray"})
+# `x.untyped_storage()`, `x.storage()[a:b]`: the storage of the tensor `x` (a slice of one shares its memory)
+_STORAGE_OF = re.compile(r"(.+?)\s*\.\s*(?:untyped_storage|storage|_typed_storage)\(\s*\)(?:\s*\[[^\[\]]*\])?")
+
+
+def storage_alias(api: str, positional: list[str], kwargs: dict[str, str]) -> bool:
+    """``torch.as_tensor(x.untyped_storage(), device=x.device)`` (no device, or ``x``'s own): a tensor over
+    the storage ``x`` already holds, on the device it is on. Wrapping a storage shares its memory (a dtype
+    reinterprets the bytes), so nothing is allocated; another device, or ``copy=True``, copies."""
+    if api not in _WRAPS or len(positional) != 1 or kwargs.get("copy", "False").strip() not in ("False", "None"):
+        return False
+    found = _STORAGE_OF.fullmatch(positional[0].strip())
+    if found is None:
+        return False
+    device = kwargs.get("device")
+    return device is None or device.strip() == f"{found.group(1).strip()}.device"
 
 
 def on_device_of(ext: PythonExtractor, node: Any, receiver: str, target: str) -> bool:

@@ -24,7 +24,7 @@ from .python_host_defaults import copied_source
 from .python_host_kernel import in_host_kernel
 from .python_module_move import dispatches_to_super, moves_module
 from .python_runtime import runtime_handle
-from .python_same_device import on_device_of
+from .python_same_device import on_device_of, storage_alias
 from .python_scratch import dropped_in_chain, intermediate
 from .python_typeonly import in_type_checking
 
@@ -310,8 +310,8 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
                 and on_current_gpu(ext, node, ext.src.text(receiver, 80)):
             return None  # `x.cuda()` of a tensor the function already put there: no copy
     shape, size = _shape(spec.shape, positional, kwargs)
-    if zero_elements(spec.api, shape):
-        return None  # `torch.empty(0)`, `torch.empty(0).set_(storage)`: holds no memory
+    if zero_elements(spec.api, shape) or storage_alias(spec.api, positional, kwargs):
+        return None  # `torch.empty(0)`, `.set_(storage)`, `as_tensor(x.untyped_storage())`: no new memory
     if spec.target.startswith("arg:"):
         index = int(spec.target[4:])
         if len(positional) > max(index, 1):
