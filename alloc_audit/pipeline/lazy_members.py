@@ -13,12 +13,24 @@ stale or too small (``if self.x is None or self.x.shape != out.shape:``,
 ``if channel == self.channel: window = self.window``, after a guard clause
 ``if self.freqs is not None and ...: return``), or a dict on the object or
 its class filled per key when the key is missing (``if device not in
-cls.bounds: cls.bounds[device] = b.to(device)``). So is one set up under a branch with
+cls.bounds: cls.bounds[device] = b.to(device)``; round 26: ``if
+self.x.get(k) is None or self.x[k].numel() < n:``, or a state looked up
+first and returned when there, ``st = self.x.get(k)``; ``if st is not None:
+return st``, then built in a container literal and stored, ``st =
+dict(buf=torch.empty(n))``; ``self.x[k] = st``). So is one set up under a branch with
 no ``else`` and no test on the member, and read after the branch (``if do_prefill:
 self.temp = torch.empty(...)`` ... ``out=self.temp[0]``): the calls that
 skip the branch reuse it. DESIGN.md ("Lifetime
 tiers"): kept in ``self.x`` -> persistent. A test on an argument alone, a
 store with no test, or a temporary under the test stay per call.
+
+Round 26: the holder may be an object the module keeps for the process,
+named by its global name instead of ``self``: the enclosing class (a class
+attribute, ``if Op.buf is None: Op.buf = ...`` in a static method) or the
+enclosing module-level function (a function attribute, ``if not
+hasattr(f, "_buf") or f._buf.numel() < n: f._buf = ...``), under the same
+tests (``module_holder_test``; ``lifetimes`` keeps such a pinned copy,
+T5b). An attribute of an object the call builds is no such holder.
 """
 
 from __future__ import annotations
@@ -51,14 +63,18 @@ def _lazy(site: Site, index: ProjectIndex) -> Site:
     func = index.func(site.path, site.scope)
     if func is None or func.scope is None or func.scope.role not in ("function", "method"):
         return site
-    keyed = _keyed_cache(site, func)
+    keyed = keyed_cache(site, func)
     if keyed:
         return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
             f"created lazily: {func.qualname} keeps it per key in {keyed[0]} and builds it only when "
             f"`{_short(keyed[1])}` says the key is missing: persistent ({site.tier_reason})"))
     member = member_of(site, func)
     if member is None:
-        return site
+        held = module_holder_test(site, func)
+        return site if held is None else dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+            f"created lazily: {func.qualname} keeps it in {held[0]}, an attribute of a module-level "
+            f"{held[2]}, and rebuilds it only when `{_short(held[1])}` says the cached one is missing or "
+            f"stale: persistent ({site.tier_reason})"))
     test = _cache_test(site, func, _members(func) | {member})
     if not test:
         phase = _phase_setup(site, func, member)
@@ -121,6 +137,44 @@ def _module_moving_own(site: Site, func: Func, member: str, index: ProjectIndex)
     return f"the model {owner.name} (it reads its weights)"
 
 
+_HOLDER = re.compile(r"([A-Za-z_]\w*)\.([A-Za-z_]\w*)")
+
+
+def module_holder_test(site: Site, func: Func) -> tuple[str, str, str] | None:
+    """Round 26: the site is stored in an attribute of an object the module
+    holds for the process, named by its global name: the enclosing class
+    (``if Op.buf is None: Op.buf = torch.empty(n)`` in a static method, a
+    class attribute shared by every object) or the enclosing module-level
+    function itself (``if not hasattr(gather, "_buf") or gather._buf.numel() <
+    n: gather._buf = ...``, a function attribute), under a test that the
+    cached member, or another the function stores on the same holder, is
+    missing, stale or too small (``_miss`` read with the holder for
+    ``self``). Returns the member, the test, and what holds it;
+    None otherwise."""
+    m = _HOLDER.fullmatch((site.target or "").strip())
+    if m is None:
+        return None
+    root, attr = m.groups()
+    owner = func.owner
+    if owner is not None and root == owner.name and "." not in owner.qualname.replace("::", "."):
+        what = "class"
+    elif owner is None and root == func.name == func.qualname:
+        what = "function"
+    else:
+        return None
+    own = re.compile(rf"(?<![\w.]){re.escape(root)}\b")
+    # a test on one of the members the function stores there decides (`_buffer` for `_cpu_buffer` beside it)
+    stored = [t.strip() for a in func.assigns for t in a.targets] + [(c.target or "").strip() for c in func.calls]
+    members = {f"self.{attr}"} | {"self." + t[len(root) + 1:] for t in stored
+                                  if t.startswith(root + ".") and _HOLDER.fullmatch(t)}
+    line = site.span.line
+    for block in func.blocks:
+        if block.kind in ("if", "elif") and block.span.contains_line(line) \
+                and _miss(own.sub("self", block.test), members):
+            return f"{root}.{attr}", block.test, what
+    return None
+
+
 def registration_of_member(func: Func, member: str) -> str:
     """The call by which a method of ``func``'s class registers ``member``
     as a buffer: ``self.register_buffer("x", ...)``, or a call that names it
@@ -139,30 +193,65 @@ def registration_of_member(func: Func, member: str) -> str:
     return ""
 
 
-def _keyed_cache(site: Site, func: Func) -> tuple[str, str] | None:
+def keyed_cache(site: Site, func: Func) -> tuple[str, str] | None:
     """The dict on the object or its class (``self.x``, ``cls.x``) the site
     is stored in under a key (``cls.x[device] = t.to(device)``), and the
     test around it that the key is missing (``if device not in cls.x:``; a
     guard clause ``if device in self.x: return`` before it), or
     a local looked up there first (``ws = self.x.get(k)``) that the test finds
     missing (``if ws is None:`` ... ``self.x[k] = ws``)."""
-    local = (site.target or "").strip()
+    local = (site.target or "").strip() or _statement_local(site, func)
     keyed = _KEYED.fullmatch(local)
-    m = keyed or (_KEYED.fullmatch(site.kept) if local.isidentifier() else None)
+    kept = site.kept if _KEYED.fullmatch(site.kept) or not local.isidentifier() else _stored_in(func, local, site)
+    m = keyed or (_KEYED.fullmatch(kept) if local.isidentifier() else None)
     if m is None:
         return None
     owner, key = m.groups()
-    missing = re.compile(re.escape(key.strip()) + r"\s+not\s+in\s+" + re.escape(owner) + r"\b")
-    present = re.compile(r"^\(?\s*" + re.escape(key.strip()) + r"\s+in\s+" + re.escape(owner) + r"\s*\)?$")
+    k, o = re.escape(key.strip()), re.escape(owner)
+    # `k not in self.x`; round 26: `self.x.get(k) is None`, `self.x[k].numel() < n` (missing, too small)
+    missing = re.compile(rf"{k}\s+not\s+in\s+{o}\b|\b{o}\.get\(\s*{k}\s*(?:,\s*None\s*)?\)\s+is\s+None\b"
+                         rf"|\b{o}\[\s*{k}\s*\](?:\.\w+|\(\))*\s*<(?!<)")
+    present = re.compile(r"^\(?\s*" + k + r"\s+in\s+" + o + r"\s*\)?$")
+    looked_up = m is not keyed and any((c.target or "").strip() == local and c.callee == f"{owner}.get"
+                                       and c.span.line < site.span.line for c in func.calls)
+    found = (f"{local} is not None", local) if looked_up else ()
     for block in func.blocks:
         if block.kind in ("if", "elif") and block.span.contains_line(site.span.line) and (
                 missing.search(block.test) or (m is not keyed and block.test.strip() in (f"{local} is None",
                                                                                           f"not {local}"))):
             return owner, block.test
-        if block.kind == "if" and block.exits and block.span.end_line < site.span.line \
-                and present.match(" ".join(block.test.split())):  # `if k in self.x: return` before it
+        if block.kind == "if" and block.exits and block.span.end_line < site.span.line and (
+                present.match(" ".join(block.test.split()))  # `if k in self.x: return` before it
+                or block.test.strip() in found):  # `st = self.x.get(k)`; `if st is not None: return st`
             return owner, f"not ({block.test.strip()})"
     return None
+
+
+def _statement_local(site: Site, func: Func) -> str:
+    """Round 26: the local the site's statement binds when the site sits
+    inside the value (``st = dict(buf=torch.empty(n), ...)``, ``st = {...}``);
+    "" when none."""
+    line = site.stmt_line or site.span.line
+    for call in func.calls:
+        target = (call.target or "").strip()
+        if target.isidentifier() and call.span != site.span and call.span.contains(site.span):
+            return target
+    for a in func.assigns:
+        if a.line == line and a.op == "=" and len(a.targets) == 1 and a.targets[0].strip().isidentifier() \
+                and a.value.lstrip()[:1] in ("{", "[", "("):
+            return a.targets[0].strip()
+    return ""
+
+
+def _stored_in(func: Func, local: str, site: Site) -> str:
+    """The entry of a container on the object or its class the function
+    stores ``local`` in after the site (``self.x[k] = st``); "" when none."""
+    for a in func.assigns:
+        if a.line > site.span.line and a.op == "=" and a.value.strip() == local:
+            for t in a.targets:
+                if _KEYED.fullmatch(t.strip()):
+                    return t.strip()
+    return ""
 
 
 def member_of(site: Site, func: Func) -> str | None:

@@ -23,7 +23,13 @@ class, the guards around the site).
 - **Pinned, kept by the module or a pool → T5b.** A pinned host buffer
   stored to a module global that the function re-makes only under a guard naming it (``global
   X`` ... ``if X is None or X.shape[0] < n: X = ...``), lives for the
-  process. So does one a method returns from a pool: it takes buffers from a
+  process, and so does one kept in an attribute of the enclosing class or
+  module-level function named by its global name, under a test that the
+  cached member is missing or too small (round 26: ``if not hasattr(f,
+  "_buf") or ...: f._cpu = t.pin_memory()``), or per key in a container on the
+  object under a test that the key is missing (``lazy_members.keyed_cache``:
+  ``st = self.x.get(k)``; ``if st is None: st = {"pin": ...}``; ``self.x[k] =
+  st``). So does one a method returns from a pool: it takes buffers from a
   container on ``self`` (``self._store.get(k)``) that another method of the
   class puts them back into (``self._store.setdefault(k, []).append(t)``).
 - **Pinned, released per phase → T5a.** A pinned host buffer a method keeps
@@ -65,6 +71,7 @@ from .index import Func, ProjectIndex
 from .kept_stores import ADD as _ADD
 from .kept_stores import MEMBER as _MEMBER
 from .kept_stores import stored_later as _stored_later
+from .lazy_members import keyed_cache, module_holder_test
 from .roles import conventional_role
 from .state_once import state_created_once
 
@@ -293,6 +300,16 @@ def _kept_by_module(site: Site, index: ProjectIndex) -> Site:
                 return dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
                     f"persistent pinned host buffer kept in the module global {target}: {site.scope} re-makes it "
                     f"only under `if {b.test.strip()}`"))
+    held = module_holder_test(site, func)
+    if held is not None:
+        return dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
+            f"persistent pinned host buffer kept in {held[0]}, an attribute of a module-level {held[2]}: "
+            f"{site.scope} re-makes it only under `if {' '.join(held[1].split())}`"))
+    keyed = keyed_cache(site, func) if func.owner is not None else None
+    if keyed is not None:
+        return dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
+            f"persistent pinned host buffer kept per key in {keyed[0]}: {site.scope} makes it only when "
+            f"`{' '.join(keyed[1].split())}` says the key is missing"))
     if site.kept != "return" or func.owner is None:
         return site
     taken = {m.group(1) for c in func.callees if (m := _TAKE.fullmatch(c))}

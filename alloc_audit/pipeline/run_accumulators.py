@@ -15,6 +15,18 @@ A local allocated inside the loop, rebound by a plain assignment inside
 it, only read there, or made in a function that runs per step, is called
 in a loop or is reached through a test (its runner calls it once per
 case, even where a `__main__` block calls it once too) stays per call.
+
+Round 26: the script's entry point itself (named ``main``, ``*_main``,
+and called by nothing but module-level code outside its loops) ends only
+when the run does, so a buffer it binds
+before its loop and reads on any pass of that loop (an argument, a value
+assigned, a receiver, what the loop iterates: ``image = images.to(d)`` ...
+``while True: model.generate(..., image=image)``) serves every pass and
+lives for the run: T2, as a native ``main``'s allocations outside its loops
+are. One it uses only outside loops (a warm-up input, a one-shot
+forward), rebinds after the site (outside a sibling branch of the site's
+``if``), or makes inside the loop stays per call, and so does a read-only
+local of a function the entry point calls (it dies when that returns).
 """
 
 from __future__ import annotations
@@ -24,13 +36,16 @@ from collections.abc import Callable, Sequence
 
 from ..catalog import CallerGlobs
 from ..globs import matcher
-from ..model import Site, Tier
+from ..model import Block, Site, Tier
 from .index import Func, ProjectIndex
+from .loop_calls import script_entry
+from .names import has_name, starts_with_word
 from .retier import Decision, python_device_site, retier
 
 _DEPTH = 3  # caller levels followed up to a run-once root
 _INPLACE = re.compile(r"([A-Za-z_]\w*)(?:\[[^\]]*\])*\.(?!_)\w*[a-z0-9]_$")  # `total.add_`, `c["k"].copy_`
 _NAME = re.compile(r"[A-Za-z_]\w*")
+_MAIN = re.compile(r"_?main|\w+_main")  # a script's entry point by name (`main`, `cli_main`)
 
 
 def run_accumulators(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
@@ -57,14 +72,20 @@ def _decide(site: Site, index: ProjectIndex, once: Callable[[str], bool], per_st
     name = _bound_name(site, func)
     if name is None:
         return None
-    loops = [b.span for b in func.blocks if b.kind == "loop" and b.span.line > line]
-    update = next((u for u in _updates(func, name) if any(span.contains_line(u) for span in loops)), None)
-    if update is None or _rebound(func, name, site):
+    loops = [b for b in func.blocks if b.kind == "loop" and b.span.line > line]
+    update = next((u for u in _updates(func, name) if any(b.span.contains_line(u) for b in loops)), None)
+    use = "updated in place in it"
+    if update is not None and _rebound(func, name, site):
+        update = None
+    if update is None and _entry_point(func, index) and not _rebound_later(func, name, site):
+        # the entry point itself: its locals live for the run (a helper's die when it returns)
+        update, use = _read_in(func, name, loops), "read in it on every pass"
+    if update is None:
         return None
     if not _runs_once(func, index, once, per_step, _DEPTH, frozenset(), memo):
         return None
     why = "runs once" if once(func.name) else "reached only from run-once callers, not in a loop"
-    return Tier.T2, (f"made once in {func.qualname} ({why}) before its loop and updated in place in it "
+    return Tier.T2, (f"made once in {func.qualname} ({why}) before its loop and {use} "
                      f"({name}, line {update}): kept for the run; was: {site.tier_reason}")
 
 
@@ -98,6 +119,48 @@ def _rebound(func: Func, name: str, site: Site) -> bool:
     if any(a.line != stmt and name in a.targets and a.op == "=" for a in func.assigns):
         return True
     return any((c.target or "").strip() == name and c.span.line != site.span.line for c in func.calls)
+
+
+def _entry_point(func: Func, index: ProjectIndex) -> bool:
+    """``func`` is a script's entry point, whose return ends the run: named
+    ``main`` (``_main``, ``*_main``), and called by nothing but module-level
+    code, outside its loops (``if __name__ == "__main__": main()``), if
+    anything calls it. A ``configure*`` hook or a helper returns to more work."""
+    if _MAIN.fullmatch(func.name) is None or func.scope is None or func.scope.role != "function":
+        return False
+    callers = [index.funcs[fid] for fid, d in index.callers_within([func], 1).items()
+               if d == 1 and fid in index.funcs and fid != func.id]
+    return not callers or script_entry(func, callers)
+
+
+def _read_in(func: Func, name: str, loops: list[Block]) -> int | None:
+    """Round 26: the first line of a loop after the site that reads ``name``
+    (an argument, a value assigned, a receiver, what the loop iterates):
+    the one buffer serves every pass (``testenc[:, i * n:(i + 1) * n]``,
+    ``generate(image=image_tensor)``)."""
+    lines = [c.span.line for c in func.calls if has_name(c.arglist, name, not_before=".")
+             or starts_with_word(c.callee, name)]
+    lines += [a.line for a in func.assigns if has_name(a.value, name, not_before=".")]
+    lines += [b.span.line for b in loops if has_name(b.test, name, not_before=".")]
+    return min((n for n in lines if any(b.span.contains_line(n) for b in loops)), default=None)
+
+
+def _rebound_later(func: Func, name: str, site: Site) -> bool:
+    """``name`` is bound again after the site (in a loop: a fresh one per
+    pass; after it: the site's buffer is dropped there), other than in a
+    sibling branch of the site's ``if`` (``if ...: x = a.to(d)`` /
+    ``else: x = b.to(d)``, one of which runs)."""
+    stmt = site.stmt_line or site.span.line
+    lines = [a.line for a in func.assigns if a.line > stmt and name in a.targets and a.op in ("=", "del")]
+    lines += [c.span.line for c in func.calls if c.span.line > site.span.line and (c.target or "").strip() == name]
+    return any(not _siblings(func, stmt, n) for n in lines)
+
+
+def _siblings(func: Func, one: int, other: int) -> bool:
+    """``one`` and ``other`` lie in different branches of one ``if``."""
+    branches = [b for b in func.blocks if b.kind in ("if", "elif", "else") and b.stmt is not None]
+    return any(a.stmt == b.stmt and a is not b and a.span.contains_line(one) and b.span.contains_line(other)
+               for a in branches for b in branches)
 
 
 def _runs_once(func: Func, index: ProjectIndex, once: Callable[[str], bool], per_step: Callable[[str], bool],
