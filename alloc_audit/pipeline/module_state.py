@@ -235,11 +235,8 @@ def _returned_registered(func: Func, local: str, after: int, reaching: list[tupl
         names = [t.strip("() ") for t in _bound_to(caller, call).split(",")]
         name = names[position] if position is not None and len(names) > position else \
             names[0] if position is None and len(names) == 1 else ""
-        if found is None and _LOCAL.fullmatch(name):
+        if found is None and _LOCAL.fullmatch(name):  # the local itself (moved, cast), not what is computed from it
             found = _registration_of(caller, registering, name, call.span.end_line)
-            if found is None:
-                flow = _flows_into_registration(caller, registering, name, call.span.line)
-                found = flow[0] if flow is not None else None
         if found is None:
             return ""
         where.append(f"{found.callee} at {caller.path}:{found.span.line}")
