@@ -165,3 +165,35 @@ def _flows(func: Func, callee: str, at: Callable[[Call], bool], values: tuple[st
 
 def _mentions(text: str, names: set[str]) -> bool:
     return any(re.search(rf"(?<![\w.]){re.escape(n)}\b", text) for n in names)
+
+
+class CheckpointReader:
+    """Which functions read checkpoint tensors, for passes that ask it of a
+    function rather than of a copy site (``weight_modules``: a module that
+    keeps what a loader reads). Memoised per function."""
+
+    def __init__(self, index: ProjectIndex, globs: CallerGlobs) -> None:
+        self._ctx = _Ctx(index, matcher(globs.checkpoint), None) if globs.checkpoint else None
+
+    def call(self, callee: str) -> bool:
+        """The call itself reads a checkpoint tensor (``weights.get_tensor(name)``)."""
+        return self._ctx is not None and self._ctx.checkpoint(callee)
+
+    def returned(self, func: Func) -> str:
+        """The first read (how) whose value ``func`` returns, directly or
+        through loaders that return what they read, or ""."""
+        if self._ctx is None:
+            return ""
+        found = _reads(func, self._ctx, _CHECKPOINT_DEPTH, True)
+        return found[0][0] if found else ""
+
+    def handed(self, func: Func, call: Call) -> str:
+        """The first checkpoint read of ``func`` (itself or through loaders
+        that return what they read) whose value flows through its locals into
+        the arguments of ``call`` (``w = stc.get_tensor(k)`` ...
+        ``Inner(w, b)``), or ""."""
+        if self._ctx is None:
+            return ""
+        span = call.span
+        return next((how for how, callee in _reads(func, self._ctx, _CHECKPOINT_DEPTH, False)
+                     if callee != call.callee and _flows(func, callee, lambda c: c.span == span, ())), "")

@@ -37,10 +37,19 @@ freqs.cos())``) is made while the model is built: a load-path temporary, T1
 or stored in a plain ``self.x`` stays as it was, and none of this applies to
 an object ``built_per_call`` found built per call.
 
-One call edge is followed, from the calls of the site's own function: no
-search. It runs after classification, so the index still sees these
-allocations as the constructor's and a class that holds them stays a
-derived site (``derive`` then gives it T1 from its allocation). Pure.
+Round 26: a value a function (no constructor) returns (itself, moved or
+viewed; not a value computed from it, nor a mask indexing it), whole or as
+one element of a returned tuple, to calls that
+each resolve to it and each register that value on a module
+(``self.register_buffer("f", sinc_filter(n))``, ``q, k = self._caches()``
+... ``self.register_buffer("q", q)``) is made for module state: T1. One
+caller keeping it as a plain attribute, or an unresolved call by its name,
+leaves it alone.
+
+One call edge is followed, from the calls of the site's own function (or,
+for a returned value, from the calls that reach it): no search. It runs
+after classification, so the index still sees these allocations as the
+constructor's and a class that holds them stays a derived site (``derive`` then gives it T1 from its allocation). Pure.
 """
 
 from __future__ import annotations
@@ -74,6 +83,7 @@ _PER_CALL = "per call:"  # built_per_call's reasons: a module built per call kee
 
 def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     registering: dict[str, list[Call]] = {}  # per function: its registering calls, in order (issue 11)
+    reaching: dict[str, list[tuple[Func, Call]]] = {}  # per function: the calls reaching it, when all may register
 
     def decide(site: Site) -> Decision | None:
         if site.wrapper and REGISTERS.search(site.wrapper):
@@ -101,6 +111,11 @@ def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
                 call, chain = flow
                 return Tier.T1, (f"module state: a temporary of module construction ({site.scope}) whose value "
                                  f"flows through {' -> '.join(chain)} into {call.callee}; was: {site.tier_reason}")
+            kept = _returned_registered(func, local, site.stmt_line or site.span.line,
+                                        _registering_callers(func, index, registering, reaching), registering)
+            if kept:
+                return Tier.T1, (f"module state: {site.scope} returns {local} to callers that each register it "
+                                 f"({kept}); was: {site.tier_reason}")
         if made:
             return None
         stored = _stored_as_weight(func, local, site.span.end_line) if _LOCAL.fullmatch(local) else ""
@@ -144,6 +159,16 @@ def _flows_into_registration(func: Func, registering: list[Call], local: str,
     calls = [c for c in registering if c.span.line > after and _STATE.search(c.callee)]
     if not calls:
         return None
+    chain = _chain(func, local, after)
+    for call in calls:
+        if any(_carries(call.arglist, n) for n in chain):
+            return call, chain
+    return None
+
+
+def _chain(func: Func, local: str, after: int) -> list[str]:
+    """``local`` and the locals the function's assignments after line
+    ``after`` compute from it, up to ``_FLOW_HOPS`` of them."""
     # a value is an assignment's (`freqs = t[:, None] * inv`) or a call's stored whole (`freqs = torch.outer(t, inv)`)
     steps = [(a.line, a.targets, a.value) for a in func.assigns if a.line > after and a.op == "="]
     steps += [(c.span.line, (c.target,), f"{c.callee}({c.arglist})") for c in func.calls
@@ -158,10 +183,76 @@ def _flows_into_registration(func: Func, registering: list[Call], local: str,
             for name in (t.strip() for t in target.split(",")):
                 if _LOCAL.fullmatch(name) and name not in chain:
                     chain.append(name)
-    for call in calls:
-        if any(_carries(call.arglist, n) for n in chain):
-            return call, chain
-    return None
+    return chain
+
+
+def _registering_callers(func: Func, index: ProjectIndex, registering: dict[str, list[Call]],
+                         memo: dict[str, list[tuple[Func, Call]]]) -> list[tuple[Func, Call]]:
+    """The calls that reach ``func`` (no constructor, returning a value), when
+    each resolves to it and sits in a function that registers something;
+    else none. Once per function."""
+    found = memo.get(func.id)
+    if found is None:
+        found = []
+        if func.scope is not None and func.scope.role != "constructor" and func.returns:
+            calls = index.calls_reaching(func)
+            if all(resolved and _registering(caller, registering) for caller, _, resolved in calls):
+                found = [(caller, call) for caller, call, _ in calls]
+        memo[func.id] = found
+    return found
+
+
+def _returned_registered(func: Func, local: str, after: int, reaching: list[tuple[Func, Call]],
+                         memo: dict[str, list[Call]]) -> str:
+    """``func`` (no constructor) returns the value of ``local`` (itself, moved
+    or viewed; one element of a returned tuple, by position) and
+    every call that reaches it (``reaching``: each resolved to it) registers that value on
+    a module (``self.register_buffer("f", helper(n))``, ``a, b =
+    self._caches()`` ... ``self.register_buffer("b", b)``): made for
+    module state. Where (the callers' registrations), or ""."""
+    if not reaching:
+        return ""
+    position: int | None = None
+    returned = False  # some return after the allocation carries it (every one does)
+    for ret in func.returns:
+        if ret.line <= after:
+            continue
+        elements = [a.text.strip() for a in split_args(ret.value)]
+        carrying = [i for i, e in enumerate(elements) if _takes(e, local, False)]
+        if len(carrying) != 1:
+            return ""
+        at = carrying[0] if len(elements) > 1 else None
+        if returned and at != position:
+            return ""
+        position, returned = at, True
+    if not returned:
+        return ""
+    where = []
+    for caller, call in reaching:
+        registering = _registering(caller, memo)
+        found = next((r for r in registering if r is not call and r.span.contains(call.span)
+                      and _STATE.search(r.callee)), None)
+        names = [t.strip("() ") for t in _bound_to(caller, call).split(",")]
+        name = names[position] if position is not None and len(names) > position else \
+            names[0] if position is None and len(names) == 1 else ""
+        if found is None and _LOCAL.fullmatch(name):  # the local itself (moved, cast), not what is computed from it
+            found = _registration_of(caller, registering, name, call.span.end_line)
+        if found is None:
+            return ""
+        where.append(f"{found.callee} at {caller.path}:{found.span.line}")
+    return ", ".join(where[:3])
+
+
+def _bound_to(func: Func, call: Call) -> str:
+    """What the call's result is bound to: its target, or the targets of the
+    assignment whose value is the call (``a, b = (self.make())``), or ""."""
+    if call.target:
+        return call.target
+    whole = re.compile(r"[\s(]*" + re.escape(call.callee) + r"\(.*\)[\s)]*", re.S)
+    for a in func.assigns:
+        if a.op == "=" and a.line <= call.span.line <= a.line + 3 and whole.fullmatch(a.value):
+            return ",".join(a.targets)
+    return ""
 
 
 def _inside_registration(site: Site, func: Func, registering: list[Call]) -> Call | None:
