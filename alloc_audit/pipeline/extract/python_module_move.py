@@ -106,9 +106,10 @@ def moves_module(ext: PythonExtractor, node: Any) -> bool:
         text = copied.group(1)  # `deepcopy(self.module).to(d)`: a copy of a module is a module
     if _told_by_file(ext, node, text, before) or _used_as_module(ext, node, text):
         return True
-    container = _ELEMENT.fullmatch(text)  # `seq[0].to(d)`: an element of a module is a module
-    return container is not None and (_told_by_file(ext, node, container.group(1), before)
-                                      or _used_as_module(ext, node, container.group(1)))
+    # `seq[0].to(d)`: an element of a module built as one (`nn.Sequential`, `nn.ModuleList`; not a
+    # `ParameterDict`) is a module; a container only used as a module may hold parameters
+    container = _ELEMENT.fullmatch(text)
+    return container is not None and _told_by_file(ext, node, container.group(1), before)
 
 
 def _told_by_file(ext: PythonExtractor, node: Any, text: str, before: int) -> bool:

@@ -53,6 +53,9 @@ _MODEL_NAME = re.compile(r"(?:\w+_)?(?:model|module)")
 # attributes of a module that are tensors or calls, not sub-modules or state
 _MODULES = re.compile(r"\.(?:named_)?(?:modules|children)\(\)$")
 _NOT_PARTS = frozenset({"data", "grad", "T", "mT", "H", "mH", "real", "imag"})
+# a top-level def with a parameter annotated as a module (`def f(layer: nn.Module, ...)`)
+_ANNOTATED_DEF = re.compile(
+    rb"^def[ \t]+\w+[ \t]*\([^)]*?:[ \t]*[\"']?(?:[\w.]+\.)?(?:Module|PreTrainedModel|\w+Module)\b", re.M)
 # an annotation naming a module type: `nn.Module`, `torch.nn.Module`, `"PreTrainedModel"`
 _MODULE_ANNOTATION = re.compile(r"[\"']?(?:[\w.]+\.)?(?:Module|PreTrainedModel|\w+Module)[\"']?")
 _CASTS = frozenset({"half", "float", "bfloat16", "double", "eval", "train", "requires_grad_", "to", "cuda"})
@@ -85,24 +88,32 @@ def _handed_to_module_parameter(ext: PythonExtractor, node: Any, name: str) -> b
     owner = _scope(node, "function_definition")
     if owner is None:
         return False
-    key = (owner.start_byte, "(" + name)
+    annotated = ext.module_used.get((-1, "(annotated"))
+    if annotated is None:  # once per file: no top-level def annotates a parameter as a module, nothing to find
+        annotated = ext.module_used[(-1, "(annotated")] = _ANNOTATED_DEF.search(ext.src.data) is not None
+    if not annotated:
+        return False
+    key = (node.end_byte, "(" + name)
     found = ext.module_used.get(key)
     if found is None:
         found = ext.module_used[key] = any(
-            _parameter_is_module(ext, callee, i) for callee, i in _positions_of(ext, owner, name))
+            _parameter_is_module(ext, callee, i) for callee, i in _positions_of(ext, owner, name, node.end_byte))
     return found
 
 
-def _positions_of(ext: PythonExtractor, body: Any, name: str) -> list[tuple[str, int]]:
-    """Each plain-named call in ``body`` with ``name`` as its ``i``-th
-    positional argument: (callee, i)."""
+def _positions_of(ext: PythonExtractor, body: Any, name: str, after: int) -> list[tuple[str, int]]:
+    """Each plain-named call in ``body`` below byte ``after`` (what the
+    moved value flows into, not a use above it) with ``name`` as its
+    ``i``-th positional argument: (callee, i)."""
     found: list[tuple[str, int]] = []
-    if name.encode() not in ext.src.data[body.start_byte:body.end_byte]:
+    if name.encode() not in ext.src.data[after:body.end_byte]:
         return found
     stack = [body]
     while stack:
         here = stack.pop()
-        if here.type == "call":
+        if here.end_byte <= after:
+            continue
+        if here.type == "call" and here.start_byte > after:
             fn, args = here.child_by_field_name("function"), here.child_by_field_name("arguments")
             if fn is not None and fn.type == "identifier" and args is not None and args.type == "argument_list":
                 for i, arg in enumerate(args.named_children):
