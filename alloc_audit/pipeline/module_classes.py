@@ -7,7 +7,9 @@ Input: the sites, the index. The receiver comes from the call table: the
 move's own callee text (``layer.to(dtype).to``) less its casts, then either
 a construction at the same position (``UNet(**cfg).to("cuda")``) or the last
 call above in the same function whose value was stored to the receiver's
-name (``layer = Classifier(...)``). A class the index resolves and whose
+name (``layer = Classifier(...)``). The class is what the index resolves,
+or in a method the class itself (``cls(cfg)``) or one nested in it
+(``self._Block(cfg)``, round 26). A class the index resolves and whose
 bases reach ``nn.Module`` makes the site ``Module.to`` / ``Module.cuda``,
 classified again; anything else is left as it is. A class the index does
 not know may be defined in a file the pre-filter skipped (a model built of
@@ -33,7 +35,7 @@ from ..catalog import TierPattern
 from ..model import Call, FileFacts, Language, Site, Tier
 from .classify import classify_sites
 from .default_device import is_module
-from .index import Func, ProjectIndex, last_name
+from .index import ClassInfo, Func, ProjectIndex, last_name
 from .module_returns import returns_module
 
 _MOVES = {"Tensor.to": "Module.to", "Tensor.cuda": "Module.cuda"}
@@ -64,7 +66,7 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
         call = receiver_builder(func, site)
         if call is None:
             continue
-        cls = index.constructed_class(func, call)
+        cls = _constructed(index, func, call)
         if cls is not None:
             module = is_module(index, cls.qualname, cls.bases, memo) or _external_base(index, cls.bases, base_memo)
             if not module and _external_base(index, cls.bases, param_memo, parameters=True):
@@ -91,11 +93,33 @@ def _builds_module(index: ProjectIndex, func: Func, call: Call, memo: dict[str, 
     """``call`` in ``func`` constructs a module: a project class whose
     bases reach ``nn.Module`` or a library layer, or a library class named
     like a layer or a model."""
-    cls = index.constructed_class(func, call)
+    cls = _constructed(index, func, call)
     if cls is not None:
         return is_module(index, cls.qualname, cls.bases, memo) or _external_base(index, cls.bases, base_memo)
+    layer = _NN_LAYER.fullmatch(call.callee)
+    if layer is not None and layer.group(1) not in _NOT_LAYERS:
+        return True  # `torch.nn.ModuleList()`, `nn.Sequential(...)`
     leaf = last_name(call.callee)
     return _MODULE_SUFFIX.fullmatch(leaf) is not None and not index.classes_named(leaf)
+
+
+def _constructed(index: ProjectIndex, func: Func, call: Call) -> ClassInfo | None:
+    """The project class ``call`` in ``func`` constructs: what the index
+    resolves, or, in a method, the class it sits in (``cls(cfg)``,
+    ``type(self)(cfg)``, ``self.__class__(cfg)``: that class or a subclass)
+    or a class nested in it (``self._Block(cfg)``, ``cls._Block(cfg)``)."""
+    cls = index.constructed_class(func, call)
+    owner = func.owner
+    if cls is not None or owner is None or func.language is not Language.PYTHON:
+        return cls
+    callee = "".join(call.callee.split())
+    if callee in ("cls", "type(self)", "self.__class__"):
+        return owner
+    head, _, leaf = callee.partition(".")
+    if head in ("self", "cls") and _NAME.fullmatch(leaf) is not None:
+        nested = f"{owner.qualname}.{leaf}"
+        return next((c for c in index.classes_named(leaf) if c.qualname == nested), None)
+    return None
 
 
 def receiver_builder(func: Func, site: Site) -> Call | None:

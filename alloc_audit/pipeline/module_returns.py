@@ -2,6 +2,8 @@
 to a project function (no class) is a module when that function hands one
 back: every value it returns is a single call that builds a module (a
 project class deriving from ``nn.Module``, a library layer class), or a
+local bound once to such a call (``head = nn.ModuleList()`` ...
+``return head``: appending parts keeps it the module it is), or a
 call of another project function that does, followed ``depth`` levels
 (``build_layer(cfg).to(dev)`` with ``def build_layer(cfg): return
 Attention(cfg)``). A function with no returned value, one returning a
@@ -19,6 +21,7 @@ from .index import Func, ProjectIndex
 
 # a return value that opens with a call: `Name(` / `pkg.Name(`
 _CALL_HEAD = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
+_NAME = re.compile(r"[A-Za-z_]\w*")
 
 Builds = Callable[[Func, Call], bool]
 
@@ -40,12 +43,26 @@ def _hands_back_module(index: ProjectIndex, target: Func, builds: Builds, depth:
     if not values or target.table is None:
         return False
     for ret in values:
-        made = _returned_call(target, ret.line, ret.value.strip())
+        value = ret.value.strip()
+        made = _returned_call(target, ret.line, value) if _NAME.fullmatch(value) is None else _bound_call(target, value)
         if made is None:
             return False
         if not (builds(target, made) or returns_module(index, target, made, builds, depth - 1)):
             return False
     return True
+
+
+def _bound_call(target: Func, name: str) -> Call | None:
+    """The call a returned local ``name`` holds: its one plain binding in
+    ``target`` (``head = nn.ModuleList()`` ... ``head.append(norm)`` ...
+    ``return head``) when that binding is the whole value of a call; None
+    when the name is bound more than once, by anything else, or is a
+    parameter (what a caller handed in)."""
+    table = target.table
+    if table is None or any(name in a.targets for a in target.assigns):
+        return None  # bound to something other than a call's value too
+    bound = [table[i] for i in target.call_ix if table.targets[i] == name and "(" not in table.callees[i]]
+    return bound[0] if len(bound) == 1 else None
 
 
 def _returned_call(target: Func, line: int, value: str) -> Call | None:

@@ -16,7 +16,14 @@ it); or a parameter annotated with such a class (``model: nn.Module``,
 ``pipeline: FluxPipeline``). A move whose result is
 dropped (``model.to(device)`` as a statement) is a module's too: a tensor's
 ``.to()`` returns a copy and changes nothing, a module's moves it in place,
-unless the receiver is built by a class of this file that is no module. A
+unless the receiver is built by a class of this file that is no module; so
+is a dropped move of an element (``qlayers[name].to(d)``) or of what a
+function that is no tensor maker returns (``get_head(model).to(d)``; not
+``torch.zeros(1).cuda()``, a CUDA warm-up). Round 26: an element of a
+module (``seq[0].cuda()``: only a container module is indexed, and it holds
+modules) is a module; ``cls(cfg)`` (``type(self)(cfg)``) in a method of a
+module class builds one; a copy (``deepcopy(self.module).to(d)``) is what
+it copies. A
 class of another project file is told later, with the index
 (``pipeline/module_classes.py``). Anything else (an attribute, a builder
 function) stays a tensor copy: unknown is not a module. Pure.
@@ -71,6 +78,19 @@ _MODEL_MAKER = re.compile(r"(?:load|build|create|make|init|get)_(?:\w+_)?model(?
 # a name used as a mapping of tensors: unpacked as keywords (`model(**batch)`)
 # or read by a string key (`batch["labels"]`); no module is either
 _MAPPING_USE = re.compile(rb"\*\*[ \t]*([A-Za-z_]\w*)\b(?![.\[(])|(?<![\w.])([A-Za-z_]\w*)\[[ \t]*[\"']")
+# a dropped move's receiver: a name or attribute path, each part maybe subscripted (`qlayers[name]`)
+_DROPPED = re.compile(r"[A-Za-z_]\w*(?:\[[^\[\]\n]{1,60}\])*(?:\.[A-Za-z_]\w*(?:\[[^\[\]\n]{1,60}\])*)*")
+# an element of a container: `layers[i]`, `self.blocks[name]` (one subscript)
+_ELEMENT = re.compile(r"((?:self\.)?[A-Za-z_]\w*)\[[^\[\]\n]{1,60}\]")
+# a construction of the class a method sits in: `cls(...)`, `type(self)(...)`, `self.__class__(...)`
+_OWN_CLASS = re.compile(r"(?:cls|type\(\s*self\s*\)|self\.__class__)\s*\(")
+# libraries whose calls make tensors or arrays, never a module (`torch.zeros(1).cuda()`)
+_TENSOR_LIBRARIES = ("torch.", "numpy.", "np.", "cupy.", "jax.", "triton.")
+# tensor methods and builtins that return tensors or plain values
+_TENSOR_MAKERS = frozenset({"tensor", "zeros", "ones", "empty", "full", "rand", "randn", "arange", "clone",
+                            "contiguous", "detach", "view", "reshape", "new_zeros", "new_ones", "new_empty",
+                            "new_full", "new_tensor", "float", "half", "int", "long", "bool", "sum", "mean",
+                            "pin_memory", "max", "min", "abs"})
 # attributes of a module that are tensors, not sub-modules
 _TENSOR_ATTRS = frozenset({"weight", "bias", "data", "grad", "T", "mT", "H", "mH", "real", "imag"})
 
@@ -81,7 +101,15 @@ def moves_module(ext: PythonExtractor, node: Any) -> bool:
     text, before = receiver_text(ext, node)
     if text is None:
         return False
-    return _told_by_file(ext, node, text, before) or _used_as_module(ext, node, text)
+    copied = _COPY.fullmatch(text)
+    if copied is not None:
+        text = copied.group(1)  # `deepcopy(self.module).to(d)`: a copy of a module is a module
+    if _told_by_file(ext, node, text, before) or _used_as_module(ext, node, text):
+        return True
+    # `seq[0].to(d)`: an element of a module built as one (`nn.Sequential`, `nn.ModuleList`; not a
+    # `ParameterDict`) is a module; a container only used as a module may hold parameters
+    container = _ELEMENT.fullmatch(text)
+    return container is not None and _told_by_file(ext, node, container.group(1), before)
 
 
 def _told_by_file(ext: PythonExtractor, node: Any, text: str, before: int) -> bool:
@@ -95,7 +123,8 @@ def _told_by_file(ext: PythonExtractor, node: Any, text: str, before: int) -> bo
             break
         found = _last_assignment(ext, node, text, before)
         if found is None:
-            return _annotated_module(ext, node, text) or (_dropped(node, receiver) and not _loop_item(ext, node, text))
+            return _annotated_module(ext, node, text) or (
+                _dropped(ext, node, receiver) and not _loop_item(ext, node, text))
         if found[2]:
             return True  # `ema = deepcopy(model).eval()`: only a module has these modes
         if _passes_itself(found[0], text) or _sub_module(found[0], text):
@@ -103,8 +132,10 @@ def _told_by_file(ext: PythonExtractor, node: Any, text: str, before: int) -> bo
             continue
         copied = _COPY.fullmatch(found[0])
         text, before = (copied.group(1), found[1]) if copied is not None else found[:2]
+    if _OWN_CLASS.match(text) is not None and text.endswith(")") and _self_is_module(ext, node):
+        return True  # `cls(config).to(d)` in a module class's classmethod: a new object of it
     built = _builds_module(ext, text)
-    return built is True or (built is None and _dropped(node, receiver))
+    return built is True or (built is None and _dropped(ext, node, receiver))
 
 
 def _used_as_module(ext: PythonExtractor, node: Any, text: str) -> bool:
@@ -185,13 +216,35 @@ def dispatches_to_super(ext: PythonExtractor, node: Any) -> bool:
     return text is not None and re.fullmatch(r"super\s*\([^()]*\)", text) is not None
 
 
-def _dropped(node: Any, text: str) -> bool:
-    """The move is a statement of its own (its result dropped) on a name or
-    an attribute: only a module's move does something then."""
+def _dropped(ext: PythonExtractor, node: Any, text: str) -> bool:
+    """The move is a statement of its own (its result dropped) on a name,
+    an attribute, an element of one (``qlayers[name].to(dev)``,
+    ``seq[0].cuda()``) or the result of a project function
+    (``get_head(model).to(dev)``): only a module's move does something then,
+    a tensor's returns a copy nobody keeps. A tensor factory's result
+    (``torch.zeros(1).cuda()``, a CUDA warm-up) is no module."""
     parent = node.parent
-    return (parent is not None and parent.type == "expression_statement" and parent.named_child_count == 1
-            and re.fullmatch(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", text) is not None
-            and not text.endswith((".data", ".grad")))
+    if parent is None or parent.type != "expression_statement" or parent.named_child_count != 1 \
+            or text.endswith((".data", ".grad")):
+        return False
+    if _DROPPED.fullmatch(text) is not None:
+        return True
+    called = _CALL.match(text)
+    return called is not None and _MEMBER_PATH.fullmatch(called.group(1)) is not None \
+        and _balanced_call(text, called.end()) \
+        and not ext.resolve_text(called.group(1)).startswith(_TENSOR_LIBRARIES) \
+        and called.group(1).rsplit(".", 1)[-1] not in _TENSOR_MAKERS
+
+
+def _balanced_call(text: str, start: int) -> bool:
+    """``text[start:]`` closes the call opened just before ``start``, and
+    nothing follows it: ``f(x)``, not ``f(x)[0]`` nor ``f(x).weight``."""
+    depth = 1
+    for i, ch in enumerate(text[start:], start):
+        depth += 1 if ch in "([{" else -1 if ch in ")]}" else 0
+        if depth == 0:
+            return i == len(text) - 1
+    return False
 
 
 def _loop_item(ext: PythonExtractor, node: Any, name: str) -> bool:

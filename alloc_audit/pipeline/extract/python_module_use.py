@@ -17,7 +17,10 @@ attribute is a sub-module or the model's registered state, kept on the
 model either way. So is a moved value kept in a name that says it is a
 model or module (``self._emb_module = TableBags(...).to(d)``, ``ref_model
 = build(cfg).cuda()``), or handed to a call as its ``module=`` / ``model=``
-argument (``DistributedDataParallel(module=arch.to(d))``). A receiver only computed with or indexed
+argument (``DistributedDataParallel(module=arch.to(d))``), or stored in a
+local handed positionally to a function of this file whose parameter there
+is annotated with a module type (``layer = layers[i].to(d)``;
+``update(layer, x)`` with ``def update(layer: nn.Module, ...)``, round 26). A receiver only computed with or indexed
 stays a tensor, and so does an attribute path of anything else stored back
 (``state.buf = state.buf.to(d)``).
 
@@ -50,6 +53,11 @@ _MODEL_NAME = re.compile(r"(?:\w+_)?(?:model|module)")
 # attributes of a module that are tensors or calls, not sub-modules or state
 _MODULES = re.compile(r"\.(?:named_)?(?:modules|children)\(\)$")
 _NOT_PARTS = frozenset({"data", "grad", "T", "mT", "H", "mH", "real", "imag"})
+# a top-level def with a parameter annotated as a module (`def f(layer: nn.Module, ...)`)
+_ANNOTATED_DEF = re.compile(
+    rb"^def[ \t]+\w+[ \t]*\([^)]*?:[ \t]*[\"']?(?:[\w.]+\.)?(?:Module|PreTrainedModel|\w+Module)\b", re.M)
+# an annotation naming a module type: `nn.Module`, `torch.nn.Module`, `"PreTrainedModel"`
+_MODULE_ANNOTATION = re.compile(r"[\"']?(?:[\w.]+\.)?(?:Module|PreTrainedModel|\w+Module)[\"']?")
 _CASTS = frozenset({"half", "float", "bfloat16", "double", "eval", "train", "requires_grad_", "to", "cuda"})
 
 
@@ -66,7 +74,91 @@ def used_as_module(ext: PythonExtractor, node: Any, text: str, annotated: Callab
     if _handed_as_module(ext, node):
         return True  # `DistributedDataParallel(module=arch.to(device))`
     names = [n for n in (text, stored) if n is not None and _RECEIVER.fullmatch(n) is not None]
-    return any(_used(ext, node, name) for name in names)
+    if any(_used(ext, node, name) for name in names):
+        return True
+    return stored is not None and stored.isidentifier() and _handed_to_module_parameter(ext, node, stored)
+
+
+def _handed_to_module_parameter(ext: PythonExtractor, node: Any, name: str) -> bool:
+    """The local ``name`` the moved value is stored in is handed, as a
+    positional argument, to a function this file defines whose parameter
+    there is annotated with a module type (``update(layer, x)`` with
+    ``def update(layer: nn.Module, x: Tensor)``): what it takes is a module.
+    One walk of the enclosing function per name, memoised."""
+    owner = _scope(node, "function_definition")
+    if owner is None:
+        return False
+    annotated = ext.module_used.get((-1, "(annotated"))
+    if annotated is None:  # once per file: no top-level def annotates a parameter as a module, nothing to find
+        annotated = ext.module_used[(-1, "(annotated")] = _ANNOTATED_DEF.search(ext.src.data) is not None
+    if not annotated:
+        return False
+    key = (node.end_byte, "(" + name)
+    found = ext.module_used.get(key)
+    if found is None:
+        found = ext.module_used[key] = any(
+            _parameter_is_module(ext, callee, i) for callee, i in _positions_of(ext, owner, name, node.end_byte))
+    return found
+
+
+def _positions_of(ext: PythonExtractor, body: Any, name: str, after: int) -> list[tuple[str, int]]:
+    """Each plain-named call in ``body`` below byte ``after`` (what the
+    moved value flows into, not a use above it) with ``name`` as its
+    ``i``-th positional argument: (callee, i)."""
+    found: list[tuple[str, int]] = []
+    if name.encode() not in ext.src.data[after:body.end_byte]:
+        return found
+    stack = [body]
+    while stack:
+        here = stack.pop()
+        if here.end_byte <= after:
+            continue
+        if here.type == "call" and here.start_byte > after:
+            fn, args = here.child_by_field_name("function"), here.child_by_field_name("arguments")
+            if fn is not None and fn.type == "identifier" and args is not None and args.type == "argument_list":
+                for i, arg in enumerate(args.named_children):
+                    if arg.type in ("keyword_argument", "list_splat", "dictionary_splat"):
+                        break
+                    if arg.type == "identifier" and ext.src.text(arg, 80) == name:
+                        found.append((ext.src.text(fn, 80), i))
+        stack.extend(here.named_children)
+    return found
+
+
+def _parameter_is_module(ext: PythonExtractor, callee: str, position: int) -> bool:
+    """The ``position``-th parameter of every top-level ``def callee(...)``
+    of this file is annotated with a module type (``nn.Module``,
+    ``torch.nn.Module``, ``"PreTrainedModel"``)."""
+    pattern = re.compile(rb"^def[ \t]+" + re.escape(callee.encode()) + rb"[ \t]*\(", re.M)
+    hits = list(pattern.finditer(ext.src.data))
+    if not hits:
+        return False
+    for hit in hits:
+        params = _parameters(ext.src.data[hit.end():hit.end() + 2000].decode("utf-8", "replace"))
+        if position >= len(params):
+            return False
+        _, colon, annotation = params[position].partition(":")
+        if not colon or _MODULE_ANNOTATION.fullmatch(annotation.split("=", 1)[0].strip()) is None:
+            return False
+    return True
+
+
+def _parameters(text: str) -> list[str]:
+    """The top-level comma-separated parts of a parameter list whose ``(``
+    came just before ``text``."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            if depth == 0:
+                parts.append(text[start:i])
+                return [p.strip() for p in parts if p.strip()]
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return []
 
 
 def _handed_as_module(ext: PythonExtractor, node: Any) -> bool:
