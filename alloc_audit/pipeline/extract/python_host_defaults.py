@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..names import has_word
-from .python_bindings import _other_binding_pattern
+from .python_bindings import _binding_pattern, _other_binding_pattern
 
 if TYPE_CHECKING:
     from .python import PythonExtractor
@@ -243,8 +243,9 @@ def nn_module_default(ext: PythonExtractor, node: ast.expr, source: str, env: En
     if re.search(rf"(?<![\w.]){re.escape(name)}(?:\.[A-Za-z_]\w*|\[[^\]\n]*\])*{_MOVES_MODULE}", source):
         return False  # it or a submodule (`model[0].cuda()`) moved in place somewhere in the function
     values = bindings(source, name)
-    if not values:
-        return False
+    if not values or any(_in_with(source, hit.start() + len(hit.group(1)))
+                         for hit in _binding_pattern(name).finditer(source)):
+        return False  # built under a context manager (`with deepspeed.zero.Init():`) that may place it
     for value in values:
         try:
             tree = ast.parse(value.strip(), mode="eval").body
@@ -253,6 +254,26 @@ def nn_module_default(ext: PythonExtractor, node: ast.expr, source: str, env: En
         if not nn_module_default(ext, tree, source, env, depth - 1, bindings):
             return False
     return True
+
+
+# context managers of unittest, pytest, warnings and autograd: none places a tensor
+_NO_PLACEMENT = re.compile(r"(?:\w+\.assert[A-Z]\w*|pytest\.(?:raises|warns)|warnings\.catch_warnings|"
+                           r"torch\.(?:no_grad|inference_mode|enable_grad))\(")
+
+
+def _in_with(source: str, at: int) -> bool:
+    """The line at ``at`` sits in the body of a `with` statement (an enclosing line of smaller indent)
+    whose context manager may place what is built (not an assertion, a warning filter or a grad mode)."""
+    lines = source[:at].split("\n")
+    indent = len(lines[-1]) - len(lines[-1].lstrip()) if lines[-1].strip() else len(lines[-1])
+    for line in reversed(lines[:-1]):
+        text = line.lstrip()
+        if not text or text.startswith("#") or len(line) - len(text) >= indent:
+            continue
+        if text.startswith(("with ", "async with ")) and not _NO_PLACEMENT.match(text.split("with ", 1)[1]):
+            return True
+        indent = len(line) - len(text)
+    return False
 
 
 @dataclass(frozen=True)
