@@ -101,6 +101,7 @@ class PythonExtractor:
         # the file may register fake/meta impls or enter a FakeTensorMode (python_fake)
         self.fake_file = python_fake.may_have_fake_scopes(source)
         self.host_kernel_file = python_host_kernel.may_have_host_kernels(source)
+        self.gpus_hidden = python_host_tests.gpus_hidden_file(source)  # `CUDA_VISIBLE_DEVICES = ""` at import
         self.empty_guard_file = python_empty.may_have_empty_guards(source)
         # copies of host tensors only: a host test file, a converter loading on the host
         self.host_test_file = python_host_tests.host_test_file(path, source) \

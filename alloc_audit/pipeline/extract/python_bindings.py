@@ -75,3 +75,29 @@ def _lines_with(source: str, name: str) -> str:
         lines.append(source[start:end])
         at = source.find(name, end)
     return "\n".join(lines)
+
+_TOKENS = re.compile(r"#[^\n]*|'''[\s\S]*?'''|\"\"\"[\s\S]*?\"\"\"|"  # comments, strings, brackets
+                     r"\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|[()\[\]{}]")
+
+
+def _statement_at(source: str, pos: int) -> bool:
+    """``pos`` (a line start) is outside every bracket: a statement, not a
+    call's keyword argument on a line of its own (strings and comments skipped)."""
+    depth = 0
+    for token in _TOKENS.finditer(source, 0, pos):
+        ch = token.group(0)
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+    return depth <= 0
+
+
+def _statement_bindings(source: str, name: str, looped: bool = False) -> list[str]:
+    """`_bindings` less the lines that only look like one: a call's keyword
+    argument on a line of its own (`f(\\n    x = x,\\n)`), which binds
+    nothing (``looped``: the name is also a loop target, which `_bindings`
+    refuses)."""
+    values = [] if not looped and _bound_else(source, name) else [
+        (_value(source, hit.end()), hit.start()) for hit in _binding_pattern(name).finditer(source)]
+    return [v for v, at in values if _statement_at(source, at)]

@@ -33,9 +33,19 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ..names import has_word
-from .common import enclosing
-from .python_bindings import _binding_pattern, _bindings, _bound_else, _value
-from .python_host_defaults import Env, env_of, local_function_default, not_a_tensor
+from .common import Source, enclosing
+from .python_bindings import _binding_pattern, _bindings, _bound_else, _statement_at, _statement_bindings, _value
+from .python_host_defaults import (
+    Env,
+    LoopTarget,
+    element_default,
+    env_of,
+    local_function_default,
+    loop_targets,
+    mutated,
+    nn_module_default,
+    not_a_tensor,
+)
 
 if TYPE_CHECKING:
     from .python import PythonExtractor
@@ -114,7 +124,12 @@ _SHAPED = frozenset({"arange", "linspace", "logspace", "randperm", "eye"})
 _SHAPED_BY_FIRST = frozenset({"zeros", "ones", "empty", "rand", "randn"})
 # methods that move a tensor or read it out: the result is not where the tensor was
 _MOVING = frozenset({"to", "cuda", "cpu", "pin_memory", "type", "numpy", "tolist", "item", "share_memory_"})
-_DEPTH = 4  # locals followed through their bindings
+_DEPTH = 4  # locals followed through their bindings (a module's proof has its own budget)
+# attributes of a tensor that are on its device
+_SAME_TENSOR = frozenset({"data", "grad", "T", "mT", "H", "mH", "real", "imag"})
+# the legacy typed constructors: a host type (`torch.cuda.FloatTensor` is another name)
+_LEGACY = frozenset({f"{t}Tensor" for t in ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char",
+                                             "Byte", "Bool")})
 
 
 def default_source(ext: PythonExtractor, node: Any, text: str) -> bool:
@@ -139,13 +154,17 @@ def default_source(ext: PythonExtractor, node: Any, text: str) -> bool:
 
 def default_expression(ext: PythonExtractor, node: Any, text: str) -> bool:
     """``text`` (the copied tensor, no plain name) is an expression made on
-    the default device: `torch.ones(()).new_empty(shape)`, `torch.ones_like(torch.arange(n))`."""
+    the default device: `torch.ones(()).new_empty(shape)`, `torch.ones_like(torch.arange(n))`,
+    `torch.ones_like(model.weight)` of a module of `torch.nn` built without a device, `torch.rand_like(x[:, -1])`
+    (round 26)."""
     text = text.strip()
-    if "(" not in text or len(text) > 400:
+    if not any(c in text for c in "(.[") or len(text) > 400:
         return False
     try:
         tree = ast.parse(text, mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    if "(" not in text and not isinstance(tree, (ast.Attribute, ast.Subscript)):
         return False
     body = enclosing(node.parent, "function_definition")
     if body is None:
@@ -165,17 +184,37 @@ def _bound_default(ext: PythonExtractor, source: str, name: str, env: Env, depth
     if depth <= 0 or name in env.params:
         return False
     proving = proving | {key}
-    values = _bindings(source, name)
-    if not values:
+    values = _statement_bindings(source, name)
+    loops: list[LoopTarget] = []
+    if not values and name in source and _bound_else(source, name):
+        # a loop variable (round 26): `for p in model.parameters()`, `for a, b in zip(xs, ys)`
+        found = loop_targets(source, name)
+        if not found:
+            return False
+        loops = found
+        values = _statement_bindings(source, name, True)
+    if not values and not loops:
         return name in env.given  # a parameter its caller gave a default-device tensor for
+    listed = False
     for value in values:
         try:
             tree = ast.parse(value.strip(), mode="eval").body
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return False
+        listed = listed or isinstance(tree, _LISTS)
         if not _default_expr(ext, tree, source, env, depth, shaped, proving):
             return False
-    return True
+    if listed and mutated(source, name):
+        return False  # a list of default tensors another statement adds to or replaces an entry of
+    return all(element_default(ext, loop.iterable, loop.index, loop.count, source, env, shaped,
+                               lambda e, s: _default_expr(ext, e, source, env, depth, s, proving),
+                               lambda n: _bound_default(ext, source, n, env, depth - 1, False, proving), _bindings)
+               for loop in loops)
+
+
+_LISTS = (ast.List, ast.Tuple, ast.ListComp, ast.GeneratorExp)
+
+
 
 
 def _default_expr(ext: PythonExtractor, node: ast.AST, source: str, env: Env, depth: int,
@@ -185,7 +224,17 @@ def _default_expr(ext: PythonExtractor, node: ast.AST, source: str, env: Env, de
         return _bound_default(ext, source, node.id, env, depth - 1, shaped, proving)
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self" and env.ctor:
         return _bound_default(ext, source, f"self.{node.attr}", env, depth - 1, shaped, proving)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+    if isinstance(node, ast.Attribute):
+        if node.attr in _SAME_TENSOR:  # `p.data`, `p.grad`, `w.T`: where the tensor is
+            return _default_expr(ext, node.value, source, env, depth, shaped, proving)
+        # `nn.Linear(4, 4).weight`, `model[0].bias`: a tensor of a module built without a device
+        return (not shaped or node.attr in ("weight", "bias")) and nn_module_default(
+            ext, node.value, source, env, _DEPTH, _bindings)
+    if isinstance(node, (ast.List, ast.Tuple)):  # a display of default-device tensors
+        return bool(node.elts) and all(_default_expr(ext, e, source, env, depth, shaped, proving) for e in node.elts)
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+        return _default_expr(ext, node.elt, source, env, depth, shaped, proving)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
         return local_function_default(
             ext, node, env, lambda a: _default_expr(ext, a, source, env, depth - 1, True, proving),
             lambda text, n, sub, d: _bound_default(ext, text, n, sub, d, shaped, frozenset()))
@@ -208,6 +257,9 @@ def _default_expr(ext: PythonExtractor, node: ast.AST, source: str, env: Env, de
                 func.attr in _SHAPED_BY_FIRST and bool(node.args) and not _empty_shape(node.args[0]))
         if func.attr == "tensor" and node.args:
             return not_a_tensor(node.args[0], source, env, _bindings)
+        if func.attr in _LEGACY:  # `torch.FloatTensor((n, m))`: data or sizes, not a tensor
+            return bool(node.args) and all(isinstance(a, ast.Constant) and isinstance(a.value, int)
+                                           or not_a_tensor(a, source, env, _bindings) for a in node.args)
         args = [e for a in node.args for e in (a.elts if isinstance(a, (ast.List, ast.Tuple)) else (a,))]
         return any(_default_expr(ext, a, source, env, depth, True, proving) for a in args)
     if func.attr in _MOVING and not (func.attr == "to" and _dtype_only(node)):
@@ -274,6 +326,28 @@ _VIEWS = frozenset({"view", "reshape", "view_as", "reshape_as", "flatten", "sque
                     "permute", "narrow", "select", "expand", "expand_as", "t", "contiguous", "detach", "clone"})
 
 
+_CPU_DEVICE = "<the CPU device>"  # `_placed`'s question for a device variable
+_CPU_LITERAL = re.compile(r"""(?:torch\.device\(\s*)?(["'])cpu\1\s*\)?""")
+
+
+def cpu_device_local(src: Source, node: Any, name: str) -> bool:
+    """Local ``name`` (a device given as `device=name` or `.to(name)`) is the
+    CPU where ``node`` runs: its last binding above, in a block not left
+    since (`device = torch.device("cpu")` right before the factory), is a
+    CPU literal, though the function binds it otherwise elsewhere (round 26)."""
+    if not name.isidentifier():
+        return False
+    body = enclosing(node.parent, "function_definition")
+    if body is None or b"cpu" not in src.data[body.start_byte:node.start_byte]:
+        return False
+    params = body.child_by_field_name("parameters")
+    if params is not None and has_word(src.text(params, 2000), name):
+        return False
+    before = src.data[body.start_byte:node.start_byte].decode("utf-8", "replace")
+    after = src.data[node.start_byte:body.end_byte].decode("utf-8", "replace")
+    return _placed(before, after, name, _CPU_DEVICE, _DEPTH, before)
+
+
 def _placed(before: str, after: str, name: str, device: str, depth: int, upto: str) -> bool:
     """The last binding of ``name`` in ``before`` puts it on ``device`` and
     still holds at the end of ``before`` (``after``: the rest of the function;
@@ -304,6 +378,8 @@ def _placed(before: str, after: str, name: str, device: str, depth: int, upto: s
             return _elements_on_gpu(between, name)
     elif device == "cpu":
         return _ON_CPU.search(value) is not None  # a view of a host tensor is not followed
+    elif device == _CPU_DEVICE:
+        return _CPU_LITERAL.fullmatch(value) is not None
     elif re.search(rf"\.to\(\s*(?:device\s*=\s*)?{re.escape(device)}\s*(?:,\s*non_blocking\s*=\s*\w+\s*)?\)$", value):
         tail = upto[last.end():]  # up to the move: the same device variable, not bound again
         # (an attribute chain, `logits.device`: nor its root, `logits = ...`)
@@ -408,21 +484,6 @@ def _view_of(value: str) -> str | None:
         seen = True
 
 
-_TOKENS = re.compile(r"#[^\n]*|'''[\s\S]*?'''|\"\"\"[\s\S]*?\"\"\"|"  # comments, strings, brackets
-                     r"\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|[()\[\]{}]")
-
-
-def _statement_at(source: str, pos: int) -> bool:
-    """``pos`` (a line start) is outside every bracket: a statement, not a
-    call's keyword argument on a line of its own (strings and comments skipped)."""
-    depth = 0
-    for token in _TOKENS.finditer(source, 0, pos):
-        ch = token.group(0)
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-    return depth <= 0
 
 
 def to_one_device(positional: list[str], kwargs: dict[str, str]) -> str | None:

@@ -20,7 +20,11 @@ inputs arrive on the device) and otherwise names no device in the same
 sense (casts such as
 ``.to(torch.bfloat16)`` allowed; relative imports allowed, they are the
 package's own code) works on host tensors too: a checkpoint or adapter
-converter. Its copies are host memory."""
+converter. Its copies are host memory.
+
+A file that hides every GPU when imported (module level
+``os.environ["CUDA_VISIBLE_DEVICES"] = ""``, round 26) and names no other
+accelerator allocates host memory only: none of its allocations is a site."""
 
 from __future__ import annotations
 
@@ -59,3 +63,20 @@ def host_loaded_file(source: bytes) -> bool:
     if b"cpu'" not in source and b'cpu"' not in source:
         return False  # _CPU_LOAD ends in a quoted "cpu": most files are ruled out without a search
     return _CPU_LOAD.search(source) is not None and _OTHER_DEVICE_WORDS.search(source) is None
+
+
+# a module-level statement hiding every CUDA device from the process (round 26)
+_HIDES_GPUS = re.compile(rb"""^os\.environ\[\s*["']CUDA_VISIBLE_DEVICES["']\s*\][ \t]*=[ \t]*"""
+                         rb"""["'](?:-1)?["'][ \t]*(?:#.*)?$""", re.M)
+_OTHER_ACCELERATORS = re.compile(rb"\b(?:xpu|npu|mps|hpu|xla|tpu)\b", re.I)
+
+
+def gpus_hidden_file(source: bytes) -> bool:
+    """Whether the file hides every GPU at import (a module-level
+    ``os.environ["CUDA_VISIBLE_DEVICES"] = ""`` or ``"-1"``) and names no
+    other accelerator: what it allocates is host memory (a test pinned to
+    the CPU that way); a file testing another accelerator with CUDA hidden
+    keeps its sites."""
+    if b"CUDA_VISIBLE_DEVICES" not in source:
+        return False
+    return _HIDES_GPUS.search(source) is not None and _OTHER_ACCELERATORS.search(source) is None

@@ -51,8 +51,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from .common import enclosing
-from .python_bindings import _binding_pattern, _bindings, _bound_else, _value
-from .python_host import _DEFAULT_FACTORIES, _VIEWS, _dtype_only, _moved_in_place, _statement_at
+from .python_bindings import _binding_pattern, _bindings, _bound_else, _statement_at, _value
+from .python_host import _DEFAULT_FACTORIES, _VIEWS, _dtype_only, _moved_in_place
 
 if TYPE_CHECKING:
     from .python import PythonExtractor

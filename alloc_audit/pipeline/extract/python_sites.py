@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ...arglists import split_args, split_top_level
 from ...catalog import ApiSpec
 from ...model import Arg, CallTable, Site, SiteKind
-from . import common
+from . import common, python_host
 from .common import Source, zero_elements
 from .dead_code import after_exit
 from .python_empty import empty_guarded
@@ -231,8 +231,8 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
               target: str | None) -> Site | None:
     if ext.fake_file and in_fake_scope(ext, node):
         return None  # a fake/meta impl or a FakeTensorMode block: fake tensors, no memory
-    if ext.host_kernel_file and in_host_kernel(ext, node):
-        return None  # a kernel registered only for the "cpu" device: host memory
+    if ext.gpus_hidden or ext.host_kernel_file and in_host_kernel(ext, node):
+        return None  # a kernel registered only for the "cpu" device, a file hiding every GPU: host memory
     if ext.type_level or (ext.type_checking_file and in_type_checking(ext, node)) or after_exit(ext.dead, node):
         return None  # code only a type checker reads, or after an unconditional raise/return: never runs
     kwargs = {a.keyword: ext.resolve_text(a.text) for a in args if a.keyword}
@@ -348,10 +348,9 @@ def _cpu_test(name: str) -> re.Pattern[str]:
 
 
 def under_cpu_branch(src: Source, node: Any, device: str) -> bool:
-    """Whether ``node`` sits in the body of an ``if``/``elif`` whose test
-    says ``device`` is the CPU (``if device.type == "cpu":``, ``elif SYSTEM
-    == "ipex" and device == torch.device("cpu"):``): a host tensor. The test
-    must hold as a whole: a test with ``or`` or ``not`` proves nothing."""
+    """Whether ``node`` sits in the body of an ``if``/``elif`` whose test says ``device`` is the CPU (``if
+    device.type == "cpu":``, ``elif SYSTEM == "ipex" and device == torch.device("cpu"):``), a test that holds as
+    a whole (``or``/``not`` prove nothing), or ``device``'s last binding above is the CPU: a host tensor."""
     if not device.isidentifier() and not re.fullmatch(r"[\w.]+", device):
         return False
     pattern: re.Pattern[str] | None = None  # compiled on the first test that names the device
@@ -370,7 +369,7 @@ def under_cpu_branch(src: Source, node: Any, device: str) -> bool:
                         return True
         child = parent
         parent = parent.parent
-    return False
+    return python_host.cpu_device_local(src, node, device)  # `device = torch.device("cpu")` right above (round 26)
 
 
 def _spread_device(ext: PythonExtractor, name: str, before: int) -> str | None:
