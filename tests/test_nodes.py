@@ -63,3 +63,21 @@ def test_parents_asked_out_of_order_are_still_right() -> None:
     up = Ancestry(tree.root_node)
     for call in reversed(calls_in_order(tree.root_node)):
         assert up.parent(call) == call.parent
+
+
+@pytest.mark.parametrize("lang", [pytest.param(Language.PYTHON, id="python"), pytest.param(Language.CUDA, id="cuda")])
+def test_ancestors_are_the_parents_up_to_the_root_in_any_order(lang: Language) -> None:
+    """``ancestors`` (what ``dead_code.after_exit`` walks for every site)
+    reads the chain off the kept path: the same nodes as tree-sitter's
+    ``Node.parent`` asked again and again, whatever was asked before."""
+    tree = parse_source(chain(40, lang), lang).tree
+    calls = calls_in_order(tree.root_node)
+    nodes = calls + [c.children[0] for c in calls] + [tree.root_node]
+    for order in (nodes, list(reversed(nodes)), nodes[::3] + nodes[1::3] + nodes[2::3]):
+        up = Ancestry(tree.root_node)
+        for node in order:
+            expected, at = [], node.parent
+            while at is not None:
+                expected.append(at)
+                at = at.parent
+            assert up.ancestors(node) == expected

@@ -97,6 +97,11 @@ class TierMatcher:
         self.by_role = [p.tier in _NAMED_TIERS and not b and any(k == "role" for k, _g in p.criteria)
                         for p, b in zip(self.patterns, about_buffer)]
         self._memo: dict[tuple[object, ...], int] = {}
+        # where each pattern stands, by identity: ``list.index`` compares the
+        # patterns field by field (dataclass equality), per site
+        self._position: dict[int, int] = {}
+        for i, p in enumerate(self.patterns):
+            self._position.setdefault(id(p), i)
 
     def first(self, site: Site, ctx: SiteContext, names: bool = True, roles: bool = True) -> TierPattern | None:
         values = {
@@ -119,10 +124,17 @@ class TierMatcher:
         return self.patterns[found] if found >= 0 else None
 
     def named(self, pattern: TierPattern) -> bool:
-        return self.by_name[self.patterns.index(pattern)]
+        return self.by_name[self._index(pattern)]
 
     def role_only(self, pattern: TierPattern) -> bool:
-        return self.by_role[self.patterns.index(pattern)]
+        return self.by_role[self._index(pattern)]
+
+    def _index(self, pattern: TierPattern) -> int:
+        """``pattern``'s place (one ``first`` returned: found by identity).
+        An equal pattern elsewhere in the list has the same tier and
+        criteria, so ``by_name`` and ``by_role`` say the same of it."""
+        i = self._position.get(id(pattern))
+        return i if i is not None and self.patterns[i] is pattern else self.patterns.index(pattern)
 
     def _match(self, values: Mapping[str, tuple[str, ...]], names: bool = True, roles: bool = True) -> int:
         for i, tests in enumerate(self.tests):

@@ -196,6 +196,25 @@ class Ancestry:
             self.steps += 1
         return path[-2] if len(path) > 1 else None
 
+    def ancestors(self, node: Any) -> list[Any]:
+        """``node``'s ancestors, its parent first and the root last: what
+        asking ``parent`` again and again answers, read off the path in one
+        step (the path from the root leads to ``node`` once its parent is
+        known)."""
+        first = self.parent(node)
+        if first is None:
+            return []
+        path = self._path
+        for i in range(len(path) - 1, 0, -1):
+            if path[i] == node:
+                if path[i - 1] == first:
+                    return path[i - 1::-1]
+                break
+        out = [first]  # not on the path (an empty node at a boundary): one parent at a time
+        while (up := self.parent(out[-1])) is not None:
+            out.append(up)
+        return out
+
 
 def inside_error(node: Any, parent_of: Callable[[Any], Any | None] | None = None) -> bool:
     """Whether a node lies inside an ERROR node, or inside a definition whose

@@ -70,7 +70,7 @@ class CppExtractor:
         self.tree = tree
         self.apis = apis
         self.up = common.Ancestry(tree.root_node)
-        self.dead = dead_code.Exits(source, self.up.parent, cpp=True)  # statements after a return/throw
+        self.dead = dead_code.Exits(source, self.up.ancestors, cpp=True)  # statements after a return/throw
         self.at = common.SiteAt(path, lang, _STATEMENT_PARENTS, tree.root_node.has_error, self.up.parent)
         self._registered: tuple[frozenset[str], frozenset[str]] | None = None
 

@@ -38,12 +38,13 @@ class Exits:
     """A file's statement lists: whether the source can hold an exit at all
     (a byte test), and per list, where its first exit ends (-1: none) and
     where the statements that make code reachable again start.
-    ``parent_of`` is the extractor's ``Ancestry.parent`` (``Node.parent``
-    walks down from the root on every call)."""
+    ``ancestors_of`` is the extractor's ``Ancestry.ancestors`` (``Node.parent``
+    walks down from the root on every call; the ancestry reads a node's
+    whole chain of parents off the path it keeps, in one step)."""
 
-    def __init__(self, source: bytes, parent_of: Callable[[Any], Any], cpp: bool = False) -> None:
+    def __init__(self, source: bytes, ancestors_of: Callable[[Any], list[Any]], cpp: bool = False) -> None:
         self.possible = any(needle in source for needle in (_CPP_NEEDLES if cpp else _PY_NEEDLES))
-        self.parent_of = parent_of
+        self.ancestors_of = ancestors_of
         self.lists = _CPP_LISTS if cpp else _PY_LISTS
         self.exits = _CPP_EXITS if cpp else _PY_EXITS
         self.resets: tuple[str, ...] = _CPP_RESETS if cpp else ()
@@ -68,13 +69,11 @@ def after_exit(exits: Exits, node: Any) -> bool:
     exit in its own statement list (see the module text)."""
     if not exits.possible:
         return False
-    parent_of = exits.parent_of
     child = node
-    parent = parent_of(node)
-    while parent is not None:
+    for parent in exits.ancestors_of(node):
         if parent.type in exits.lists:
             end, resets = exits.of(parent)
             if 0 <= end <= child.start_byte and not any(end <= r <= child.start_byte for r in resets):
                 return True
-        child, parent = parent, parent_of(parent)
+        child = parent
     return False

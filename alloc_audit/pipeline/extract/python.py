@@ -108,7 +108,7 @@ class PythonExtractor:
             or python_host_tests.host_loaded_file(source)
         self.type_level = python_typeonly.type_level_file(path, tree.root_node)  # type-checker-only code
         self.type_checking_file = python_typeonly.type_checking_file(source)  # `if TYPE_CHECKING:`
-        self.dead = dead_code.Exits(source, self.up.parent)  # statements after an unconditional raise/return
+        self.dead = dead_code.Exits(source, self.up.ancestors)  # statements after an unconditional raise/return
         self.fake_aliases: frozenset[str] | None = None  # names bound to a fake-impl decorator (python_fake)
         # (function or class start, receiver) -> whether the code uses it as a module (python_module_move, _use)
         self.module_uses: dict[tuple[int, str], bool] = {}

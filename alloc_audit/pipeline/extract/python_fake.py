@@ -31,7 +31,8 @@ _FAKE_DECORATOR = re.compile(
     r"""|^@\s*(?:torch\.)?(?:library\.)?impl\(.*["']Meta["']\s*\)\s*$""", re.S)
 _FAKE_MODE_CALL = re.compile(r"^(?:[\w.]+\.)?FakeTensorMode\(")
 _FAKE_NAME = rb"(?:[\w.]+\.)?(?:register_fake|impl_abstract|register_meta)\b"
-_NAME_WORDS = (b"register_fake", b"impl_abstract", b"register_meta", b"fake")  # one of them in each pattern
+# one of them in each pattern; one of the first three in each but the keyword's (`_FAKE_KEYWORD`)
+_NAME_WORDS = (b"register_fake", b"impl_abstract", b"register_meta", b"fake")
 # `_fake = torch.library.register_fake` (module level or in a branch)
 _ALIAS = re.compile(rb"^[ \t]*([A-Za-z_]\w*)[ \t]*=[ \t]*" + _FAKE_NAME, re.M)
 # `def _fake(...):` whose body returns one (`return torch.library.register_fake(op)`)
@@ -95,6 +96,12 @@ def fake_aliases(ext: PythonExtractor) -> frozenset[str]:
         data = ext.src.data
         if not any(word in data for word in _NAME_WORDS):
             ext.fake_aliases = frozenset()  # each pattern below spells one of them: no search of the file
+            return ext.fake_aliases
+        if not any(word in data for word in _NAME_WORDS[:3]):
+            # every pattern but the keyword's spells one of the decorator names (`_REGISTERED_ARG`'s
+            # other form counts only a name bound to one): the keyword's names alone, one search
+            ext.fake_aliases = frozenset(m.group(1).decode() for m in _FAKE_KEYWORD.finditer(data)
+                                         if m.group(1) != b"None")
             return ext.fake_aliases
         names = {m.group(1).decode() for m in _ALIAS.finditer(data)}
         aliases = frozenset(names)  # names bound to a decorator: their call form registers too

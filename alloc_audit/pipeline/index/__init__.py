@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
-from ...model import Call, FileFacts, Language, Site
+from ...model import Call, FileFacts, Language, Site, Span
 from .calls import CallGraph
 from .cpp import CppResolution
 from .factories import Factories, Factory
@@ -50,6 +50,7 @@ class ProjectIndex:
         self._missing: Memo[tuple[str, str], frozenset[str]] = Memo(self._deps)  # (function id, callee) -> names
         self._constants: dict[str, dict[str, Value]] = {}
         self._visible: dict[str, dict[str, Value]] = {}
+        self._at_span: dict[str, tuple[Func, dict[Span, Call]]] = {}  # function id -> (function, first call per span)
         self.add(files)
 
     def add(self, files: Mapping[str, FileFacts]) -> None:
@@ -132,8 +133,19 @@ class ProjectIndex:
     def site_call(self, site: Site) -> tuple[Func, Call] | None:
         """The function a site is in and the call it stands for (the call at its span), if both are indexed."""
         func = self._symbols.func(site.path, site.scope)
-        call = next((c for c in func.calls if c.span == site.span), None) if func is not None else None
-        return (func, call) if func is not None and call is not None else None
+        if func is None:
+            return None
+        # the first of its calls at the site's span, from a table made per function on first use (a pass
+        # asks for every site, and a long test function has thousands of calls); ``Func.calls`` is made
+        # once, so the table holds while the function object does
+        held = self._at_span.get(func.id)
+        if held is None or held[0] is not func:
+            at: dict[Span, Call] = {}
+            for c in func.calls:
+                at.setdefault(c.span, c)
+            held = self._at_span[func.id] = (func, at)
+        call = held[1].get(site.span)
+        return (func, call) if call is not None else None
 
     def functions_in(self, path: str) -> Iterable[Func]:
         """The functions of one file, its module level included."""
