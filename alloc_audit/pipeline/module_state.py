@@ -60,6 +60,7 @@ from collections.abc import Sequence
 from ..arglists import split_args
 from ..model import Call, Site, Tier
 from .index import Func, ProjectIndex
+from .index.values import rebound_between
 from .lifetimes import weight_storage
 from .names import has_word
 from .retier import Decision, python_device_site, retier
@@ -217,6 +218,8 @@ def _returned_registered(func: Func, local: str, after: int, reaching: list[tupl
     for ret in func.returns:
         if ret.line <= after:
             continue
+        if rebound_between(func, local, after, ret.line):
+            return ""  # what is returned is a later value of the name, not this allocation
         elements = [a.text.strip() for a in split_args(ret.value)]
         carrying = [i for i, e in enumerate(elements) if _takes(e, local, False)]
         if len(carrying) != 1:

@@ -38,6 +38,7 @@ from ..catalog import CallerGlobs
 from ..globs import matcher
 from ..model import Block, Site, Tier
 from .index import Func, ProjectIndex
+from .index.values import sibling_branches
 from .loop_calls import script_entry
 from .names import has_name, starts_with_word
 from .retier import Decision, python_device_site, retier
@@ -153,14 +154,7 @@ def _rebound_later(func: Func, name: str, site: Site) -> bool:
     stmt = site.stmt_line or site.span.line
     lines = [a.line for a in func.assigns if a.line > stmt and name in a.targets and a.op in ("=", "del")]
     lines += [c.span.line for c in func.calls if c.span.line > site.span.line and (c.target or "").strip() == name]
-    return any(not _siblings(func, stmt, n) for n in lines)
-
-
-def _siblings(func: Func, one: int, other: int) -> bool:
-    """``one`` and ``other`` lie in different branches of one ``if``."""
-    branches = [b for b in func.blocks if b.kind in ("if", "elif", "else") and b.stmt is not None]
-    return any(a.stmt == b.stmt and a is not b and a.span.contains_line(one) and b.span.contains_line(other)
-               for a in branches for b in branches)
+    return any(not sibling_branches(func, stmt, n) for n in lines)
 
 
 def _runs_once(func: Func, index: ProjectIndex, once: Callable[[str], bool], per_step: Callable[[str], bool],

@@ -320,3 +320,21 @@ def native_literal(text: str, why: str) -> Value | None:
     return None
 
 
+def sibling_branches(func: Func, one: int, other: int) -> bool:
+    """Lines ``one`` and ``other`` lie in different branches of one ``if``
+    (``if ...: x = a`` / ``else: x = b``: one of them runs, never both)."""
+    branches = [b for b in func.blocks if b.kind in ("if", "elif", "else") and b.stmt is not None]
+    return any(a.stmt == b.stmt and a is not b and a.span.contains_line(one) and b.span.contains_line(other)
+               for a in branches for b in branches)
+
+
+def rebound_between(func: Func, name: str, after: int, before: int) -> bool:
+    """``name`` is bound again (a plain assignment, ``del``, or a call whose
+    result it receives) after line ``after`` and before line ``before``, on
+    a path from one to the other: a binding in a sibling branch of the
+    ``if`` holding ``after`` is another path. An augmented assignment
+    (``x *= 2``) keeps the object, so it is no new binding."""
+    lines = [a.line for a in func.assigns if a.op in ("=", "del") and name in (t.strip("() ") for t in a.targets)]
+    lines += [c.span.line for c in func.calls if (c.target or "").strip() == name]
+    return any(after < n < before and not sibling_branches(func, after, n) for n in lines)
+
