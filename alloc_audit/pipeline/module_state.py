@@ -218,7 +218,7 @@ def _returned_registered(func: Func, local: str, after: int, reaching: list[tupl
     for ret in func.returns:
         if ret.line <= after:
             continue
-        if rebound_between(func, local, after, ret.line):
+        if rebound_between(func, local, after, ret.line, lambda value: _continues(value, local)):
             return ""  # what is returned is a later value of the name, not this allocation
         elements = [a.text.strip() for a in split_args(ret.value)]
         carrying = [i for i, e in enumerate(elements) if _takes(e, local, False)]
@@ -244,6 +244,14 @@ def _returned_registered(func: Func, local: str, after: int, reaching: list[tupl
             return ""
         where.append(f"{found.callee} at {caller.path}:{found.span.line}")
     return ", ".join(where[:3])
+
+
+def _continues(value: str, local: str) -> bool:
+    """``value`` is ``local`` itself indexed, moved, cast or reshaped
+    (``inv_freq[keep]``, ``x.float().contiguous()``): the same values flow on
+    into what is returned; arithmetic or another call (``torch.round(x / s)``,
+    ``q / q.norm()``) makes a new value."""
+    return re.fullmatch(re.escape(local) + r"(?:\[[^\[\]]*\]|\.\w+\([^()]*\))*", value) is not None
 
 
 def _bound_to(func: Func, call: Call) -> str:

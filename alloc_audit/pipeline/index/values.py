@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ...arglists import split_args
@@ -328,13 +328,18 @@ def sibling_branches(func: Func, one: int, other: int) -> bool:
                for a in branches for b in branches)
 
 
-def rebound_between(func: Func, name: str, after: int, before: int) -> bool:
+def rebound_between(func: Func, name: str, after: int, before: int,
+                    continues: Callable[[str], bool] = lambda value: False) -> bool:
     """``name`` is bound again (a plain assignment, ``del``, or a call whose
     result it receives) after line ``after`` and before line ``before``, on
     a path from one to the other: a binding in a sibling branch of the
     ``if`` holding ``after`` is another path. An augmented assignment
-    (``x *= 2``) keeps the object, so it is no new binding."""
-    lines = [a.line for a in func.assigns if a.op in ("=", "del") and name in (t.strip("() ") for t in a.targets)]
-    lines += [c.span.line for c in func.calls if (c.target or "").strip() == name]
+    (``x *= 2``) keeps the object, so it is no new binding, and neither is
+    one whose value text ``continues`` says carries the old value on (a
+    caller's notion: ``x = x[mask]`` for "what is built from it")."""
+    lines = [a.line for a in func.assigns if a.op in ("=", "del") and name in (t.strip("() ") for t in a.targets)
+             and not (a.op == "=" and continues(a.value.strip()))]
+    lines += [c.span.line for c in func.calls if (c.target or "").strip() == name
+              and not continues(f"{c.callee}({c.arglist})")]
     return any(after < n < before and not sibling_branches(func, after, n) for n in lines)
 
