@@ -31,7 +31,7 @@ from pathlib import Path
 
 from alloc_audit.catalog import load_catalog
 from alloc_audit.config import load_config
-from alloc_audit.model import ScanResult
+from alloc_audit.model import FileFacts, ScanResult
 from alloc_audit.pipeline.discover import SUFFIXES
 from alloc_audit.pipeline.run import ScanOptions, run_scan
 
@@ -131,3 +131,22 @@ def compare_sites(expected: list[SiteKey], reported: list[tuple[str, int, str, s
             remaining.remove(match)
     unexpected = [f"{p}:{n}: {a} {t} {k}" for p, n, a, t, k in remaining]
     return missing, unexpected, remaining
+
+
+def extracted_facts(project: Path, paths: tuple[str, ...]) -> dict[str, FileFacts]:
+    """Each of ``paths`` (relative to ``project``) parsed and extracted as a
+    scan would, with the project's catalogue: facts to index by hand."""
+    from alloc_audit.pipeline.discover import language_of
+    from alloc_audit.pipeline.extract import extract_facts
+    from alloc_audit.pipeline.parse import parse_source
+
+    apis = load_catalog(load_config(project, None)).apis
+    out = {}
+    for path in paths:
+        lang = language_of(path)
+        assert lang is not None
+        parsed = parse_source((project / path).read_bytes(), lang, apis.attribute_macros, apis.specifier_macros,
+                              apis.lone_macro_lines)
+        out[path] = extract_facts(path, lang, parsed, apis)
+    return out
+

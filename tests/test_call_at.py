@@ -9,13 +9,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from alloc_audit.catalog import load_catalog
-from alloc_audit.config import load_config
+from fixtures_harness import extracted_facts
+
 from alloc_audit.model import FileFacts, Site, Span
-from alloc_audit.pipeline.discover import language_of
-from alloc_audit.pipeline.extract import extract_facts
 from alloc_audit.pipeline.index import ProjectIndex
-from alloc_audit.pipeline.parse import parse_source
 
 PROJECT = Path(__file__).parent / "fixtures" / "python" / "project-expansion-rounds"
 FIRST = ("csrc/engine.cc", "csrc/pool.cc", "pkg/__init__.py", "pkg/engine.py", "pkg/raw.py")
@@ -23,15 +20,7 @@ ON_DEMAND = ("csrc/pool.h", "pkg/pools.py")
 
 
 def _facts(paths: tuple[str, ...]) -> dict[str, FileFacts]:
-    apis = load_catalog(load_config(PROJECT, None)).apis
-    out = {}
-    for path in paths:
-        lang = language_of(path)
-        assert lang is not None
-        parsed = parse_source((PROJECT / path).read_bytes(), lang, apis.attribute_macros, apis.specifier_macros,
-                              apis.lone_macro_lines)
-        out[path] = extract_facts(path, lang, parsed, apis)
-    return out
+    return extracted_facts(PROJECT, paths)
 
 
 def _scanned(index: ProjectIndex, site: Site) -> Any:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixtures_harness import extracted_facts
 
 from alloc_audit.catalog import load_catalog
 from alloc_audit.config import load_config
@@ -31,15 +32,7 @@ ON_DEMAND = ("csrc/pool.h", "pkg/pools.py")
 
 @pytest.fixture(scope="module")
 def facts() -> dict[str, FileFacts]:
-    apis = load_catalog(load_config(PROJECT, None)).apis
-    out = {}
-    for path in (*FIRST, *ON_DEMAND):
-        lang = language_of(path)
-        assert lang is not None
-        parsed = parse_source((PROJECT / path).read_bytes(), lang, apis.attribute_macros, apis.specifier_macros,
-                              apis.lone_macro_lines)
-        out[path] = extract_facts(path, lang, parsed, apis)
-    return out
+    return extracted_facts(PROJECT, (*FIRST, *ON_DEMAND))
 
 
 def _reach(found: Reach | tuple[Reach, ...] | None) -> Any:
