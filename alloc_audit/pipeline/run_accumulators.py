@@ -38,7 +38,7 @@ from ..catalog import CallerGlobs
 from ..globs import matcher
 from ..model import Block, Site, Tier
 from .index import Func, ProjectIndex
-from .index.values import sibling_branches
+from .index.values import rebound_between
 from .loop_calls import script_entry
 from .names import has_name, starts_with_word
 from .retier import Decision, python_device_site, retier
@@ -151,10 +151,7 @@ def _rebound_later(func: Func, name: str, site: Site) -> bool:
     pass; after it: the site's buffer is dropped there), other than in a
     sibling branch of the site's ``if`` (``if ...: x = a.to(d)`` /
     ``else: x = b.to(d)``, one of which runs)."""
-    stmt = site.stmt_line or site.span.line
-    lines = [a.line for a in func.assigns if a.line > stmt and name in a.targets and a.op in ("=", "del")]
-    lines += [c.span.line for c in func.calls if c.span.line > site.span.line and (c.target or "").strip() == name]
-    return any(not sibling_branches(func, stmt, n) for n in lines)
+    return rebound_between(func, name, site.span.line)
 
 
 def _runs_once(func: Func, index: ProjectIndex, once: Callable[[str], bool], per_step: Callable[[str], bool],

@@ -328,10 +328,11 @@ def sibling_branches(func: Func, one: int, other: int) -> bool:
                for a in branches for b in branches)
 
 
-def rebound_between(func: Func, name: str, after: int, before: int,
+def rebound_between(func: Func, name: str, after: int, before: int | None = None,
                     continues: Callable[[str], bool] = lambda value: False) -> bool:
     """``name`` is bound again (a plain assignment, ``del``, or a call whose
-    result it receives) after line ``after`` and before line ``before``, on
+    result it receives) after line ``after`` and before line ``before``
+    (anywhere after it when None), on
     a path from one to the other: a binding in a sibling branch of the
     ``if`` holding ``after`` is another path. An augmented assignment
     (``x *= 2``) keeps the object, so it is no new binding, and neither is
@@ -341,5 +342,5 @@ def rebound_between(func: Func, name: str, after: int, before: int,
              and not (a.op == "=" and continues(a.value.strip()))]
     lines += [c.span.line for c in func.calls if (c.target or "").strip() == name
               and not continues(f"{c.callee}({c.arglist})")]
-    return any(after < n < before and not sibling_branches(func, after, n) for n in lines)
+    return any(after < n and (before is None or n < before) and not sibling_branches(func, after, n) for n in lines)
 
