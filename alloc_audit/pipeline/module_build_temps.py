@@ -49,7 +49,7 @@ from collections.abc import Sequence
 
 from ..model import Call, Site, Tier
 from .default_device import is_module
-from .index import ClassInfo, Func, ProjectIndex
+from .index import Func, ProjectIndex
 from .names import has_name
 from .retier import Decision, python_device_site, retier
 
@@ -103,24 +103,13 @@ def _static(func: Func) -> bool:
         d.split("(", 1)[0].rsplit(".", 1)[-1] in ("classmethod", "staticmethod") for d in scope.decorators)
 
 
-def _ancestor(ctor: Func, func: Func, index: ProjectIndex, depth: int = 4) -> bool:
-    """``ctor``'s class is ``func``'s class or a base of it (followed
-    ``depth`` levels by name): a base constructor's ``self.build()`` runs
-    the subclass's override while a subclass object is constructed."""
+def _ancestor(ctor: Func, func: Func, index: ProjectIndex) -> bool:
+    """``ctor``'s class is ``func``'s class or a base of it: a base
+    constructor's ``self.build()`` runs the subclass's override while a
+    subclass object is constructed."""
     owner, base = func.owner, ctor.owner
-    if owner is None or base is None:
-        return False
-    todo: list[ClassInfo] = [owner]
-    seen: set[str] = set()
-    for _ in range(depth + 1):
-        if any(c is base for c in todo):
-            return True
-        seen.update(c.key for c in todo)
-        todo = [k for c in todo for b in c.bases for k in index.classes_named(b.rsplit(".", 1)[-1])
-                if k.key not in seen]
-        if not todo:
-            return False
-    return False
+    return owner is not None and base is not None and (
+        owner is base or any(c is base for c in index.base_classes(owner)))
 
 
 def _bound_in(func: Func, name: str) -> bool:
