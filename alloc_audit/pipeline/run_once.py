@@ -30,7 +30,8 @@ Round 27 (C++): a function every call of which sits outside the loops of
 ``main`` or of another such function (three calls up) runs once per
 process, as ``main`` does: what it allocates outside its loops, or binds
 from a project allocation function there (``void* addr =
-allocate_pool(n)``), lives for the run (T2); so does a buffer allocated in
+allocate_pool(n)``), and does not free itself (a test case ``main`` calls
+frees what lives for that call), lives for the run (T2); so does a buffer allocated in
 a set-up loop of such a function that keeps one per pass (stored in an
 entry of an array made before the loop, ``bufs[i]``, or handed to a method
 of an object made before it that keeps its argument: a container's
@@ -82,7 +83,7 @@ def _pinned_once(site: Site, index: ProjectIndex, memo: dict[str, str]) -> Site:
     if func is None or func.in_loop(site.span.line):
         return site
     once = _once_per_run(func, index, memo, _UP)
-    if not once:
+    if not once or (func.qualname != "main" and _frees(func, site.target or "")):
         return site
     return dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
         f"pinned once for the run: {once}, and it pins this buffer outside any loop there ({site.tier_reason})"))
@@ -101,6 +102,8 @@ def _native_static(site: Site, index: ProjectIndex, memo: dict[str, str]) -> Sit
         return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
             f"process entry point main: allocated once for the run, outside any loop ({site.tier_reason})"))
     once = _once_per_run(func, index, memo, _UP) if site.via is None or site.target else ""
+    if once and func.qualname != "main" and _frees(func, site.target or ""):
+        once = ""  # a test case main calls: what it frees itself lives for that call
     if once and not func.in_loop(site.span.line):
         what = f"what {site.api} returns, bound to {site.target} outside any loop there," \
             if site.via is not None else "a buffer allocated outside any loop there"
@@ -181,12 +184,19 @@ def _kept_once(site: Site, func: Func, index: ProjectIndex, memo: dict[str, str]
     for caller, call in calls:
         target = (call.target or "").strip()
         once = _once_per_run(caller, index, memo, _UP) if target else ""
-        if not once:
+        if not once or (caller.qualname != "main" and _frees(caller, target)):
             return ""
         if caller.in_loop(call.span.line) and not _set_up_loop(caller, call.span.line, target, index):
             return ""
         shown = shown or f"{caller.qualname} keeps it in {target} ({once})"
     return f"every call keeps it: {shown}" if shown else ""
+
+
+def _frees(func: Func, name: str) -> bool:
+    """``func`` itself frees ``name`` (``cudaFree(A)``): the buffer lives for
+    one call of it, however often that is."""
+    name = name.strip()
+    return bool(name) and any(s.kind is SiteKind.RELEASE and (s.target or "").strip() == name for s in func.sites)
 
 
 def _set_up_loop(func: Func, line: int, target: str, index: ProjectIndex) -> str:
