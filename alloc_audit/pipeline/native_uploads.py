@@ -11,6 +11,11 @@ bias.values, n, ...)``. Model-resident (T1), not the constructor's T2:
 what is copied comes from the caller, as a checkpoint's tensors do. What the
 constructor allocates without a copy (a workspace), or fills from data it
 makes itself (a table computed into a local), stays T2. Pure.
+
+Round 27: a set-up method of the class (a T2 site already) copying a member
+the constructor bound to what it was handed (``: _enc_wei(tw.get_enc_wei())``,
+a parameter or a getter called on one; ``to_gpu(_enc_wei[i + 1], n)``) uploads
+the constructor's data as the constructor itself would: T1.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from .retier import Decision, retier
 _COPY = re.compile(r"(?:cuda|hip)\w*[Cc]py\w*")
 _LEAF = re.compile(r"::|\.|->")
 _NAME = re.compile(r"[A-Za-z_]\w*")
+_ROOTED = re.compile(r"(?:this\s*->\s*)?([A-Za-z_]\w*)\s*(?:\[|$)")  # a member or one of its entries: `_w[i + 1]`
+_FROM = re.compile(r"[A-Za-z_][\w.>-]*(?:\(\s*\))?$")  # a parameter, or a getter called on one: `tw`, `tw.get_w()`
 
 
 def native_uploads(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
@@ -93,10 +100,39 @@ def _derived_upload(site: Site, index: ProjectIndex, memo: dict[tuple[str, str],
     args = split_args(call.arglist, cpp=True)
     factories = [f for f in index.resolve(func, call) if f.scope is not None]
     fitting = [f for f in factories if f.scope is not None and len(f.scope.params) == len(args)] or factories
+    handed: tuple[str, ...] | None = None
     for factory in fitting:
         for inner in factory.sites:
             target = _target(inner)
             for at in sorted(_copied_params(factory, target, memo)) if target else ():
-                if at < len(args) and any(p and has_word(args[at].text, p) for p in params):
+                if at >= len(args):
+                    continue
+                if any(p and has_word(args[at].text, p) for p in params):
                     return args[at].text
+                if handed is None:
+                    handed = _handed_members(func)
+                rooted = _ROOTED.match(args[at].text.strip())
+                if rooted is not None and rooted.group(1) in handed:
+                    return (f"{args[at].text.strip()} (the member {rooted.group(1)}, bound by the constructor "
+                            f"to what it is handed)")
     return ""
+
+
+def _handed_members(func: Func) -> tuple[str, ...]:
+    """The members of ``func``'s class that a constructor binds to what it
+    is handed: a parameter, or a call on one (``: _w(tw.get_w())``,
+    ``_w = w;``). A method copying such a member to the device uploads the
+    constructor's data as the constructor itself would."""
+    owner = func.owner
+    if owner is None or func.scope is None or func.scope.role != "method":
+        return ()
+    out: list[str] = []
+    for ctor in owner.methods.get(owner.name, []):
+        if ctor.scope is None or ctor.scope.role != "constructor":
+            continue
+        params = [p for p in ctor.scope.params if p]
+        for a in ctor.assigns:
+            if a.op == "=" and a.type is None and len(a.targets) == 1 and a.targets[0].isidentifier() \
+                    and _FROM.match(a.value.strip()) and any(has_word(a.value, p) for p in params):
+                out.append(a.targets[0])
+    return tuple(out)

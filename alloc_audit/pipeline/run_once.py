@@ -25,6 +25,22 @@ kept for the process; so is an allocation of a native program's ``main``
 outside its loops (like module-level code). DESIGN.md ("Lifetime tiers"):
 set up once and kept ->
 persistent. A temporary (kept nowhere) stays per call.
+
+Round 27 (C++): a function every call of which sits outside the loops of
+``main`` or of another such function (three calls up) runs once per
+process, as ``main`` does: what it allocates outside its loops, or binds
+from a project allocation function there (``void* addr =
+allocate_pool(n)``), and does not free itself (a test case ``main`` calls
+frees what lives for that call), lives for the run (T2); so does a buffer allocated in
+a set-up loop of such a function that keeps one per pass (stored in an
+entry of an array made before the loop, ``bufs[i]``, or handed to a method
+of an object made before it that keeps its argument: a container's
+``push_back``, a project method storing the parameter, an unresolved
+setter ``model->set_output_ptr(i, d)``) and frees nothing in the loop; a
+loop that frees, or drops what it allocates, stays per pass. A factory
+returning its buffer to calls that each keep it so is T2 as well, and a
+host buffer such a function pins outside its loops is pinned once for the
+run (T5b).
 """
 
 from __future__ import annotations
@@ -33,17 +49,44 @@ import dataclasses
 import re
 from collections.abc import Sequence
 
-from ..model import Language, Site, SiteKind, Tier
+from ..arglists import split_args
+from ..model import Call, Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
+from .repinned_members import callers_by_name
 
 _FLAG_UNSET = re.compile(r"^\(?\s*not\s+self\.(\w+)\s*\)?$|^\(?\s*self\.(\w+)\s+is\s+False\s*\)?$")
 _FLAG_SET = re.compile(r"^\(?\s*self\.(\w+)\s*\)?$|^\(?\s*self\.(\w+)\s+is\s+True\s*\)?$")
+_ROOT = re.compile(r"^\s*(?:this\s*->\s*)?([A-Za-z_]\w*)(.*)$", re.S)  # a store's root name and the rest
+_OBJECT = re.compile(r"^([A-Za-z_]\w*)\s*(?:\.|->)\s*\w+$")  # a method of an object: `model->set(..)`, `v.push_back`
+_UP = 3  # calls up from a function to the program's main
+_INSERTS = re.compile(r"push_back|emplace_back|push|insert|emplace|append")
+_SETTER = re.compile(r"(?:set|add|register|attach|bind)_?[A-Za-z]")
 _ENTRY = re.compile(r"""^(\w+(?:\.\w+)*)\[\s*(["'][^"']+["'])\s*\]""")
 
 
 def run_once(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
+    memo: dict[str, str] = {}
     return [_once(site, index) if _candidate(site) else
-            _native_static(site, index) if _native(site) else site for site in sites]
+            _native_static(site, index, memo) if _native(site) else
+            _pinned_once(site, index, memo) if _native_pinned(site) else site for site in sites]
+
+
+def _native_pinned(site: Site) -> bool:
+    return (site.tier is Tier.T5A and site.kind is SiteKind.PINNED_HOST and site.language is not Language.PYTHON
+            and site.via is None and site.tier_reason.startswith("pinned host memory allocated per call in "))
+
+
+def _pinned_once(site: Site, index: ProjectIndex, memo: dict[str, str]) -> Site:
+    """A host buffer pinned outside the loops of a function run once per
+    process is pinned once for the run and reused there: T5b."""
+    func = index.func(site.path, site.scope)
+    if func is None or func.in_loop(site.span.line):
+        return site
+    once = _once_per_run(func, index, memo, _UP)
+    if not once or (func.qualname != "main" and _frees(func, site.target or "")):
+        return site
+    return dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
+        f"pinned once for the run: {once}, and it pins this buffer outside any loop there ({site.tier_reason})"))
 
 
 def _native(site: Site) -> bool:
@@ -51,13 +94,31 @@ def _native(site: Site) -> bool:
             and site.kind is not SiteKind.PINNED_HOST and site.kept not in ("local", "return"))
 
 
-def _native_static(site: Site, index: ProjectIndex) -> Site:
+def _native_static(site: Site, index: ProjectIndex, memo: dict[str, str]) -> Site:
     func = index.func(site.path, site.scope)
     if func is None:
         return site
     if func.qualname == "main" and site.via is None and not func.in_loop(site.span.line):
         return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
             f"process entry point main: allocated once for the run, outside any loop ({site.tier_reason})"))
+    once = _once_per_run(func, index, memo, _UP) if site.via is None or site.target else ""
+    if once and func.qualname != "main" and _frees(func, site.target or ""):
+        once = ""  # a test case main calls: what it frees itself lives for that call
+    if once and not func.in_loop(site.span.line):
+        what = f"what {site.api} returns, bound to {site.target} outside any loop there," \
+            if site.via is not None else "a buffer allocated outside any loop there"
+        return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+            f"run once per process: {once}; {what} lives for the run ({site.tier_reason})"))
+    if once:
+        handed = _set_up_loop(func, site.stmt_line or site.span.line, site.target or "", index)
+        if handed:
+            return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+                f"run once per process: {once}; a set-up loop allocates one buffer per pass and {handed}; "
+                f"nothing in the loop frees it, so each lives for the run ({site.tier_reason})"))
+    kept = _kept_once(site, func, index, memo) if site.via is None and site.target else ""
+    if kept:
+        return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
+            f"a factory's buffer kept for the run: {func.qualname} returns it, and {kept} ({site.tier_reason})"))
     statics = _statics(func)
     if not statics:
         return site
@@ -80,6 +141,119 @@ def _native_static(site: Site, index: ProjectIndex) -> Site:
                 f"cached: {site.scope} re-makes it only when its function-local statics say it is missing or "
                 f"stale (`{_short(block.test)}`): kept for the process ({site.tier_reason})"))
     return site
+
+
+def _once_per_run(func: Func, index: ProjectIndex, memo: dict[str, str], depth: int) -> str:
+    """How ``func`` runs once per process: it is a program's ``main``, or
+    every call of it (by name, ``depth`` calls up) sits outside the loops of
+    a function that runs once so; "" if not (no caller, a call in a loop, a
+    caller that runs more often)."""
+    if func.qualname == "main":
+        return "the process entry point main"
+    if depth <= 0 or func.scope is None or func.scope.role != "function":
+        return ""
+    key = f"{func.id}@{depth}"
+    if key in memo:
+        return memo[key]
+    memo[key] = ""  # a cycle runs more than once
+    calls = callers_by_name(func, index)
+    how = ""
+    for caller, call in calls:
+        up = "" if caller.in_loop(call.span.line) else _once_per_run(caller, index, memo, depth - 1)
+        if not up:
+            how = ""
+            break
+        how = how or f"{func.qualname} is called only outside loops, from {caller.qualname} ({up})"
+    memo[key] = how
+    return how
+
+
+def _kept_once(site: Site, func: Func, index: ProjectIndex, memo: dict[str, str]) -> str:
+    """How every call of a factory returning the buffer keeps it for the
+    run: each binds the result in a function run once per process, outside
+    its loops or in a set-up loop that keeps one buffer per pass
+    (``addr[i] = make_pool(n)``); "" if a call drops it, runs per step or
+    there is none."""
+    name = (site.target or "").strip()
+    if not name.isidentifier() or func.scope is None or func.scope.role not in ("function", "method") \
+            or not any(r.value.strip() == name for r in func.returns) \
+            or any(s.kind is SiteKind.RELEASE for s in func.sites):
+        return ""
+    calls = callers_by_name(func, index)
+    shown = ""
+    for caller, call in calls:
+        target = (call.target or "").strip()
+        once = _once_per_run(caller, index, memo, _UP) if target else ""
+        if not once or (caller.qualname != "main" and _frees(caller, target)):
+            return ""
+        if caller.in_loop(call.span.line) and not _set_up_loop(caller, call.span.line, target, index):
+            return ""
+        shown = shown or f"{caller.qualname} keeps it in {target} ({once})"
+    return f"every call keeps it: {shown}" if shown else ""
+
+
+def _frees(func: Func, name: str) -> bool:
+    """``func`` itself frees ``name`` (``cudaFree(A)``): the buffer lives for
+    one call of it, however often that is."""
+    name = name.strip()
+    return bool(name) and any(s.kind is SiteKind.RELEASE and (s.target or "").strip() == name for s in func.sites)
+
+
+def _set_up_loop(func: Func, line: int, target: str, index: ProjectIndex) -> str:
+    """How a buffer ``main`` allocates in a loop outlives its pass: no free
+    inside any loop around it, and the pointer stored where the loop does
+    not declare it (``bufs[i]``, ``s.ptr``), or handed on in the same pass
+    to a method of an object made before the loop (``model->set_output(i,
+    d)``, ``list.push_back(d)``), or assigned to such a name; "" if not
+    (a pass's temporary, or a leak, stays per pass)."""
+    loops = [b.span for b in func.blocks if b.kind == "loop" and b.span.contains_line(line)]
+    if not loops or any(s.kind is SiteKind.RELEASE and any(lp.contains_line(s.span.line) for lp in loops)
+                        for s in func.sites):
+        return ""
+    inner = min(loops, key=lambda sp: sp.end_line - sp.line)
+    declared = {t for a in func.assigns if a.type and inner.contains_line(a.line) for t in a.targets}
+    m = _ROOT.match(target)
+    if m is None:
+        return ""
+    root, rest = m.group(1), m.group(2).strip()
+    if rest.startswith(("[", ".", "->")) and root not in declared:
+        return f"stores it in {target.strip()}"
+    word = re.compile(rf"(?<![\w.>]){re.escape(root)}\b")
+    for call in func.calls:
+        if call.span.line <= line or not inner.contains_line(call.span.line) or not word.search(call.arglist):
+            continue
+        owner = _OBJECT.match(call.callee)
+        if owner is not None and owner.group(1) not in declared and _keeps_argument(func, call, word, index):
+            return f"hands it to {call.callee}, which keeps it"
+    for a in func.assigns:
+        if a.line > line and inner.contains_line(a.line) and a.op == "=" and word.fullmatch(a.value.strip()) \
+                and len(a.targets) == 1 and (t := _ROOT.match(a.targets[0])) is not None \
+                and t.group(1) not in declared:
+            return f"stores it in {a.targets[0]}"
+    return ""
+
+
+def _keeps_argument(func: Func, call: Call, word: re.Pattern[str], index: ProjectIndex) -> bool:
+    """The method ``call`` hands the pointer to keeps it: a container's
+    insertion (``push_back``), or a project method that stores the
+    parameter it arrives in (``out_[i] = p``, ``outs_.push_back(p)``); an
+    unresolved method only by a setter's or registration's name."""
+    name = call.callee.rsplit(".", 1)[-1].rsplit(">", 1)[-1]
+    if _INSERTS.fullmatch(name):
+        return True
+    callees = [c for c in index.resolve(func, call) if c.scope is not None]
+    if not callees:
+        return _SETTER.match(name) is not None
+    args = split_args(call.arglist, cpp=True)
+    at = [i for i, a in enumerate(args) if word.fullmatch(a.text.strip())]
+    for callee in callees:
+        params = callee.scope.params if callee.scope is not None else ()
+        names = {params[i] for i in at if i < len(params) and params[i]}
+        if any(a.op == "=" and a.value.strip() in names and a.type is None for a in callee.assigns) or any(
+                _INSERTS.fullmatch(c.callee.rsplit(".", 1)[-1].rsplit(">", 1)[-1]) and c.arglist.strip() in names
+                for c in callee.calls):
+            return True
+    return False
 
 
 def _statics(func: Func) -> set[str]:

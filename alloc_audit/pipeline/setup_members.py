@@ -1,19 +1,22 @@
 """Stage 5, after ``native_pinned`` (C++): a set-up method that fills its
-object's members keeps them with the object (issue 11, round 20).
+object's members keeps them with the object (issue 11, rounds 20 and 27).
 
 A C++ method (not a constructor or destructor) that allocates device memory
 straight into a member of its object (``cudaMalloc(&prefill_update.indptr,
 n)``, ``cudaMalloc(&this->ws_, n)``: the target is neither a local nor a
-parameter) and frees nothing in the method, not under a test naming the
-member (a lazy or grow-on-demand buffer is decided elsewhere), is set-up
-work when a run-once function reaches it (``main``, a ``configure`` name, a
-constructor or an initialiser, by name, three calls up) and nothing runs it
-per step: its name is not per step, no caller (two calls up) calls it in a
-loop or is per step, and it has no guard clause (an early return: grown on
-demand)
-(``repinned_members``' walk). The buffers live with the object: T2, as an
-initialiser's do, not the building function's "per call" T4. Pure; only C++
-T4 device sites with a member target are looked at.
+parameter), or stores what a project allocation function returns there
+(``_qkv_ptr = cuda_malloc<T>(n)``: a derived site, round 27), and frees
+nothing in the method, not under a test naming the member (a lazy or
+grow-on-demand buffer is decided elsewhere) nor after a guard clause (an
+early return before it: grown on demand; an error check after it, ``if
+(!buf_[i]) return -1;``, is no guard), is set-up work when a run-once
+function reaches it (``main``, a ``configure`` name, a constructor or an
+initialiser, by name, three calls up: ``Layer::Layer`` ->
+``allocate_buffer`` -> ``allocate_layer_memory``) and nothing runs it per
+step: its name is not per step and no caller (two calls up) calls it in a
+loop or is per step (``repinned_members``' walk). The buffers live with the
+object: T2, as an initialiser's do, not the building function's "per call"
+T4. Pure; only C++ T4 device sites with a member target are looked at.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ def setup_members(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs
     memo: dict[str, str | None] = {}
 
     def eligible(site: Site) -> bool:
-        return site.tier is Tier.T4 and site.kind is SiteKind.DEVICE and site.via is None \
+        return site.tier is Tier.T4 and site.kind is SiteKind.DEVICE \
             and site.language is not Language.PYTHON and site.tier_reason.startswith(_PER_CALL) \
             and bool(site.target)
 
@@ -56,12 +59,15 @@ def setup_members(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs
         line = site.stmt_line or site.span.line
         if any(b.test and has_word(b.test, root) for b in func.blocks if b.span.contains_line(line)):
             return None
+        if any(b.exits and b.span.line < line for b in func.blocks):
+            return None  # a guard clause before it (`if (need <= cap_) return;`): grown on demand
         if func.id not in memo:
             memo[func.id] = _set_up(func, index, per_step, once)
         how = memo[func.id]
         if how is None:
             return None
-        return Tier.T2, (f"set-up method {func.qualname} keeps it in the member {(site.target or '').strip()} "
+        what = f"what {site.api} returns" if site.via is not None else "it"
+        return Tier.T2, (f"set-up method {func.qualname} keeps {what} in the member {(site.target or '').strip()} "
                          f"({how}); was: {site.tier_reason}")
 
     return retier(sites, eligible, decide)
@@ -71,8 +77,6 @@ def _set_up(func: Func, index: ProjectIndex, per_step: object, once: object) -> 
     assert callable(per_step)
     if any(s.kind is SiteKind.RELEASE for s in func.sites) or per_step(func.name):
         return None
-    if any(b.exits for b in func.blocks):
-        return None  # a guard clause (`if (need <= cap_) return;`): grown on demand
     if step_reason(func, index, per_step):
         return None
     root = _run_once_root(func, index, once)

@@ -43,6 +43,7 @@ _QUERY_TEXT = """
 (declaration) @decl
 (field_declaration) @field
 (assignment_expression) @assign
+(field_initializer) @finit
 (return_statement) @return
 (if_statement) @if
 (for_statement) @loop
@@ -86,6 +87,7 @@ class CppExtractor:
         self.rhs_targets: dict[int, str] = {}
         cpp_sites.declarations(self, get("decl", []), calls, sites, assigns)
         cpp_statements.assignments(self, get("assign", []), assigns)
+        cpp_statements.member_inits(self, get("finit", []), assigns)
         cpp_sites.calls(self, get("call", []), calls, sites)
         cpp_sites.news(self, get("new", []), calls, sites)
         meta = self.registered()[0]

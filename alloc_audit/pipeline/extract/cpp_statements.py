@@ -33,6 +33,21 @@ def assignments(ext: CppExtractor, nodes: list[Any], assigns: list[Assign]) -> N
         )
 
 
+def member_inits(ext: CppExtractor, nodes: list[Any], assigns: list[Assign]) -> None:
+    """A constructor's member initialisers (``: _w(tw.get_w()), n_{n}``) as
+    assignments in the constructor (``_w = tw.get_w()``), the value the
+    text inside the brackets: what the member starts from."""
+    for node in nodes:
+        name = next((c for c in node.named_children if c.type == "field_identifier"), None)
+        value = next((c for c in node.named_children if c.type in ("argument_list", "initializer_list")), None)
+        owner = node.parent.parent if node.parent is not None else None
+        body = owner.child_by_field_name("body") if owner is not None and owner.type == "function_definition" else None
+        if name is None or value is None or body is None:
+            continue
+        assigns.append(Assign(ext.scope_for(body), node.start_point[0] + 1, (ext.src.text(name),),
+                              ext.src.text(value)[1:-1].strip(), "="))
+
+
 def returns(ext: CppExtractor, nodes: list[Any]) -> list[Return]:
     out = []
     for node in nodes:
