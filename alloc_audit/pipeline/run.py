@@ -132,6 +132,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .registered_members import registered_members
     from .released_entries import released_entries
     from .removed_hooks import removed_hooks
+    from .repeated_test_calls import repeated_test_calls
     from .repinned_members import repinned_members
     from .reset_members import reset_members
     from .returned_once import returned_once
@@ -189,9 +190,10 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = drop_host_param_moves(drop_host_returns(drop_cpu_locals(sites, index), index), index)
     sites = drop_host_args(sites, index)
     sites = drop_gpu_return_moves(drop_same_device_moves(sites, index), index)
-    sites = tiers_from_callers(sites, index, catalog.callers)
+    sites = repeated_test_calls(tiers_from_callers(sites, index, catalog.callers), index)
     sites = dropped_objects(built_per_call(sites, index, catalog.callers), index)
-    sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers)
+    sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers,
+                         catalog.apis.py_non_retaining)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
     sites = kept_returns(built_per_pass(module_state(sites, index), index), index, catalog.callers)
     derived = tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,

@@ -4,7 +4,10 @@ A site bound to no name whose memory the expression around it reads and
 drops (issue 11, rounds 8-9): an operand of arithmetic, an argument of a
 torch function that always makes a new tensor, an in-place addition into
 another tensor, a comprehension that reads its elements as numbers, or the
-start of a method chain that ends in a new tensor. ``python_sites`` marks
+start of a method chain that ends in a new tensor or casts it to another
+dtype; round 27: an argument of a torch function that returns a Python
+value (``torch.allclose``), an element of the sequence a join copies
+(``torch.cat((x, torch.arange(n)))``). ``python_sites`` marks
 such a site ``kept="local"``: a temporary, whatever its scope's name says.
 Pure.
 """
@@ -34,7 +37,7 @@ def intermediate(ext: PythonExtractor, node: Any, wrapper: str | None) -> bool:
     result goes to a local read only by such functions
     (`A = repeat(torch.arange(n), ...).contiguous()` then `torch.log(A)`).
     A registration (`nn.Parameter(k * torch.ones(n))`) is not one."""
-    if wrapper is not None and wrapper not in _NEW_TENSOR and wrapper not in _RESHAPING:
+    if wrapper is not None and wrapper not in _NEW_TENSOR and wrapper not in _RESHAPING and wrapper not in _TO_VALUE:
         return False
     up = ext.up.parent
     parent = up(node)
@@ -42,6 +45,8 @@ def intermediate(ext: PythonExtractor, node: Any, wrapper: str | None) -> bool:
         parent = up(parent)
     if parent is None:
         return False
+    if parent.type in ("tuple", "list"):
+        return _joined(ext, parent)
     if parent.type == "binary_operator":
         op = parent.child_by_field_name("operator")
         return op is not None and ext.src.text(op, 4) in _ARITHMETIC and not _registered_result(ext, parent)
@@ -51,13 +56,37 @@ def intermediate(ext: PythonExtractor, node: Any, wrapper: str | None) -> bool:
         return _read_as_numbers(ext, parent)
     if parent.type != "argument_list" or wrapper is None:
         return False
-    if wrapper in _NEW_TENSOR:
+    if wrapper in _NEW_TENSOR or wrapper in _TO_VALUE:
         return True
     call = up(parent)
     local = ext.rhs_targets.get(call.start_byte) if call is not None else None
     if call is not None and local is None:
         local = _chain_target(ext, call)
     return bool(local) and _LOCAL.fullmatch(local or "") is not None and _read_only_by_new(ext, call, local or "")
+
+
+# torch functions that read tensors and return a Python value (`torch.allclose(x, torch.ones(1))`)
+_TO_VALUE = frozenset({"torch.allclose", "torch.equal"})
+# torch functions that copy the tensors of the sequence they are given into a new one
+_JOINS = frozenset({"torch.cat", "torch.concat", "torch.concatenate", "torch.stack", "torch.hstack",
+                    "torch.vstack"})
+
+
+def _joined(ext: PythonExtractor, seq: Any) -> bool:
+    """The allocation is an element of the sequence a join copies into a new
+    tensor (`torch.cat((self.ids, torch.arange(n)))`): dropped once copied."""
+    up = ext.up.parent
+    args = up(seq)
+    if args is None or args.type != "argument_list" or args.named_children[0] != seq:
+        return False
+    call = up(args)
+    if call is None or call.type != "call":
+        return False
+    fn = call.child_by_field_name("function")
+    if fn is None:
+        return False
+    shown, dotted, _ = ext.callee_of(fn)
+    return (dotted or shown) in _JOINS
 
 
 _NUMBER = r"(?:\.(?:item|tolist)\(\s*\)|\s*\))"
@@ -89,7 +118,7 @@ _CONVERSIONS = frozenset({"to", "long", "float", "half", "int", "bool", "bfloat1
 _METADATA = frozenset({"device", "dtype", "shape", "layout", "ndim", "is_cuda", "itemsize"})
 
 
-def dropped_in_chain(ext: PythonExtractor, node: Any) -> bool:
+def dropped_in_chain(ext: PythonExtractor, node: Any, source: str | None = None) -> bool:
     """The allocation is the start of a method chain that, through
     conversions and views that may return it (`.to(torch.int64)`,
     `.long()`), ends in a method whose result is never the tensor it is
@@ -97,7 +126,11 @@ def dropped_in_chain(ext: PythonExtractor, node: Any) -> bool:
     at once, only the chain's result is kept. So is one of which only
     metadata is read (`torch.empty([], device="cuda").device`), and one
     whose views are added in place into another tensor (`rank +=
-    torch.arange(n, device=d).view(h, 1)`): dropped once added."""
+    torch.arange(n, device=d).view(h, 1)`): dropped once added. So is one
+    a conversion copies to another dtype (``source``, the allocation's dtype
+    from ``dtype_of``: `torch.randint(k, s).to(torch.uint8)`, `torch.zeros(n,
+    dtype=torch.float32).bool()`): a cast to a different dtype always makes
+    a new tensor (round 27)."""
     up = ext.up.parent
     cur = node
     for _ in range(6):
@@ -119,8 +152,56 @@ def dropped_in_chain(ext: PythonExtractor, node: Any) -> bool:
             return True
         if name not in _CONVERSIONS:
             return False
+        if source is not None and cur is node and _casts(source, name, outer, ext):
+            return True
         cur = outer
     return False
+
+
+# the dtype a conversion method gives (`x.long()`), and the names a dtype has (`torch.long` is `torch.int64`)
+_METHOD_DTYPES = {"long": "int64", "int": "int32", "half": "float16", "float": "float32", "double": "float64",
+                  "bool": "bool", "bfloat16": "bfloat16"}
+_ALIASES = {"long": "int64", "int": "int32", "short": "int16", "half": "float16", "float": "float32",
+            "double": "float64", "cfloat": "complex64", "cdouble": "complex128"}
+_DTYPE = re.compile(r"torch\.([a-z]\w*)")
+# factories whose dtype, when none is given, is the default floating type (whatever set_default_dtype made it),
+# or int64
+_DEFAULT_FLOAT = frozenset(f"torch.{n}" for n in ("rand", "randn", "zeros", "ones", "empty", "eye", "linspace",
+                                                  "logspace"))
+_DEFAULT_INT64 = frozenset({"torch.randint", "torch.randperm"})
+FLOATING = "floating"  # the default floating type: its width is not told
+
+
+def dtype_of(api: str, dtype: str | None) -> str | None:
+    """The dtype an allocation is made with: the literal it is given
+    (`dtype=torch.float32`), else its factory's default (``FLOATING`` for
+    `torch.zeros(n)`, `int64` for `torch.randint`); None when not told."""
+    if dtype is not None:
+        m = _DTYPE.fullmatch(dtype.strip())
+        return None if m is None else _ALIASES.get(m.group(1), m.group(1))
+    if api in _DEFAULT_FLOAT:
+        return FLOATING
+    return "int64" if api in _DEFAULT_INT64 else None
+
+
+def _family(dtype: str) -> str:
+    return "bool" if dtype == "bool" else "floating" if dtype == FLOATING or "float" in dtype else dtype[:3]
+
+
+def _casts(source: str, method: str, call: Any, ext: PythonExtractor) -> bool:
+    """The conversion ``call`` (`.long()`, `.to(torch.uint8)`, `.to("cuda",
+    dtype=torch.bool)`) gives a dtype other than ``source``: a copy."""
+    target = _METHOD_DTYPES.get(method)
+    if method == "to":
+        args = call.child_by_field_name("arguments")
+        found = _DTYPE.findall(ext.src.text(args, 200)) if args is not None else []
+        names = [_ALIASES.get(n, n) for n in found if n not in ("device", "cuda")]
+        target = names[0] if len(names) == 1 else None
+    if target is None:
+        return False
+    if source == FLOATING:  # a float of unknown width: only another family is surely another dtype
+        return _family(target) != FLOATING
+    return target != source
 
 
 def _chain_target(ext: PythonExtractor, call: Any) -> str | None:

@@ -25,7 +25,7 @@ from .python_host_kernel import in_host_kernel
 from .python_module_move import dispatches_to_super, moves_module
 from .python_runtime import runtime_handle
 from .python_same_device import on_device_of, storage_alias
-from .python_scratch import dropped_in_chain, intermediate
+from .python_scratch import dropped_in_chain, dtype_of, intermediate
 from .python_typeonly import in_type_checking
 
 if TYPE_CHECKING:
@@ -332,7 +332,7 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
             and intermediate(ext, node, site.wrapper):
         # `torch.log(torch.ones(n))`, `torch.rand(n) * k` in a constructor: read and dropped, never kept
         return dataclasses.replace(site, wrapper=None, kept="local")
-    if kind is SiteKind.DEVICE and dropped_in_chain(ext, node):
+    if kind is SiteKind.DEVICE and dropped_in_chain(ext, node, dtype_of(api, site.dtype)):
         # `torch.Tensor(v).cuda().to(torch.int64).abs()`: the chain ends in a new tensor, this copy is dropped
         return dataclasses.replace(site, target=None, wrapper=None, kept="local")
     return site
