@@ -62,6 +62,7 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
     base_memo: dict[str, bool] = {}
     param_memo: dict[str, bool] = {}
     class_memo: dict[tuple[str, str], bool] = {}
+    why: dict[int, str] = {}  # the evidence a round-27 proof names, added to the reason
     moved: dict[int, Site] = {}
     params: dict[int, Site] = {}
     for i, site in enumerate(sites):
@@ -75,8 +76,9 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
             continue
         cls = _constructed(index, func, call)
         if cls is not None:
-            module = is_module(index, cls.qualname, cls.bases, memo) or _external_base(index, cls.bases, base_memo) \
-                or (skipped is not None and _bases_reach(cls.bases, index, skipped, memo, text_memo, 0))
+            module = is_module(index, cls.qualname, cls.bases, memo) or _external_base(index, cls.bases, base_memo)
+            if not module and skipped is not None and _bases_reach(cls.bases, index, skipped, memo, text_memo, 0):
+                module, why[i] = True, f"{cls.name}'s base classes reach nn.Module through a file the index skipped"
             if not module and _external_base(index, cls.bases, param_memo, parameters=True):
                 params[i] = dataclasses.replace(site, tier=Tier.T1, tier_reason=(
                     f"weight upload: {site.scope} moves a {cls.name}, a torch.nn.Parameter subclass, to the device "
@@ -84,16 +86,24 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
                 continue
         else:
             leaf = last_name(call.callee)
+
+            def builds(f: Func, c: Call) -> bool:
+                return _builds_module(index, f, c, memo, base_memo)
+
             module = _named_builder(index, leaf) or _wraps_module(index, leaf, call) or returns_module(
-                index, func, call, lambda f, c: _builds_module(index, f, c, memo, base_memo),
-                lambda f, t: _module_annotation(index, f, t, memo, base_memo)) or (
-                skipped is not None and leaf[:1].isupper() and _skipped_module(leaf, index, skipped, memo, text_memo)) \
-                or _class_parameter(index, func, call, memo, base_memo, class_memo)
+                index, func, call, builds) or (
+                skipped is not None and leaf[:1].isupper() and _skipped_module(leaf, index, skipped, memo, text_memo))
+            if not module and returns_module(index, func, call, builds,
+                                             lambda f, t: _module_annotation(index, f, t, memo, base_memo)):
+                module, why[i] = True, f"{call.callee} is annotated to return a module class"
+            if not module and _class_parameter(index, func, call, memo, base_memo, class_memo):
+                module, why[i] = True, f"every call of {site.scope} hands a module class in for {call.callee}"
         if module:
             moved[i] = dataclasses.replace(site, api=_MOVES[site.api])
     if not moved and not params:
         return list(sites)
-    again = dict(zip(moved, classify_sites(moved.values(), files, patterns)))
+    again = {i: dataclasses.replace(s, tier_reason=f"{s.tier_reason} ({why[i]})") if i in why else s
+             for i, s in zip(moved, classify_sites(moved.values(), files, patterns))}
     again.update(params)
     return [again.get(i, site) for i, site in enumerate(sites)]
 
@@ -172,13 +182,15 @@ def _callers_pass_module_class(index: ProjectIndex, func: Func, param: str, memo
     if not reaching:
         return False
     for caller, call, resolved in reaching:
-        args = split_args(call.arglist)
-        if not resolved or any(a.text.lstrip().startswith("*") for a in args):
+        if not resolved:
             return False
+        args = split_args(call.arglist)
         passed = next((a for a in args if a.keyword == param), None)
-        if passed is None:
-            positional = [a for a in args if a.keyword is None]
+        if passed is None:  # by position, unless a `*args` splat comes first (`**kw` cannot fill a filled slot)
+            positional = [a for a in args if a.keyword is None and not a.text.lstrip().startswith("**")]
             passed = positional[position] if 0 <= position < len(positional) else None
+            if any(a.text.lstrip().startswith("*") for a in positional[:position + 1]):
+                return False
         text = passed.text.strip() if passed is not None else ""
         if _DOTTED.fullmatch(text) is None:
             return False
