@@ -20,8 +20,14 @@ names up to 4 levels) reach ``Module`` counts the same; so does a class of
 that name the index knows but the import did not resolve to (a re-export
 through a skipped package ``__init__``). A library class built around a
 module it is handed first (``Adapter(vae.encoder, ...).to(dev)``) is a
-module too. Pure, but for
-``skipped``'s reads.
+module too. Round 27: a project class whose base chain leaves the index
+for a skipped file (``class Layer(EncoderLayer)``, ``EncoderLayer(LayerBase)``,
+``LayerBase(nn.Module)`` skipped) is walked on through the skipped files; a
+``torchmetrics`` class taken as a base is a module (every metric is one); a
+call of a parameter (``module_cls(**kw).to(d)``) builds a module when every
+call that may reach the function hands in, for it, a name of a module class;
+a project function whose return annotation names a module class hands one
+back. Pure, but for ``skipped``'s reads.
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
     text_memo: dict[str, bool] = {}
     base_memo: dict[str, bool] = {}
     param_memo: dict[str, bool] = {}
+    class_memo: dict[tuple[str, str], bool] = {}
+    why: dict[int, str] = {}  # the evidence a round-27 proof names, added to the reason
     moved: dict[int, Site] = {}
     params: dict[int, Site] = {}
     for i, site in enumerate(sites):
@@ -69,6 +77,8 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
         cls = _constructed(index, func, call)
         if cls is not None:
             module = is_module(index, cls.qualname, cls.bases, memo) or _external_base(index, cls.bases, base_memo)
+            if not module and skipped is not None and _bases_reach(cls.bases, index, skipped, memo, text_memo, 0):
+                module, why[i] = True, f"{cls.name}'s base classes reach nn.Module through a file the index skipped"
             if not module and _external_base(index, cls.bases, param_memo, parameters=True):
                 params[i] = dataclasses.replace(site, tier=Tier.T1, tier_reason=(
                     f"weight upload: {site.scope} moves a {cls.name}, a torch.nn.Parameter subclass, to the device "
@@ -76,14 +86,24 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
                 continue
         else:
             leaf = last_name(call.callee)
+
+            def builds(f: Func, c: Call) -> bool:
+                return _builds_module(index, f, c, memo, base_memo)
+
             module = _named_builder(index, leaf) or _wraps_module(index, leaf, call) or returns_module(
-                index, func, call, lambda f, c: _builds_module(index, f, c, memo, base_memo)) or (
+                index, func, call, builds) or (
                 skipped is not None and leaf[:1].isupper() and _skipped_module(leaf, index, skipped, memo, text_memo))
+            if not module and returns_module(index, func, call, builds,
+                                             lambda f, t: _module_annotation(index, f, t, memo, base_memo)):
+                module, why[i] = True, f"{call.callee} is annotated to return a module class"
+            if not module and _class_parameter(index, func, call, memo, base_memo, class_memo):
+                module, why[i] = True, f"every call of {site.scope} hands a module class in for {call.callee}"
         if module:
             moved[i] = dataclasses.replace(site, api=_MOVES[site.api])
     if not moved and not params:
         return list(sites)
-    again = dict(zip(moved, classify_sites(moved.values(), files, patterns)))
+    again = {i: dataclasses.replace(s, tier_reason=f"{s.tier_reason} ({why[i]})") if i in why else s
+             for i, s in zip(moved, classify_sites(moved.values(), files, patterns))}
     again.update(params)
     return [again.get(i, site) for i, site in enumerate(sites)]
 
@@ -101,6 +121,83 @@ def _builds_module(index: ProjectIndex, func: Func, call: Call, memo: dict[str, 
         return True  # `torch.nn.ModuleList()`, `nn.Sequential(...)`
     leaf = last_name(call.callee)
     return _MODULE_SUFFIX.fullmatch(leaf) is not None and not index.classes_named(leaf)
+
+
+def _module_class(index: ProjectIndex, cls: ClassInfo, memo: dict[str, bool], base_memo: dict[str, bool]) -> bool:
+    return is_module(index, cls.qualname, cls.bases, memo) or _external_base(index, cls.bases, base_memo)
+
+
+# an annotation that names a torch module type itself (`nn.Module`, `"PreTrainedModel"`)
+_MODULE_ANNOTATION = re.compile(r"(?:torch\.)?(?:nn\.)?Module|(?:transformers\.)?PreTrainedModel")
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+def _module_annotation(index: ProjectIndex, func: Func, annotation: str, memo: dict[str, bool],
+                       base_memo: dict[str, bool]) -> bool:
+    """``annotation`` (a function's return type, as written) names
+    ``nn.Module`` or a class deriving from it: ``-> nn.Module``, ``->
+    metrics.KLDivergenceMetric`` (a project ``torchmetrics.Metric``). A
+    union, an optional or a container of modules is no module."""
+    text = annotation.strip().strip("\"'").strip()
+    if _DOTTED.fullmatch(text) is None:
+        return False
+    if _MODULE_ANNOTATION.fullmatch(text) is not None:
+        return True
+    cls = index.class_named(func, text)
+    return cls is not None and _module_class(index, cls, memo, base_memo)
+
+
+_SELF_PARAMS = frozenset({"self", "cls"})
+
+
+def _class_parameter(index: ProjectIndex, func: Func, call: Call, memo: dict[str, bool], base_memo: dict[str, bool],
+                     class_memo: dict[tuple[str, str], bool]) -> bool:
+    """``call`` calls a parameter of ``func`` (``chunk = module_cls(**kw).to(d)``)
+    that ``func`` never rebinds, and every call that may reach ``func``
+    (one at least, each resolved to it) hands in, by position or keyword, a
+    name that resolves in the caller to a class deriving from ``nn.Module``
+    (``_build(PipelineViT, depth)``): calling the class builds a module. A
+    caller that passes anything else (a factory function, a parameter of its
+    own, nothing: the default) keeps the site. Memoised per (function,
+    parameter)."""
+    scope = func.scope
+    callee = call.callee.strip()
+    if scope is None or not callee.isidentifier() or callee not in scope.params or callee in _SELF_PARAMS:
+        return False
+    key = (func.id, callee)
+    found = class_memo.get(key)
+    if found is None:
+        found = class_memo[key] = _callers_pass_module_class(index, func, callee, memo, base_memo)
+    return found
+
+
+def _callers_pass_module_class(index: ProjectIndex, func: Func, param: str, memo: dict[str, bool],
+                               base_memo: dict[str, bool]) -> bool:
+    assert func.scope is not None
+    if any(param in a.targets for a in func.assigns) or any((c.target or "").strip() == param for c in func.calls):
+        return False  # rebound in the function: what is called is not what was handed in
+    params = list(func.scope.params)
+    position = params.index(param) - (1 if params and params[0] in _SELF_PARAMS else 0)
+    reaching = index.calls_reaching(func)
+    if not reaching:
+        return False
+    for caller, call, resolved in reaching:
+        if not resolved:
+            return False
+        args = split_args(call.arglist)
+        passed = next((a for a in args if a.keyword == param), None)
+        if passed is None:  # by position, unless a `*args` splat comes first (`**kw` cannot fill a filled slot)
+            positional = [a for a in args if a.keyword is None and not a.text.lstrip().startswith("**")]
+            passed = positional[position] if 0 <= position < len(positional) else None
+            if any(a.text.lstrip().startswith("*") for a in positional[:position + 1]):
+                return False
+        text = passed.text.strip() if passed is not None else ""
+        if _DOTTED.fullmatch(text) is None:
+            return False
+        cls = index.class_named(caller, text)
+        if cls is None or not _module_class(index, cls, memo, base_memo):
+            return False
+    return True
 
 
 def _constructed(index: ProjectIndex, func: Func, call: Call) -> ClassInfo | None:
@@ -241,11 +338,18 @@ def _external_base(index: ProjectIndex, bases: Sequence[str], memo: dict[str, bo
     return False
 
 
+# libraries whose classes, taken as a base, are torch modules: each torchmetrics class is a `Metric`,
+# an `nn.Module`
+_MODULE_LIBRARIES = ("torchmetrics.",)
+
+
 def _library_base(base: str, parameters: bool) -> bool:
     m = _NN_LAYER.fullmatch(base.strip())
     if parameters:
         return m is not None and m.group(1) == "Parameter"
     leaf = last_name(base)
+    if base.strip().startswith(_MODULE_LIBRARIES) and leaf[:1].isupper():
+        return True  # `torchmetrics.Metric`: every metric is an `nn.Module` (its states are buffers)
     return re.fullmatch(r"[A-Z]\w*Module", leaf) is not None or (
         _MODULE_SUFFIX.fullmatch(leaf) is not None and leaf not in _NOT_MODEL_BASES) or (
         m is not None and m.group(1) not in _NOT_LAYERS)
@@ -272,7 +376,18 @@ def _skipped_module(name: str, index: ProjectIndex, skipped: Skipped, memo: dict
 
 def _bases_module(text: str, index: ProjectIndex, skipped: Skipped, memo: dict[str, bool],
                   text_memo: dict[str, bool], depth: int) -> bool:
-    for base in (b.strip() for b in text.split(",")):
+    return _bases_reach([b.strip() for b in text.split(",")], index, skipped, memo, text_memo, depth)
+
+
+def _bases_reach(bases: Sequence[str], index: ProjectIndex, skipped: Skipped, memo: dict[str, bool],
+                 text_memo: dict[str, bool], depth: int) -> bool:
+    """Some base reaches ``Module``: by name, through a class the index
+    knows (its own bases walked the same way, so a project class whose base
+    chain leaves the index for a file the pre-filter skipped still counts:
+    ``class Layer(EncoderLayer)``, ``EncoderLayer(LayerBase)`` with
+    ``class LayerBase(nn.Module)`` in a skipped file), or through the
+    skipped files' ``class`` lines."""
+    for base in bases:
         if "=" in base or not base:
             continue  # `metaclass=...`
         if _MODULE_BASE.fullmatch(base):
@@ -281,6 +396,20 @@ def _bases_module(text: str, index: ProjectIndex, skipped: Skipped, memo: dict[s
         known = index.classes_named(leaf)
         if known and any(is_module(index, c.qualname, c.bases, memo) for c in known):
             return True
-        if not known and depth < 4 and _skipped_module(leaf, index, skipped, memo, text_memo, depth + 1):
+        if depth >= 4:
+            continue
+        if not known and _skipped_module(leaf, index, skipped, memo, text_memo, depth + 1):
+            return True
+        if known and _known_reach(leaf, known, index, skipped, memo, text_memo, depth + 1):
             return True
     return False
+
+
+def _known_reach(leaf: str, known: Sequence[ClassInfo], index: ProjectIndex, skipped: Skipped,
+                 memo: dict[str, bool], text_memo: dict[str, bool], depth: int) -> bool:
+    key = "(known)" + leaf  # one walk per class name (and a cycle guard)
+    found = text_memo.get(key)
+    if found is None:
+        text_memo[key] = False
+        found = text_memo[key] = any(_bases_reach(c.bases, index, skipped, memo, text_memo, depth) for c in known)
+    return found

@@ -24,21 +24,29 @@ _CALL_HEAD = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
 _NAME = re.compile(r"[A-Za-z_]\w*")
 
 Builds = Callable[[Func, Call], bool]
+Declared = Callable[[Func, str], bool]
 
 
-def returns_module(index: ProjectIndex, func: Func, call: Call, builds: Builds, depth: int = 2) -> bool:
+def returns_module(index: ProjectIndex, func: Func, call: Call, builds: Builds, declared: Declared | None = None,
+                   depth: int = 2) -> bool:
     """``call`` in ``func`` runs project functions each of whose returned
     values is a call that ``builds`` a module (through ``depth`` levels of
-    returned project-function calls)."""
+    returned project-function calls), or whose return annotation
+    ``declared`` says names a module class (``def get_metric(cfg) ->
+    metrics.KLDivergenceMetric``, round 27)."""
     if depth <= 0:
         return False
     targets = index.resolve(func, call)
     if not targets:
         return False
-    return all(_hands_back_module(index, target, builds, depth) for target in targets)
+    return all(_hands_back_module(index, target, builds, declared, depth) for target in targets)
 
 
-def _hands_back_module(index: ProjectIndex, target: Func, builds: Builds, depth: int) -> bool:
+def _hands_back_module(index: ProjectIndex, target: Func, builds: Builds, declared: Declared | None,
+                       depth: int) -> bool:
+    annotation = target.scope.returns_type if target.scope is not None else None
+    if declared is not None and annotation and declared(target, annotation):
+        return True
     values = [r for r in target.returns if r.value and r.value != "None"]
     if not values or target.table is None:
         return False
@@ -47,7 +55,7 @@ def _hands_back_module(index: ProjectIndex, target: Func, builds: Builds, depth:
         made = _returned_call(target, ret.line, value) if _NAME.fullmatch(value) is None else _bound_call(target, value)
         if made is None:
             return False
-        if not (builds(target, made) or returns_module(index, target, made, builds, depth - 1)):
+        if not (builds(target, made) or returns_module(index, target, made, builds, declared, depth - 1)):
             return False
     return True
 

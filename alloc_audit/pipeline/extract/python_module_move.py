@@ -23,7 +23,11 @@ function that is no tensor maker returns (``get_head(model).to(d)``; not
 module (``seq[0].cuda()``: only a container module is indexed, and it holds
 modules) is a module; ``cls(cfg)`` (``type(self)(cfg)``) in a method of a
 module class builds one; a copy (``deepcopy(self.module).to(d)``) is what
-it copies. A
+it copies. Round 27: an element of a model's layer stack
+(``model.model.layers[i]``, ``model.transformer.h[i]``, or a local bound
+to the stack: ``layers = model.model.layers`` ... ``layers[0].to(d)``) is a
+decoder layer, the ``transformers`` layout keeping its blocks in an
+``nn.ModuleList``. A
 class of another project file is told later, with the index
 (``pipeline/module_classes.py``). Anything else (an attribute, a builder
 function) stays a tensor copy: unknown is not a module. Pure.
@@ -80,6 +84,11 @@ _MODEL_MAKER = re.compile(r"(?:load|build|create|make|init|get)_(?:\w+_)?model(?
 _MAPPING_USE = re.compile(rb"\*\*[ \t]*([A-Za-z_]\w*)\b(?![.\[(])|(?<![\w.])([A-Za-z_]\w*)\[[ \t]*[\"']")
 # a dropped move's receiver: a name or attribute path, each part maybe subscripted (`qlayers[name]`)
 _DROPPED = re.compile(r"[A-Za-z_]\w*(?:\[[^\[\]\n]{1,60}\])*(?:\.[A-Za-z_]\w*(?:\[[^\[\]\n]{1,60}\])*)*")
+# an element of a name or attribute path: `layers[i]`, `model.model.layers[i]` (one subscript)
+_PATH_ELEMENT = re.compile(r"([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\[[^\[\]\n]{1,60}\]")
+# the attributes under which a transformer model keeps its blocks in an `nn.ModuleList` (the
+# `transformers` layout: `model.layers`, `transformer.h`, `encoder.layer`, `blocks`)
+_LAYER_STACKS = frozenset({"layers", "layer", "h", "blocks"})
 # an element of a container: `layers[i]`, `self.blocks[name]` (one subscript)
 _ELEMENT = re.compile(r"((?:self\.)?[A-Za-z_]\w*)\[[^\[\]\n]{1,60}\]")
 # a construction of the class a method sits in: `cls(...)`, `type(self)(...)`, `self.__class__(...)`
@@ -132,10 +141,48 @@ def _told_by_file(ext: PythonExtractor, node: Any, text: str, before: int) -> bo
             continue
         copied = _COPY.fullmatch(found[0])
         text, before = (copied.group(1), found[1]) if copied is not None else found[:2]
+    if _layer_element(ext, node, text, before):
+        return True  # `layers[0].to(d)` with `layers = model.model.layers`: a decoder layer
     if _OWN_CLASS.match(text) is not None and text.endswith(")") and _self_is_module(ext, node):
         return True  # `cls(config).to(d)` in a module class's classmethod: a new object of it
     built = _builds_module(ext, text)
     return built is True or (built is None and _dropped(ext, node, receiver))
+
+
+def _layer_element(ext: PythonExtractor, node: Any, text: str, before: int) -> bool:
+    """``text`` is an element of a model's layer stack (``model.model.layers[i]``,
+    ``model.transformer.h[i]``, ``model.encoder.layer[i]``; or of a local
+    bound to one above, ``layers = model.model.layers`` ... ``layers[0]``):
+    a transformer model keeps its blocks in an ``nn.ModuleList`` under these
+    attributes (the ``transformers`` layout), so the element is a module.
+    The stack hangs off a model: a parameter or local named ``model`` /
+    ``module`` or annotated with a module type, or a name the function uses
+    as a module (``model.eval()``), one attribute deep at least; not
+    ``self`` (a module's own ``self.h`` may be a tensor) nor anything else
+    (``cache.layers[i]``, ``batch[0]``)."""
+    m = _PATH_ELEMENT.fullmatch(text)
+    if m is None:
+        return False
+    stack = m.group(1)
+    if "." not in stack:  # a local bound to the stack above: `layers = model.model.layers`
+        found = _last_assignment(ext, node, stack, before)
+        if found is None or found[2] or _MEMBER_PATH.fullmatch(found[0]) is None:
+            return False
+        stack = found[0]
+    parts = stack.split(".")
+    if len(parts) < 2 or parts[-1] not in _LAYER_STACKS or parts[0] in ("self", "cls"):
+        return False
+    root = parts[0]
+    if python_module_use.model_name(root) or _annotated_module(ext, node, root):
+        return True
+    body = enclosing(node.parent, "function_definition")
+    if body is None:
+        return False
+    key = (body.start_byte, root)
+    found_use = ext.module_uses.get(key)
+    if found_use is None:
+        found_use = ext.module_uses[key] = _module_use(ext, body, root)
+    return found_use
 
 
 def _used_as_module(ext: PythonExtractor, node: Any, text: str) -> bool:

@@ -48,8 +48,8 @@ _AFTER = re.compile(rb"\(|\.(?:weight|bias)\b|\.(?:" + _METHODS + rb")\(")
 # a receiver these uses can be told for: a name or a member path, one subscript
 _RECEIVER = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:\[[^\[\]\n]{1,60}\])?")
 _PATH = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
-# what a model (or a part of one) handed to a function is called
-_MODEL_NAME = re.compile(r"(?:\w+_)?(?:model|module)")
+# what a model (or a part of one) handed to a function is called (`model`, `ref_model`, `self._model`)
+_MODEL_NAME = re.compile(r"(?:\w*_)?(?:model|module)")
 # attributes of a module that are tensors or calls, not sub-modules or state
 _MODULES = re.compile(r"\.(?:named_)?(?:modules|children)\(\)$")
 _NOT_PARTS = frozenset({"data", "grad", "T", "mT", "H", "mH", "real", "imag"})
@@ -77,6 +77,11 @@ def used_as_module(ext: PythonExtractor, node: Any, text: str, annotated: Callab
     if any(_used(ext, node, name) for name in names):
         return True
     return stored is not None and stored.isidentifier() and _handed_to_module_parameter(ext, node, stored)
+
+
+def model_name(name: str) -> bool:
+    """``name`` is what a model or a module is called (``model``, ``ref_model``, ``_module``)."""
+    return _MODEL_NAME.fullmatch(name) is not None
 
 
 def _handed_to_module_parameter(ext: PythonExtractor, node: Any, name: str) -> bool:

@@ -195,6 +195,11 @@ class ProjectIndex:
             return self._python.constructed_class(func, call.callee)
         return self._cpp.constructed_class(call.callee)
 
+    def class_named(self, func: Func, name: str) -> ClassInfo | None:
+        """The project class a (dotted) Python ``name`` means in ``func``'s
+        file: the class calling it would construct."""
+        return self._python.constructed_class(func, name) if func.language is Language.PYTHON else None
+
     def missing_names(self, func: Func, callee: str) -> frozenset[str]:
         """For a call that did not resolve, what could resolve it if analysed:
         for Python the modules its names are imported from (``module:`` +
