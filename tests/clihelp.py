@@ -114,14 +114,17 @@ def tagged_snapshot(tmp_path: Path) -> tuple[str, str]:
     from alloc_audit import __version__
 
     snapshot = tmp_path / "alloc-audit-release"
-    if not snapshot.exists():
-        shutil.copytree(REPO, snapshot, ignore=shutil.ignore_patterns(
+    if not snapshot.exists():  # made aside and renamed: a clone that failed halfway is never reused
+        partial = tmp_path / "alloc-audit-release.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(REPO, partial, ignore=shutil.ignore_patterns(
             ".git", ".venv", ".alloc-audit-cache", "__pycache__", "*.egg-info", ".hypothesis", ".pytest_cache",
             ".mypy_cache", ".ruff_cache", "dist", "build"))
-        git(snapshot, "init", "-q", "-b", "main")
-        git(snapshot, "add", "-A")
-        git(snapshot, "commit", "-qm", f"release {__version__}")
-        git(snapshot, "tag", f"v{__version__}")
+        git(partial, "init", "-q", "-b", "main")
+        git(partial, "add", "-A")
+        git(partial, "commit", "-qm", f"release {__version__}")
+        git(partial, "tag", f"v{__version__}")
+        partial.rename(snapshot)
     return f"file://{snapshot}", f"v{__version__}"
 
 

@@ -1,3 +1,4 @@
+import fcntl
 import os
 import shutil
 import sys
@@ -8,6 +9,17 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+if sys.dont_write_bytecode and not os.environ.get("ALLOC_AUDIT_TEST_NO_PYCACHE"):
+    # PYTHONDONTWRITEBYTECODE would make every Python the suite starts (the
+    # CLI in a subprocess, pre-commit's hook, the xdist workers) compile
+    # alloc_audit from source again, and pytest rewrite the tests again:
+    # ~0.5 s of CPU each, dozens of times. The suite writes bytecode
+    # (__pycache__ is in .gitignore); set before xdist starts its workers, so
+    # they and their children inherit it. ALLOC_AUDIT_TEST_NO_PYCACHE=1 keeps
+    # the variable.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -21,21 +33,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def release(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """One tagged local clone of this repository and one pre-commit home for
-    the whole session: the hook's environment is built once, not per test."""
+    the whole run, shared by the xdist workers (the run's common temp folder,
+    the clone made under a lock): the hook's environment is built once per
+    run, not once per worker. pre-commit locks its home itself, so a worker
+    that wants the hook while the other builds it waits for that build."""
     from clihelp import Release, tagged_snapshot
 
-    base = tmp_path_factory.mktemp("release")
-    url, tag = tagged_snapshot(base)
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the workers' basetemps are popen-gw0, popen-gw1, ... under it
+    base = base / "release"
+    base.mkdir(exist_ok=True)
+    with open(base / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        url, tag = tagged_snapshot(base)
     return Release(url, tag, base / "pre-commit-home")
 
 
 CHROMIUM = os.environ.get("ALLOC_AUDIT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
     """Debian's Chromium through Playwright, for the HTML report tests; a skip
-    without it, unless ALLOC_AUDIT_REQUIRE_BROWSER says CI must not skip."""
+    without it, unless ALLOC_AUDIT_REQUIRE_BROWSER says CI must not skip.
+    One browser per process (each test opens its own pages), not one per module."""
     if not Path(CHROMIUM).exists():
         if os.environ.get("ALLOC_AUDIT_REQUIRE_BROWSER"):
             pytest.fail(f"no Chromium at {CHROMIUM} (install Debian's chromium)")

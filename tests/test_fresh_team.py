@@ -16,7 +16,6 @@ from clihelp import REPO, Release, cli_command, pre_commit
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.xdist_group("pre-commit-home")  # one hook environment, built once
 def test_fresh_team_scenario(tmp_path: Path, release: Release) -> None:
     url, tag = release.url, release.tag
     shims = tmp_path / "bin"

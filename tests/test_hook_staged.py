@@ -73,7 +73,6 @@ def test_nothing_staged_is_quick_and_clean(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("pre-commit-home")  # one hook environment, built once
 def test_the_real_hook_blocks_a_commit_that_only_deletes(tmp_path: Path, release: Release) -> None:
     url, tag = release.url, release.tag
     root = adopted(tmp_path)

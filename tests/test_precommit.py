@@ -14,7 +14,6 @@ pytestmark = pytest.mark.slow
 RUNNER = 'import torch\n\n\nclass Runner:\n    def __init__(self, n):\n        self.a = torch.zeros(n, device="cuda")\n'
 
 
-@pytest.mark.xdist_group("pre-commit-home")  # one hook environment, built once
 def test_hook_blocks_a_new_allocation_and_allows_removing_one(tmp_path: Path, release: Release) -> None:
     url, rev = release.url, release.tag
     root = make_repo(tmp_path / "proj", {"eng/runner.py": RUNNER})
