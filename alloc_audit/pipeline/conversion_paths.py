@@ -84,6 +84,9 @@ class _Ctx:
     quantisers: tuple[tuple[Callable[[str], bool], Callable[[str], bool]], ...] = ()  # [callers] quantiser
     memo: dict[str, str | None] = field(default_factory=dict)
     modules: dict[str, bool] = field(default_factory=dict)
+    handed: dict[str, bool] = field(default_factory=dict)  # function id -> `_handed_on`
+    said: dict[str, tuple[str | None] | Func] = field(default_factory=dict)  # caller id -> `_caller_says`
+    callers: dict[tuple[str, bool], list[Func]] = field(default_factory=dict)  # (id, by_name) -> `_callers`
 
 
 def conversion_paths(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
@@ -157,19 +160,31 @@ def _on_path(func: Func, ctx: _Ctx, depth: int, seen: frozenset[str]) -> str | N
 
 
 def _caller_on_path(caller: Func, ctx: _Ctx, depth: int, seen: frozenset[str]) -> str | None:
+    # what the caller itself says is a question of the caller alone, asked again by each
+    # callee and depth the walk reaches it from: answered once per caller
+    said = ctx.said.get(caller.id)
+    if said is None:
+        said = ctx.said[caller.id] = _caller_says(caller, ctx)
+    if isinstance(said, Func):
+        return _on_path(said, ctx, depth, seen)
+    return said[0]
+
+
+def _caller_says(caller: Func, ctx: _Ctx) -> tuple[str | None] | Func:
+    """The caller's answer (a 1-tuple), or the function whose way in answers for it."""
     if ctx.per_step(caller.name):
-        return None
+        return (None,)
     if ctx.load(caller.name) and not caller.name.startswith(("test_", "_test_")):
-        return ""  # weight preparation too (`_pack_weight_*`): it does not rule the path out
+        return ("",)  # weight preparation too (`_pack_weight_*`): it does not rule the path out
     if caller.qualname == "<module>":
-        return caller.path if _module(caller.path, ctx) else None
+        return (caller.path if _module(caller.path, ctx) else None,)
     outer = _outermost(caller, ctx.index)
     if outer is not caller and registered_closure(caller.path, caller.qualname, ctx.index) is not None:
-        return None  # a hook it registers runs in a (calibration) forward, not in the conversion
+        return (None,)  # a hook it registers runs in a (calibration) forward, not in the conversion
     entry = _entry(outer, ctx)
     if entry is not None:
-        return entry
-    return _on_path(outer, ctx, depth, seen)
+        return (entry,)
+    return outer
 
 
 def _entry(func: Func, ctx: _Ctx) -> str | None:
@@ -211,11 +226,26 @@ def _handed_on(func: Func, ctx: _Ctx) -> bool:
     ``register(fn)``): what calls it is unknown."""
     if func.owner is not None or func.qualname == "<module>":
         return False
+    found = ctx.handed.get(func.id)  # asked again for each depth the walk reaches the function at
+    if found is None:
+        found = ctx.handed[func.id] = _handed_on_in_file(func, ctx)
+    return found
+
+
+def _handed_on_in_file(func: Func, ctx: _Ctx) -> bool:
     name = func.name
-    element = re.compile(rf"[\[{{(,:]\s*{re.escape(name)}\s*[,\]}})]")  # in a table literal
+    element: re.Pattern[str] | None = None
     for other in ctx.index.functions_in(func.path):
-        if any(a.value.strip() == name or element.search(a.value) for a in other.assigns):
-            return True
+        for a in other.assigns:
+            value = a.value
+            if name not in value:
+                continue  # both tests spell the name: most of the file's statements are never searched
+            if value.strip() == name:
+                return True
+            if element is None:
+                element = re.compile(rf"[\[{{(,:]\s*{re.escape(name)}\s*[,\]}})]")  # in a table literal
+            if element.search(value):
+                return True
     table = func.table  # the file's calls: `register(fn)`, `partial(fn, ...)`, `target=fn`
     return table is not None and any(
         name in text and any(arg.text.strip() == name for arg in split_args(text))
@@ -255,7 +285,16 @@ def _built_on_path(func: Func, ctx: _Ctx, depth: int, seen: frozenset[str]) -> s
 def _callers(func: Func, ctx: _Ctx, by_name: bool = True) -> list[Func]:
     """The resolved callers, and for a method the functions calling its name
     through another object where the call resolves nowhere (unless
-    ``by_name`` is off: its objects are built only on the path)."""
+    ``by_name`` is off: its objects are built only on the path). Once per
+    function (the walk reaches one at several depths)."""
+    key = (func.id, by_name)
+    found = ctx.callers.get(key)
+    if found is None:
+        found = ctx.callers[key] = _find_callers(func, ctx, by_name)
+    return list(found)
+
+
+def _find_callers(func: Func, ctx: _Ctx, by_name: bool) -> list[Func]:
     index = ctx.index
     dist = index.callers_within([func], 1)
     found = {fid: index.funcs[fid] for fid, d in dist.items() if d == 1 and fid in index.funcs}

@@ -340,8 +340,8 @@ def _miss(test: str, members: set[str]) -> bool:
     """A test that holds when the cached member is missing, stale, empty
     (``self.x.numel() == 0``, ``not self.x``) or too small (``n >
     len(self.x)``, ``self.x.numel() < n``: grown on demand)."""
-    for name in _names(members):
-        if _miss_pattern(name).search(test):
+    for member, name in _names(members):
+        if member in test and _miss_pattern(name).search(test):  # every alternative spells the member
             return True
     return False
 
@@ -353,8 +353,8 @@ def _hit(test: str, members: set[str]) -> bool:
     text = " ".join(test.split())
     if text.startswith("not ") or " or " in text:
         return False
-    for name in _names(members):
-        if _hit_pattern(name).search(text):
+    for member, name in _names(members):
+        if member in text and _hit_pattern(name).search(text):  # every alternative spells the member
             return True
     return False
 
@@ -377,8 +377,9 @@ def _hit_pattern(name: str) -> re.Pattern[str]:
                       rf"""|==\s*self\.{name}\b|\bhasattr\(\s*self\s*,\s*["']{name}["']|^\(?self\.{name}\)?$""")
 
 
-def _names(members: set[str]) -> list[str]:
-    return [re.escape(m[len("self."):]) for m in sorted(members)]
+def _names(members: set[str]) -> list[tuple[str, str]]:
+    """Each member's name after ``self.``, as written and escaped."""
+    return [(m[len("self."):], re.escape(m[len("self."):])) for m in sorted(members)]
 def _short(test: str) -> str:
     text = " ".join(test.split())
     return text if len(text) <= 60 else text[:57] + "..."

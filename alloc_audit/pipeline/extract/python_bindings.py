@@ -46,7 +46,55 @@ def _bound_else(source: str, name: str) -> bool:
     """``name`` is bound in ``source`` other than by `name = ...`."""
     if name not in source:
         return False  # every alternative below spells the name: skip compiling it
-    return _other_binding_pattern(name).search(_lines_with(source, name)) is not None
+    lines = _lines_with(source, name)
+    if _PLAIN_NAME.fullmatch(name) is not None and _KEYWORDS.isdisjoint(name.split(".")) \
+            and not _bordered(name) and _STAND_IN not in lines:
+        # one pattern for every name: the name's whole-word spellings become one stand-in (see _masked)
+        return _OTHER_BINDING_ANY.search(_masked(lines, name)) is not None
+    return _other_binding_pattern(name).search(lines) is not None
+
+
+# a stand-in for the name in `_bound_else`'s shared pattern: word characters
+# (so `\b` sees the same edges) that no Python source spells in practice
+# (a source that does takes the per-name pattern)
+_STAND_IN = "\u1d25\u1d25\u1d25"
+# a name of word runs joined by dots (`x`, `self.buf`): every edge the pattern
+# tests is a word/non-word edge, and no run is one of the pattern's keywords
+_PLAIN_NAME = re.compile(r"\w+(?:\.\w+)*")
+_KEYWORDS = frozenset({"for", "in", "as", "global", "nonlocal"})
+
+
+def _bordered(name: str) -> bool:
+    """Some proper prefix of ``name`` is also its suffix (`a.a`): two of
+    its spellings may overlap, and the stand-in would replace only one."""
+    return any(name[:k] == name[-k:] for k in range(1, len(name)))
+
+
+def _is_word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"  # what `re`'s `\w` matches in a str pattern
+
+
+def _masked(lines: str, name: str) -> str:
+    """``lines`` with each spelling of ``name`` that no word character
+    touches replaced by the stand-in. Every alternative of the pattern
+    reads the name only so (a word edge or a `,`/blank/line start before
+    it, a word edge or `[ \t]*` then `,`/`:=` after it), the name's runs
+    are no keyword of it and its spellings cannot overlap (``_bordered``),
+    so the shared pattern matches the masked lines exactly when the name's
+    own pattern matches the lines (tests/test_python_bindings.py)."""
+    out: list[str] = []
+    size, n, start = len(lines), len(name), 0
+    at = lines.find(name)
+    while at >= 0:
+        end = at + n
+        if (at == 0 or not _is_word(lines[at - 1])) and (end == size or not _is_word(lines[end])):
+            out += (lines[start:at], _STAND_IN)
+            start = end
+            at = lines.find(name, end)
+        else:
+            at = lines.find(name, at + 1)
+    out.append(lines[start:])
+    return "".join(out)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -56,6 +104,9 @@ def _other_binding_pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"^[ \t]*[^\n=#(]*,[ \t]*{n}\b[^\n=(]*=(?!=)|\bfor\b[^\n:]*\b{n}\b[^\n:]*\bin\b|"
                       rf"\bas[ \t]+{n}\b|\b{n}[ \t]*:=|^[ \t]*{n}[ \t]*,[^\n=(]*=(?!=)|"
                       rf"\b(?:global|nonlocal)\b[^\n]*\b{n}\b", re.M)
+
+
+_OTHER_BINDING_ANY = _other_binding_pattern(_STAND_IN)
 
 
 def _lines_with(source: str, name: str) -> str:

@@ -13,6 +13,10 @@ from ...model import Call
 from .memo import Memo
 from .symbols import Func, Hop, Reach, Symbols, split_callee
 
+# calls of one callee name up to which the reverse walk tests each call's
+# targets against the frontier; above, it looks the frontier's ids up
+_BY_TARGET_FROM = 16
+
 
 class CallGraph:
     def __init__(self, symbols: Symbols, resolve: Callable[[Func, Call | str], tuple[Func, ...]]) -> None:
@@ -33,6 +37,8 @@ class CallGraph:
         # callee leaf -> its calls resolved, (calling function, ids of the targets), in calls_by_leaf order
         self._resolved_by_leaf: dict[str, list[tuple[Func, tuple[str, ...]]]] = {}
         self._within: dict[tuple[tuple[str, ...], int], dict[str, int]] = {}  # (seed ids, depth) -> distances
+        # callee leaf -> target id -> places in _resolved_by_leaf[leaf] of the calls resolving to it
+        self._targets_by_leaf: dict[str, dict[str, list[int]]] = {}
 
     def reset(self) -> None:
         self._reach.clear()
@@ -49,6 +55,7 @@ class CallGraph:
     def _forget_callers(self) -> None:
         self._resolved_by_leaf.clear()
         self._within.clear()
+        self._targets_by_leaf.clear()
 
     def calls_by_leaf(self) -> dict[str, list[tuple[Func, int]]]:
         """Every call as (function, index in its file's CallTable), grouped
@@ -134,7 +141,20 @@ class CallGraph:
                       and f.scope.role == "constructor"}
             next_frontier: list[Func] = []
             for name in sorted(names):
-                for caller, targets in self._resolved_calls(name, memo):
+                found = self._resolved_calls(name, memo)
+                if memo and len(found) > _BY_TARGET_FROM:
+                    # a common name (`forward`, `__init__`): only the calls that reach the frontier, in order
+                    by_target = self._by_target(name, found)
+                    hits = [i for fid in ids for i in by_target.get(fid, ())]
+                    if len(ids) > 1:
+                        hits = sorted(set(hits))
+                    for i in hits:
+                        caller = found[i][0]
+                        if caller.id not in dist:
+                            dist[caller.id] = level
+                            next_frontier.append(caller)
+                    continue
+                for caller, targets in found:
                     if caller.id not in dist and not ids.isdisjoint(targets):
                         dist[caller.id] = level
                         next_frontier.append(caller)
@@ -142,6 +162,17 @@ class CallGraph:
                 break
             frontier = next_frontier
         return dist
+
+    def _by_target(self, leaf: str, found: list[tuple[Func, tuple[str, ...]]]) -> dict[str, list[int]]:
+        """``_resolved_calls(leaf)`` by target id -> the places of the calls
+        resolving to it, ascending (each place once per target)."""
+        table = self._targets_by_leaf.get(leaf)
+        if table is None:
+            table = self._targets_by_leaf[leaf] = {}
+            for i, (_caller, targets) in enumerate(found):
+                for t in dict.fromkeys(targets):
+                    table.setdefault(t, []).append(i)
+        return table
 
     def _resolved_calls(self, leaf: str, memo: bool) -> list[tuple[Func, tuple[str, ...]]]:
         """The calls whose callee's last name is ``leaf``, each with the ids of what it resolves to."""

@@ -1,0 +1,58 @@
+"""Patterns shared by every name instead of compiled per name (perf-r27):
+each must answer exactly as the per-name pattern it stands in for.
+
+``python_bindings._bound_else`` masks the name's whole-word spellings with
+a stand-in and searches one shared pattern; here it is checked against the
+per-name pattern on generated lines (names with dots, names inside other
+words, keywords next to them, overlapping spellings) and on this package's
+own sources."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from pathlib import Path
+
+from alloc_audit.pipeline.extract import python_bindings as pb
+
+_NAMES = ("x", "buf", "self.buf", "a.b", "a.a", "aa", "f", "fo", "n", "i", "s.x.y", "in_", "as_", "forx", "_",
+          "x1", "self", "état", "a.as_b")
+_PIECES = ("for ", "in ", " in", "as ", " as", ", ", ",", " = ", "=", "==", ":=", " := ", "global ", "nonlocal ",
+           "(", ")", "[", "]", ":", "#", ".", "\n", "\t", " ", "1", "_", "é", "f", "o", "r", "with ", "self.",
+           "a", "b", "x", "buf", "\u1d25")
+
+
+def _per_name(source: str, name: str) -> bool:
+    if name not in source:
+        return False
+    return pb._other_binding_pattern(name).search(pb._lines_with(source, name)) is not None
+
+
+def test_bound_else_matches_the_per_name_pattern_on_generated_lines() -> None:
+    rng = random.Random(27)
+    for _ in range(5000):
+        name = rng.choice(_NAMES)
+        parts = [rng.choice(_PIECES + (name, name, name)) for _ in range(rng.randint(1, 14))]
+        source = "".join(parts)
+        assert pb._bound_else(source, name) == _per_name(source, name), (source, name)
+
+
+def test_bound_else_matches_on_written_bindings() -> None:
+    lines = ["a, x = f()", "x, b = g()", "for i, x in items:", "with open(p) as x:", "if (x := f()):",
+             "global x", "nonlocal a, x", "f(a, x, dim=1)", "y = x", "x = 1", "for x.y in z:", "self.x, b = 1, 2",
+             "for f in fs:", "fx, = t", "a.a.a, b = c", "  x ,b = 2", "x[0], b = c", "print(x, end='')"]
+    for name in ("x", "self.x", "f", "a.a", "b", "x.y", "i"):
+        for n in range(1, 4):
+            for combo in itertools.combinations(lines, n):
+                source = "\n".join(combo)
+                assert pb._bound_else(source, name) == _per_name(source, name), (source, name)
+
+
+def test_bound_else_matches_on_the_package_sources() -> None:
+    root = Path(pb.__file__).parents[2]
+    for path in sorted(root.rglob("*.py"))[:30]:
+        source = path.read_text(encoding="utf-8")
+        for name in sorted(set(source.split()))[:60]:
+            name = name.strip("(),:[]")
+            if name:
+                assert pb._bound_else(source, name) == _per_name(source, name), (path, name)
