@@ -9,7 +9,7 @@ import dataclasses
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
-from ..catalog import ApiCatalog, TierPattern
+from ..catalog import ApiCatalog, CallerGlobs, TierPattern
 from ..model import FileFacts, Language, Site, SiteKind, Tier
 from .buffer_classes import buffer_class_sites
 from .classify import classify_sites
@@ -24,7 +24,8 @@ from .untaken import drop_untaken
 
 
 def derive_sites(index: ProjectIndex, files: Mapping[str, FileFacts], tiers: tuple[TierPattern, ...],
-                 direct: Sequence[Site], apis: ApiCatalog | None = None) -> list[Site]:
+                 direct: Sequence[Site], apis: ApiCatalog | None = None,
+                 callers: CallerGlobs | None = None) -> list[Site]:
     uploads = {(s.path, s.span.line): s for s in direct if _upload(s)}
     # workspaces a function returns to callers that keep them (kept_returns) count like uploads: factories' allocations
     counted = frozenset(uploads) | {(s.path, s.span.line) for s in direct if s.via is None and s.tier is Tier.T2
@@ -35,7 +36,8 @@ def derive_sites(index: ProjectIndex, files: Mapping[str, FileFacts], tiers: tup
     catalogued = {(s.path, s.span) for s in direct if s.via is None}
     calls = [s for s in index.derived_sites(uploads=counted) if (s.path, s.span) not in catalogued]
     kept, branches = drop_untaken(drop_host_moves(calls, index), index)
-    derived = tuple(drop_host_vias(drop_off_device(kept, index), index))
+    contexts, engines = (apis.py_device_contexts, apis.py_loader_engines) if apis is not None else (None, None)
+    derived = tuple(drop_host_vias(drop_off_device(kept, index), index, contexts, engines, callers))
     if apis is not None:
         derived = kinds_from_use(derived, index, apis)
     classified = [_with_branch(s, branches) for s in classify_sites(derived, files, tiers)]

@@ -196,8 +196,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
                          catalog.apis.py_non_retaining)
     sites = bound_per_step(checkpoint_uploads(sites, index, catalog.callers), index, catalog.callers)
     sites = kept_returns(built_per_pass(module_state(sites, index), index), index, catalog.callers)
-    derived = tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis), sites, index,
-                               catalog.callers)
+    derived = tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis, catalog.callers), sites,
+                               index, catalog.callers)
     sites += per_test_holders(built_per_call(derived, index, catalog.callers), index)
     sites = native_uploads(weight_module_constructions(
         kept_submodules(sites, index, catalog.callers), index, catalog.callers), index)
