@@ -102,7 +102,7 @@ def conversion_paths(sites: Sequence[Site], index: ProjectIndex, globs: CallerGl
         func = index.func(site.path, site.scope)
         if func is None:
             return None
-        root = _on_path(_outermost(func, index), ctx, _DEPTH, frozenset())
+        root = _on_path(outermost(func, index), ctx, _DEPTH, frozenset())
         if root is None or (_OFFLINE in root and site.api in _MOVES):
             return None  # a quantiser's move may carry calibration data into a calibration forward (T4)
         return Tier.T1, (f"weight conversion: {site.scope} runs only while weights are converted or packed "
@@ -117,7 +117,7 @@ def conversion_module(path: str, words: frozenset[str]) -> bool:
     return any(next((w for w in name.lower().split("_") if w), "") in words for name in names)
 
 
-def _outermost(func: Func, index: ProjectIndex) -> Func:
+def outermost(func: Func, index: ProjectIndex) -> Func:
     """The function or method a nested function or lambda sits in."""
     parts = func.qualname.split(".")
     for n in range(1, len(parts)):
@@ -137,7 +137,7 @@ def _on_path(func: Func, ctx: _Ctx, depth: int, seen: frozenset[str]) -> str | N
     if ctx.per_step(func.name) or func.scope is None or func.scope.role not in _CALLABLE:
         return None
     inside = _module(func.path, ctx)
-    if _registered(func) or (not inside and _handed_on(func, ctx)):
+    if decorator_registered(func) or (not inside and _handed_on(func, ctx)):
         return None
     if func.id in seen:
         return func.path if inside else None  # a cycle adds no way in
@@ -178,7 +178,7 @@ def _caller_says(caller: Func, ctx: _Ctx) -> tuple[str | None] | Func:
         return ("",)  # weight preparation too (`_pack_weight_*`): it does not rule the path out
     if caller.qualname == "<module>":
         return (caller.path if _module(caller.path, ctx) else None,)
-    outer = _outermost(caller, ctx.index)
+    outer = outermost(caller, ctx.index)
     if outer is not caller and registered_closure(caller.path, caller.qualname, ctx.index) is not None:
         return (None,)  # a hook it registers runs in a (calibration) forward, not in the conversion
     entry = _entry(outer, ctx)
@@ -213,7 +213,7 @@ def _module(path: str, ctx: _Ctx) -> bool:
     return found
 
 
-def _registered(func: Func) -> bool:
+def decorator_registered(func: Func) -> bool:
     """A function a decorator registers (``@to_tensor.register(np.ndarray)``):
     what calls it is unknown."""
     scope = func.scope
@@ -283,19 +283,18 @@ def _built_on_path(func: Func, ctx: _Ctx, depth: int, seen: frozenset[str]) -> s
 
 
 def _callers(func: Func, ctx: _Ctx, by_name: bool = True) -> list[Func]:
-    """The resolved callers, and for a method the functions calling its name
-    through another object where the call resolves nowhere (unless
-    ``by_name`` is off: its objects are built only on the path). Once per
-    function (the walk reaches one at several depths)."""
+    """``callers_of``, once per function (the walk reaches one at several depths)."""
     key = (func.id, by_name)
     found = ctx.callers.get(key)
     if found is None:
-        found = ctx.callers[key] = _find_callers(func, ctx, by_name)
+        found = ctx.callers[key] = callers_of(func, ctx.index, by_name)
     return list(found)
 
 
-def _find_callers(func: Func, ctx: _Ctx, by_name: bool) -> list[Func]:
-    index = ctx.index
+def callers_of(func: Func, index: ProjectIndex, by_name: bool = True) -> list[Func]:
+    """The resolved callers, and for a method the functions calling its name
+    through another object where the call resolves nowhere (unless
+    ``by_name`` is off: its objects are built only on the path)."""
     dist = index.callers_within([func], 1)
     found = {fid: index.funcs[fid] for fid, d in dist.items() if d == 1 and fid in index.funcs}
     if by_name and func.owner is not None and not func.name.startswith("__"):

@@ -151,6 +151,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .weight_inits import weight_init_temporaries
     from .weight_members import weight_members
     from .weight_modules import weight_module_constructions, weighted_vias
+    from .weight_preparation import weight_preparation
     from .weight_state import weight_state
     from .worker_buffers import worker_buffers
     from .workers import Outcomes, job_count
@@ -217,7 +218,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = weighted_vias(parameter_uploads(model_constants(sites, index), index), index, catalog.callers)
     sites = slab_caches(dropped_probes(sites, index), index)
     sites = reset_members(sites, index, catalog.callers)
-    sites = conversion_paths(sites, index, catalog.callers)
+    sites = weight_preparation(conversion_paths(sites, index, catalog.callers), index, catalog.callers)
     sites = removed_hooks(swapped_storage(hooked_state(sites, index), index), index)
     sites = with_roles(drop_expected_raises(sites, index), config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))

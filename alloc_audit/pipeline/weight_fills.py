@@ -221,7 +221,7 @@ def _weight_written(site: Site, index: ProjectIndex, runs_per_step: Callable[[Fu
         return ""
     found = memo.get(func.id)
     if found is None:
-        writes = _weight_writes(func)
+        writes = weight_writes(func)
         found = memo[func.id] = (writes, _binds(func) if writes else [])
     writes, binds = found
     if not writes:
@@ -263,7 +263,7 @@ def _binds(func: Func) -> list[_Bind]:
     return sorted(found, key=lambda b: (b[0].line, b[0].col))
 
 
-def _weight_writes(func: Func) -> list[_Write]:
+def weight_writes(func: Func) -> list[_Write]:
     """(line, value text, weight, rebound) of each rebuilding of a module
     weight (``m.w = nn.Parameter(...)``, ``m.w.data = ...``: rebound) or
     in-place change (``m.w.div_(...)``) in ``func``."""

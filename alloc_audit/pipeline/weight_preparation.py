@@ -1,0 +1,501 @@
+"""Stage 5, after ``conversion_paths``: device temporaries of a function that
+rewrites a module's weights offline, and of the helpers only such functions
+reach, take the load tier, T1 (issue 11, round 27; the judges' convention:
+offline quantisation and weight rewriting are weight preparation).
+
+A function *writes a module's weights* when its own body does (what the code
+does, whatever it is called):
+
+- rebinds a weight's storage or changes it in place (``weight_fills``'
+  ``weight_writes``: ``W.weight.data = Q``, ``conv.bias = nn.Parameter(b)``,
+  ``m.weight.copy_(w)``, ``ln.weight.mul_(s)``), or stores into a slice of
+  one (``W.weight.data[:, i] = q``);
+- replaces a submodule with one it builds (``setattr(parent, name,
+  QLinear(...))``, or a local bound to such a construction);
+- registers a buffer or parameter on another module
+  (``layer.register_buffer("qweight", q)``).
+
+A write into the object's own member (``self.scale.data = ...`` in its own
+``to``) is its state, not a layer rewritten: not counted.
+
+Such a *writer* is a root of weight preparation when it is no per-step
+function, something calls it (an uncalled library writer's context is
+unknown) and nothing that runs a step reaches it: no caller within
+``_DEPTH`` calls has a per-step name (``[callers] per-step``) or calls one
+itself (``loss.backward()``, ``optimizer.step()``: a training loop that
+rewrites weights each step, an EMA, is per step). A function is weight
+preparation when it has callers and every one is a root or weight preparation
+in turn (resolved calls, and for a method the calls of its name that resolve
+nowhere, as ``conversion_paths`` counts them), up to ``_DEPTH`` calls up:
+``find_params`` called only from ``fasterquant`` and ``rtn_fwrd``, which
+both rebind ``W.weight.data``; a codebook search reached only from a
+function that puts the quantised layer in place (``setattr``).
+
+A function that hands a local it binds to a writer, as the argument of a
+parameter the writer's weight write reads (``self.print_loss(q_weight=Q)``,
+whose body rebinds ``self.layer.weight.data = q_weight...``; not a device
+the write does not use), computes the value written: a writer too. A
+function is weight preparation through a caller that runs a forward when
+that caller binds its result to a local it so hands to a root writer
+(``scales = search(...)`` ... ``apply_scale(layer, scales)``). A plain object (no torch module) one of whose
+methods is a root writing a layer the object holds (``GPTQ(layer)``, whose
+``fasterquant`` rebinds ``self.layer.weight.data``) is built for the weight
+preparation: its constructor's buffers (T2) and its constructions (derived,
+T2 or T4, not where a step runs) are T1 too.
+
+Left alone (the calibration forward is per call, T4, by the same
+convention): a function that runs a forward or a step itself, that is calls a
+per-step name, a value it holds (a parameter or local: ``layer(inps[j])``,
+``model(batch)``) or a ``self.x`` the class binds and does not define as a
+method, or that calls a project function doing so (its temporaries may be
+that forward's inputs: ``module_benchmark(mod, x)``) keeps its tier; one
+that runs a forward itself passes no tier on to its helpers, except through
+a result it hands to a writer, and no caller passes it on to a helper it
+hands a forward's output (``out = self._module_forward(x, m)`` ...
+``self._compute_loss(ref, out)``: the calibration loss). Also left alone: nested functions (a hook
+closure), functions a decorator registers (callers unknown), a by-name call
+through a member the caller's class binds to a construction of another class
+defining that method (``self.quantizer = ActQuantizer()``), test code, native
+code and derived sites other than the constructions above. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..arglists import split_args
+from ..catalog import CallerGlobs
+from ..globs import matcher, test_path
+from ..model import Call, Language, Site, SiteKind, Tier
+from .conversion_paths import callers_of, decorator_registered
+from .index import ClassInfo, Func, ProjectIndex, last_name
+from .names import has_word
+from .retier import Decision, python_device_site, retier
+from .weight_fills import weight_writes
+
+_DEPTH = 4
+_CALLABLE = frozenset({"function", "method"})
+# a weight's storage rebound through any receiver (`subset[name].weight.data = q`), or a slice of it written
+_DATA = re.compile(r"[A-Za-z_][\w.\[\]'\"]*\.(?:weight|bias)\.data")
+_SLICE = re.compile(r"[A-Za-z_][\w.\[\]'\"]*\.(?:weight|bias)(?:\.data)?\[.+\]")
+_CLASS = re.compile(r"[A-Z]\w*")
+_REGISTER = frozenset({"register_buffer", "register_parameter"})
+# an argument that is a bare (dotted) name, not a call: `f(x, self.helper)`, `g(fn=helper)`
+_VALUE_ARG = re.compile(r"(?:^|[,(=])[ \t]*(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)[ \t]*(?=,|\)|$)", re.M)
+_VALUE = re.compile(r"(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)")
+_OWN = re.compile(r"self\.\w+(?:\.data)?(?:\s|\[|$)")
+_MODULES = frozenset({"Module", "Linear", "ModuleList", "ModuleDict", "Sequential", "Parameter"})
+# a write into a layer the object holds (`self.layer.weight.data`), not into its own weight
+_HELD = re.compile(r"\b(?:rewrites|writes into|registers \w+ on) self\.\w+[.\[]")
+
+
+@dataclass
+class _Ctx:
+    index: ProjectIndex
+    per_step: Callable[[str], bool]
+    writes: dict[str, str] = field(default_factory=dict)
+    forward: dict[str, bool] = field(default_factory=dict)
+    steps: dict[str, bool] = field(default_factory=dict)
+    roots: dict[str, bool] = field(default_factory=dict)
+    prep: dict[str, str | None] = field(default_factory=dict)
+    callers: dict[str, list[Func]] = field(default_factory=dict)
+    values: dict[str, list[str]] = field(default_factory=dict)
+    handed: frozenset[str] | None = None  # names handed on as values (``_handed_on``)
+
+
+def weight_preparation(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
+    ctx = _Ctx(index, matcher(globs.per_step) if globs.per_step else (lambda _: False))
+
+    def eligible(site: Site) -> bool:
+        if test_path(site.path):
+            return False
+        return python_device_site(site, Tier.T2, Tier.T4) or (
+            site.language is Language.PYTHON and site.kind is SiteKind.DEVICE and site.tier in (Tier.T2, Tier.T4))
+
+    def decide(site: Site) -> Decision | None:
+        func = index.func(site.path, site.scope)
+        if func is None:
+            return None
+        if site.via is not None or (func.scope is not None and func.scope.role == "constructor"):
+            return _solver_state(site, func, ctx)
+        if not _plain(func) or _feeds_forward(func, ctx):
+            return None
+        why = f"{func.qualname} {_writes(func, ctx) or _hands(func, ctx)}" if _root(func, ctx) else \
+            _prepares(func, ctx, _DEPTH, frozenset())
+        if not why:
+            return None
+        return Tier.T1, (f"weight preparation: {site.scope} runs only while weights are rewritten offline "
+                         f"({why}), a load-tier temporary; was: {site.tier_reason}")
+    return retier(sites, eligible, decide)
+
+
+def _plain(func: Func) -> bool:
+    """A function or method of a class or module (not nested, not a
+    constructor, not registered by a decorator)."""
+    scope = func.scope
+    if scope is None or scope.role not in _CALLABLE or func.language is not Language.PYTHON:
+        return False
+    nested = func.qualname.count(".") > (1 if func.owner is not None else 0)
+    return not nested and not decorator_registered(func)
+
+
+def _writes(func: Func, ctx: _Ctx) -> str:
+    """How ``func``'s own body writes a module's weights, or ""."""
+    found = ctx.writes.get(func.id)
+    if found is not None:
+        return found
+    found = ""
+    values: list[str] = []  # the text of each value written
+    for line, value, weight, _ in weight_writes(func):
+        if _OWN.match(weight):
+            continue  # an object's own member (`self.scale.data = ...` in its `to`): its state, not a layer's
+        found = found or f"which rewrites {weight} at {func.path}:{line}"
+        values.append(value)
+    stores = [(a.targets[0].strip(), a.line, a.value) for a in func.assigns if a.op == "=" and len(a.targets) == 1]
+    stores += [(c.target.strip(), c.span.line, f"{c.callee}({c.arglist})") for c in func.calls if c.target]
+    for target, line, value in stores:
+        if (_SLICE.fullmatch(target) or _DATA.fullmatch(target)) and not _OWN.match(target):
+            found = found or f"which writes into {target} at {func.path}:{line}"
+            values.append(value)
+    for c in func.calls:
+        name = last_name(c.callee)
+        if name in _REGISTER and c.callee.rpartition(".")[0] not in ("", "self"):
+            owner = c.callee.rpartition(".")[0]
+            found = found or f"which registers {name.split('_')[1]}s on {owner} at {func.path}:{c.span.line}"
+            values.append(c.arglist)
+        elif c.callee == "setattr" and _builds_module(func, c.arglist):
+            found = found or f"which replaces a submodule with one it builds at {func.path}:{c.span.line}"
+            values.append(c.arglist)
+    ctx.writes[func.id] = found
+    ctx.values[func.id] = values
+    return found
+
+
+def _writes_param(writer: Func, call: Call, arg: int, ctx: _Ctx) -> bool:
+    """The ``arg``-th argument of ``call`` binds a parameter of ``writer``
+    that its weight writes use (``rotate_linear(linear, rot)``: ``rot`` is
+    in ``linear.weight.data = W @ rot``)."""
+    if not _writes(writer, ctx) or writer.scope is None:
+        return False
+    a = split_args(call.arglist)[arg]
+    params = [p for p in writer.scope.params if not p.startswith("*")]
+    if writer.owner is not None and params and params[0] in ("self", "cls") and "." in call.callee:
+        params = params[1:]  # bound through the object: `self.apply(q)`, `obj.write(q)`
+    if a.keyword is not None:
+        name = a.keyword
+    else:
+        at = sum(1 for b in split_args(call.arglist)[:arg] if b.keyword is None)
+        if a.text.startswith("*") or at >= len(params):
+            return False
+        name = params[at]
+    # a write through a parenthesised receiver (`(w @ rot).to(dt)`, callee `(...).to`) hides what it reads
+    return any(has_word(v, name) or "(...)" in v for v in ctx.values.get(writer.id, ()))
+
+
+def _builds_module(func: Func, arglist: str) -> bool:
+    """``setattr(parent, name, V)`` where V is a construction of a class
+    (``QLinear(...)``) or a local bound to one."""
+    args = split_args(arglist)
+    if len(args) != 3:
+        return False
+    value = args[2].text.strip()
+    if "(" in value:
+        return bool(_CLASS.fullmatch(last_name(value.split("(", 1)[0])))
+    bound = [c for c in func.calls if (c.target or "").strip() == value]
+    return bool(bound) and all(_CLASS.fullmatch(last_name(c.callee)) for c in bound) and not any(
+        value in a.targets for a in func.assigns)
+
+
+def _runs_step(func: Func, ctx: _Ctx) -> bool:
+    """``func`` has a per-step name or calls one (``loss.backward()``)."""
+    found = ctx.steps.get(func.id)
+    if found is None:
+        found = ctx.steps[func.id] = ctx.per_step(func.name) or any(
+            ctx.per_step(last_name(c.callee)) for c in func.calls)
+    return found
+
+
+def _runs_forward(func: Func, ctx: _Ctx) -> bool:
+    """``func`` runs a step, or calls a value it holds: a parameter or local
+    (``layer(x)``), or a ``self.x`` that is no method of its class."""
+    found = ctx.forward.get(func.id)
+    if found is None:
+        found = ctx.forward[func.id] = _runs_step(func, ctx) or _calls_value(func, ctx.index)
+    return found
+
+
+def _feeds_forward(func: Func, ctx: _Ctx) -> bool:
+    """``func`` runs a forward or a step, or calls a project function that
+    does (``module_benchmark(mod, x)``): its own temporaries may be that
+    forward's inputs."""
+    key = f"feeds:{func.id}"
+    found = ctx.forward.get(key)
+    if found is None:
+        found = ctx.forward[key] = _runs_forward(func, ctx) or any(
+            _forward_on_args(g, ctx) for _, targets in ctx.index.callees(func) for g in targets
+            if g.scope is not None and g.language is Language.PYTHON)
+    return found
+
+
+def _forward_on_args(func: Func, ctx: _Ctx, depth: int = 2) -> bool:
+    """``func`` runs a step, or a forward on what it is handed: it calls a
+    parameter (``module(x)``), a value it holds with a parameter in the
+    arguments (``self.layer(x)``), or a project function doing so with a
+    parameter in the arguments (``self._iter_forward(x, module)``, ``depth``
+    calls down); not a forward on its own state (``self.layer(self.inp)``)."""
+    key = f"args:{func.id}#{depth}"
+    found = ctx.forward.get(key)
+    if found is None:
+        ctx.forward[key] = False  # a recursion adds nothing
+        scope = func.scope
+        params = {p.lstrip("*") for p in (scope.params if scope is not None else ())} - {"self", "cls"}
+        found = _runs_step(func, ctx) or any(
+            c.callee in params or (_calls_held(func, c.callee, ctx.index) and any(
+                has_word(c.arglist, p) for p in params)) for c in func.calls) or (depth > 1 and any(
+                    any(has_word(call.arglist, p) for p in params) and any(
+                        g.scope is not None and _forward_on_args(g, ctx, depth - 1) for g in targets)
+                    for call, targets in ctx.index.callees(func)))
+        ctx.forward[key] = found
+    return found
+
+
+def _calls_value(func: Func, index: ProjectIndex) -> bool:
+    return any(_calls_held(func, c.callee, index) for c in func.calls)
+
+
+def _calls_held(func: Func, callee: str, index: ProjectIndex) -> bool:
+    """``callee`` is a value ``func`` holds: a parameter or local
+    (``layer(x)``), or a ``self.x`` its class binds and does not define as
+    a method."""
+    if callee.isidentifier():
+        scope = func.scope
+        return (scope is not None and callee in scope.params) or any(callee in a.targets for a in func.assigns) \
+            or any((c.target or "").strip() == callee for c in func.calls)
+    return callee.startswith("self.") and callee[5:].isidentifier() and func.owner is not None \
+        and not index.method_lookup(func.owner, callee[5:]) and _held(func.owner, callee)
+
+
+def _held(owner: ClassInfo, member: str) -> bool:
+    """The class binds ``self.x`` somewhere (a module or callable it holds),
+    not an inherited method (``self.register_buffer``)."""
+    return any(member in a.targets for ms in owner.methods.values() for m in ms for a in m.assigns) or any(
+        (c.target or "").strip() == member for ms in owner.methods.values() for m in ms for c in m.calls)
+
+
+def _root(func: Func, ctx: _Ctx) -> bool:
+    """A writer that no function running a step reaches within ``_DEPTH`` calls."""
+    found = ctx.roots.get(func.id)
+    if found is None:
+        ctx.roots[func.id] = False  # a recursion through its own callees adds nothing
+        found = ctx.roots[func.id] = bool(_writes(func, ctx) or _hands(func, ctx)) and \
+            not _runs_step(func, ctx) and not _handed_on(func, ctx) and bool(_callers(func, ctx)) and \
+            not _stepped(func, ctx)
+    return found
+
+
+def _handed_on(func: Func, ctx: _Ctx) -> bool:
+    """``func`` is handed on as a value somewhere (``Wrapper(m, self.a_qdq)``,
+    ``fn = helper``, ``apply(self._init)``): whoever calls it then is unknown
+    (a module's forward, maybe). Read once from every file's call arguments
+    and assignments, when a writer or its helper first asks."""
+    if ctx.handed is None:
+        found: set[str] = set()
+        for facts in ctx.index.files.values():
+            text = "\n".join(facts.calls.arglists)
+            found.update(_VALUE_ARG.findall(text))
+            found.update(m.group(1) for a in facts.assigns if (m := _VALUE.fullmatch(a.value.strip())))
+        ctx.handed = frozenset(found)
+    return func.name in ctx.handed
+
+
+def _hands(func: Func, ctx: _Ctx) -> str:
+    """How ``func`` computes a value that a function it calls writes into a
+    module's weight: it hands a local it binds to a writer
+    (``self.print_loss(q_weight=Q)``, whose body rebinds
+    ``self.layer.weight.data``), or ""."""
+    key = f"hands:{func.id}"
+    found = ctx.writes.get(key)
+    if found is not None:
+        return found
+    found = ctx.writes[key] = ""
+    bound = {t.strip() for a in func.assigns for t in a.targets} | {(c.target or "").strip() for c in func.calls}
+    bound.discard("")
+    for call, targets in ctx.index.callees(func):
+        args = [i for i, a in enumerate(split_args(call.arglist)) if any(has_word(a.text, b) for b in bound)]
+        writer = next((g for g in targets if g is not func and any(_writes_param(g, call, i, ctx) for i in args)),
+                      None) if args else None
+        if writer is not None:
+            found = f"which hands what it computes to {writer.qualname}, {_writes(writer, ctx)}"
+            break
+    ctx.writes[key] = found
+    return found
+
+
+def _stepped(func: Func, ctx: _Ctx) -> bool:
+    seen = {func.id}
+    frontier = [func]
+    for _ in range(_DEPTH):
+        nxt = []
+        for f in frontier:
+            for c in callers_of(f, ctx.index):
+                if c.id in seen or test_path(c.path):
+                    continue
+                if _runs_step(c, ctx):
+                    return True
+                seen.add(c.id)
+                nxt.append(c)
+        frontier = nxt
+    return False
+
+
+def _prepares(func: Func, ctx: _Ctx, depth: int, seen: frozenset[str]) -> str | None:
+    """The writer(s) every way into ``func`` starts from, or None."""
+    key = f"{func.id}#{depth}"
+    if key in ctx.prep:
+        return ctx.prep[key]
+    found: str | None = None
+    callers = _callers(func, ctx) if depth > 0 else []
+    if callers and not ctx.per_step(func.name) and func.id not in seen and not _handed_on(func, ctx):
+        roots: set[str] = set()
+        for c in callers:
+            if not _plain(c) or _hands_forward_output(c, func, ctx):
+                roots = set()
+                break
+            if _root(c, ctx) and not _runs_forward(c, ctx):
+                roots.add(f"reached only from {c.qualname} ({c.path}:{c.scope.span.line if c.scope else 0}), "
+                          f"{_writes(c, ctx) or _hands(c, ctx)}")
+                continue
+            fed = _feeds_writer(c, func, ctx)
+            if fed:
+                roots.add(fed)
+                continue
+            if _runs_forward(c, ctx):
+                roots = set()
+                break
+            via = _prepares(c, ctx, depth - 1, seen | {func.id})
+            if via is None:
+                roots = set()
+                break
+            roots.add(f"through {c.qualname}, {via}")
+        found = sorted(roots)[0] if roots else None
+    ctx.prep[key] = found
+    return found
+
+
+def _callers(func: Func, ctx: _Ctx) -> list[Func]:
+    """``conversion_paths``' callers (resolved, and calls of a method's name
+    that resolve nowhere), less test code and the calls by name through a
+    member its class binds to a construction of another class defining that
+    method (``self.quantizer = ActQuantizer()`` ... ``self.quantizer.find_params(x)``
+    runs ``ActQuantizer.find_params``, not ``WeightQuantizer.find_params``)."""
+    held = ctx.callers.get(func.id)
+    if held is not None:
+        return held
+    found = ctx.callers[func.id] = []
+    for c in callers_of(func, ctx.index):
+        if test_path(c.path):
+            continue
+        if func.owner is not None and c.owner is not None:
+            calls = [k for k in c.calls if last_name(k.callee) == func.name]
+            if calls and all(_other_member(c, k.callee, func, ctx.index) for k in calls):
+                continue
+        found.append(c)
+    return found
+
+
+def _other_member(caller: Func, callee: str, func: Func, index: ProjectIndex) -> bool:
+    parts = callee.split(".")
+    if len(parts) != 3 or parts[0] != "self" or caller.owner is None or func.owner is None:
+        return False
+    target = f"self.{parts[1]}"
+    built = [(m, k) for ms in caller.owner.methods.values() for m in ms for k in m.calls
+             if (k.target or "").strip() == target]
+    if not built:
+        return False
+    mine = {func.owner.key, *(b.key for b in index.base_classes(func.owner))}
+    for method, call in built:
+        cls = index.constructed_class(method, call)
+        if cls is None or cls.key in mine or func.owner.key in {b.key for b in index.base_classes(cls)} \
+                or not index.method_lookup(cls, func.name):
+            return False
+    return True
+
+
+def _feeds_writer(caller: Func, func: Func, ctx: _Ctx) -> str:
+    """``caller`` binds what ``func`` returns to a local it hands to a root
+    writer (``Q = get_orthogonal_matrix(...)`` ... ``rotate_embeddings(model, Q)``):
+    ``func`` computes the value written. "" when not, or when some call of
+    ``func`` there does not."""
+    index = ctx.index
+    mine = [c for c in caller.calls if func in index.resolve(caller, c)]
+    if not mine:
+        return ""
+    why = ""
+    for call in mine:
+        local = (call.target or "").strip()
+        fed = next((g for k in caller.calls if k is not call and has_word(k.arglist, local)
+                    for g in index.resolve(caller, k) if _root(g, ctx) and any(
+                        _writes_param(g, k, i, ctx) for i, a in enumerate(split_args(k.arglist))
+                        if has_word(a.text, local))), None) if local.isidentifier() else None
+        if fed is None:
+            return ""
+        why = f"its result is handed to {fed.qualname} ({fed.path}), {_writes(fed, ctx) or _hands(fed, ctx)}"
+    return why
+
+
+def _solver_state(site: Site, func: Func, ctx: _Ctx) -> Decision | None:
+    """A constructor's buffer (T2), or a construction (derived, T2 or T4,
+    not where a step runs), of a plain object (no torch module) that holds a layer whose weights one of
+    its methods rewrites as a root (``GPTQ(layer)``: ``self.H``, the
+    Hessian ``fasterquant`` uses before it rebinds ``self.layer.weight.data``):
+    state of the weight preparation, T1."""
+    if site.via is None:
+        cls = func.owner if site.tier is Tier.T2 else None
+    elif _runs_step(func, ctx):
+        return None  # built where a step runs
+    else:
+        found = ctx.index.site_call(site)
+        cls = ctx.index.constructed_class(*found) if found is not None else None
+    why = _solver(cls, ctx) if cls is not None and cls.language is Language.PYTHON else ""
+    if not why:
+        return None
+    what = "built" if site.via is not None else "kept"
+    return Tier.T1, (f"weight preparation: {what} for a {cls.name if cls else ''} object, whose {why}, "
+                     f"a load-tier object; was: {site.tier_reason}")
+
+
+def _solver(cls: ClassInfo, ctx: _Ctx) -> str:
+    key = f"class:{cls.key}"
+    found = ctx.prep.get(key)
+    if key in ctx.prep:
+        return found or ""
+    found = None
+    chain = [cls, *ctx.index.base_classes(cls)]
+    if not any(last_name(b) in _MODULES for c in chain for b in c.bases):
+        for funcs in cls.methods.values():
+            for m in funcs:
+                how = _writes(m, ctx) or _hands(m, ctx)
+                if _plain(m) and _root(m, ctx) and _HELD.search(how) and not _runs_forward(m, ctx):
+                    found = f"{m.name} ({m.path}:{m.scope.span.line if m.scope else 0}) {how}"
+                    break
+            if found:
+                break
+    ctx.prep[key] = found
+    return found or ""
+
+
+def _hands_forward_output(caller: Func, func: Func, ctx: _Ctx) -> bool:
+    """``caller`` hands ``func`` what a forward returned: a local bound to a
+    call of a held value (``out = layer(x)``), of a per-step name, or of a
+    project function running a forward on its arguments
+    (``out = self._module_forward(x, module)``): ``func`` then works on the
+    calibration forward's output (a loss), per call."""
+    index = ctx.index
+    outputs = {c.target.strip() for c in caller.calls if c.target and (
+        _calls_held(caller, c.callee, index) or ctx.per_step(last_name(c.callee)) or any(
+            g.scope is not None and _forward_on_args(g, ctx) for g in index.resolve(caller, c)))}
+    outputs.discard("")
+    return bool(outputs) and any(
+        any(has_word(c.arglist, o) for o in outputs) for c in caller.calls if func in index.resolve(caller, c))
