@@ -59,7 +59,7 @@ def test_memoised_answers_are_the_fresh_ones() -> None:
     for func in funcs:
         assert cp._handed_on(func, shared) == _handed_on_before(func, index), func.id
         for by_name in (True, False):
-            assert cp._callers(func, shared, by_name) == cp._find_callers(func, _ctx(index), by_name)
+            assert cp._callers(func, shared, by_name) == cp.callers_of(func, index, by_name)
         for depth in (0, 1, 2, 3):
             fresh = _ctx(index)
             assert cp._caller_on_path(func, shared, depth, frozenset()) == \

@@ -3,8 +3,7 @@ rewrites a module's weights offline, and of the helpers only such functions
 reach, take the load tier, T1 (issue 11, round 27; the judges' convention:
 offline quantisation and weight rewriting are weight preparation).
 
-A function *writes a module's weights* when its own body does (what the code
-does, whatever it is called):
+A function *writes a module's weights* when its own body does (whatever its name):
 
 - rebinds a weight's storage or changes it in place (``weight_fills``'
   ``weight_writes``: ``W.weight.data = Q``, ``conv.bias = nn.Parameter(b)``,
