@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from ..globs import test_path
 from ..model import Call, Site, Tier
 from .index import Func, ProjectIndex
+from .index.values import sibling_branches
 from .per_test_holders import ONCE_PER_TEST
 from .retier import Decision, python_device_site, retier
 
@@ -122,13 +123,7 @@ def _both_run(caller: Func, calls: list[Call]) -> tuple[int, int] | None:
 
 
 def _exclusive(caller: Func, first: int, second: int) -> bool:
-    for block in caller.blocks:
-        if block.kind == "loop" or not block.span.contains_line(first) or block.span.contains_line(second):
-            continue
-        if block.exits:  # `if cond: f(); return` then `f()`: one or the other
-            return True
-        for other in caller.blocks:
-            if other is not block and other.stmt is not None and other.stmt == block.stmt \
-                    and other.span.contains_line(second) and not other.span.contains_line(first):
-                return True
-    return False
+    # `if cond: f(); return` then `f()`: one or the other
+    return any(block.exits and block.kind != "loop" and block.span.contains_line(first)
+               and not block.span.contains_line(second) for block in caller.blocks) \
+        or sibling_branches(caller, first, second, kinds=None)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from ...arglists import split_args
@@ -320,10 +320,16 @@ def native_literal(text: str, why: str) -> Value | None:
     return None
 
 
-def sibling_branches(func: Func, one: int, other: int) -> bool:
+_IF = ("if", "elif", "else")
+
+
+def sibling_branches(func: Func, one: int, other: int, kinds: Collection[str] | None = _IF) -> bool:
     """Lines ``one`` and ``other`` lie in different branches of one ``if``
-    (``if ...: x = a`` / ``else: x = b``: one of them runs, never both)."""
-    branches = [b for b in func.blocks if b.kind in ("if", "elif", "else") and b.stmt is not None]
+    (``if ...: x = a`` / ``else: x = b``: one of them runs, never both), or
+    of one statement of ``kinds`` (None: any but a loop, ``try``/``except``
+    bodies included)."""
+    branches = [b for b in func.blocks if b.stmt is not None
+                and (b.kind != "loop" if kinds is None else b.kind in kinds)]
     return any(a.stmt == b.stmt and a is not b and a.span.contains_line(one) and b.span.contains_line(other)
                for a in branches for b in branches)
 
