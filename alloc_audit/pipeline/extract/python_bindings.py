@@ -8,6 +8,7 @@ per name. Pure.
 
 from __future__ import annotations
 
+import ast
 import functools
 import re
 
@@ -40,6 +41,46 @@ def _binding_pattern(name: str) -> re.Pattern[str]:
     """``name = ...`` (``name: T = ...``) at the start of a line, the indent
     captured: compiled once per name (``re``'s own cache holds 512)."""
     return re.compile(rf"^([ \t]*){re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*", re.M)
+
+
+@functools.lru_cache(maxsize=1024)
+def _tuple_pattern(name: str) -> re.Pattern[str]:
+    """``a, name = ...``, ``(name, b) = ...`` at the start of a line, the indent and the targets captured."""
+    n = re.escape(name)
+    targets = rf"(?:[\w.]+[ \t]*,[ \t]*)*{n}(?:[ \t]*,[ \t]*[\w.]+)*"
+    return re.compile(rf"^([ \t]*)\(?({targets})[ \t]*,?\)?[ \t]*=(?!=)[ \t]*", re.M)
+
+
+def _last_binding(before: str, name: str) -> tuple[re.Match[str], str, str] | None:
+    """The last statement binding ``name`` in ``before`` (a function up to a move) that is not the move's own
+    (``x = x.to(d)`` binds ``x`` after the move): the match, the value the name takes and the text between the
+    statement's end and the move. A tuple target (``a, name = ...``, round 28) takes its own element of a tuple
+    written out (any other value: empty); a keyword argument on a line of its own binds nothing."""
+    tuples = [h for h in _tuple_pattern(name).finditer(before) if "," in h.group(2)] if "," in before else []
+    hits = sorted((h for h in (*_binding_pattern(name).finditer(before), *tuples) if _statement_at(before, h.start())),
+                  key=lambda h: h.start())
+    if hits and hits[-1].end() + len(_value(before, hits[-1].end())) >= len(before):
+        hits.pop()
+    if not hits:
+        return None
+    last = hits[-1]
+    value = _value(before, last.end())
+    between = before[last.end() + len(value):]
+    return last, _tuple_element(value, last.group(2), name) if last in tuples else value, between
+
+
+def _tuple_element(value: str, targets: str, name: str) -> str:
+    """The element of a tuple written out (``value``) that the tuple target ``targets`` binds to ``name``
+    (round 28); empty, which proves nothing, for any other value (a call that returns a tuple, a star)."""
+    names = [t.strip() for t in targets.split(",") if t.strip()]
+    try:
+        tree = ast.parse(value.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ""
+    if not isinstance(tree, ast.Tuple) or len(tree.elts) != len(names) or names.count(name) != 1 \
+            or any(isinstance(e, ast.Starred) for e in tree.elts):
+        return ""
+    return ast.unparse(tree.elts[names.index(name)])
 
 
 def _bound_else(source: str, name: str) -> bool:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..names import has_word
 from .common import Source, enclosing
-from .python_bindings import _binding_pattern, _bindings, _bound_else, _statement_at, _statement_bindings, _value
+from .python_bindings import _binding_pattern, _bindings, _bound_else, _last_binding, _statement_bindings, _value
 from .python_host_defaults import (
     Env,
     LoopTarget,
@@ -300,7 +300,8 @@ def on_current_gpu(ext: PythonExtractor, node: Any, name: str, device: str = "cu
     subscript, `.view(...)`, `.reshape(...)`, ...), and the function never
     switches the current GPU. Moving it (or a view of it, `name[:, :-1]`)
     there again copies nothing. A torch factory on the same line given that
-    device (`torch.randn(n, device=dev).to(dev)`) is there too."""
+    device (`torch.randn(n, device=dev).to(dev)`) is there too, and so is the name's
+    own element of a tuple written out (`a, b = a.cuda(), b.cuda()`, round 28)."""
     if name.startswith("torch.") and name.endswith(")"):
         return _made_on(name, device)
     if not name.isidentifier():
@@ -352,15 +353,10 @@ def _placed(before: str, after: str, name: str, device: str, depth: int, upto: s
     """The last binding of ``name`` in ``before`` puts it on ``device`` and
     still holds at the end of ``before`` (``after``: the rest of the function;
     ``upto``: the function up to the move, of which ``before`` is a prefix)."""
-    hits = [h for h in _binding_pattern(name).finditer(before)
-            if _statement_at(before, h.start())]  # not a keyword argument on a line of its own
-    if hits and hits[-1].end() + len(_value(before, hits[-1].end())) >= len(before):
-        hits.pop()  # `x = x.to(d)`: the move's own statement, unfinished at the move, binds it after
-    if depth <= 0 or not hits:
+    found = _last_binding(before, name)  # `x = x.to(d)`, the move's own statement, binds it after: not it
+    if depth <= 0 or found is None:
         return False
-    last = hits[-1]
-    value = _value(before, last.end())
-    between = before[last.end() + len(value):]
+    last, value, between = found
     indent = len(last.group(1))
     lines = between.split("\n")[1:]  # the lines after the binding's own, up to the move
     if any(line.strip() and len(line) - len(line.lstrip()) < indent for line in lines):

@@ -40,18 +40,24 @@ factory given ``device=D``. ``self.X.to(self.D)``, where every binding of
 Round 26 (``storage_alias``): ``torch.as_tensor(x.untyped_storage(),
 device=x.device)`` (or ``torch.asarray``, ``x.storage()``, a slice of the
 storage, no device) wraps memory ``x`` already holds on the device it is
-on: a view, no allocation. Another device, or ``copy=True``, copies. Pure.
+on: a view, no allocation. Another device, or ``copy=True``, copies.
+
+Round 28: the move's own statement binding ``Y``'s root again (``x =
+x.masked_scatter(m.to(x.device), v)``) is no rebinding between the binding
+read and the move: Python binds the target only after the value, the move
+included, is computed. A ``.to(y.dtype)`` on the way is a dtype cast (a
+tensor's ``dtype`` is a ``torch.dtype``, never a device), as
+``.to(torch.half)`` is. Pure.
 """
 
 from __future__ import annotations
 
 import ast
-import functools
 import re
 from typing import TYPE_CHECKING, Any
 
 from .common import enclosing
-from .python_bindings import _binding_pattern, _bindings, _bound_else, _statement_at, _value
+from .python_bindings import _binding_pattern, _bindings, _bound_else, _statement_at, _tuple_pattern, _value
 from .python_host import _DEFAULT_FACTORIES, _VIEWS, _dtype_only, _moved_in_place
 
 if TYPE_CHECKING:
@@ -107,7 +113,8 @@ def on_device_of(ext: PythonExtractor, node: Any, receiver: str, target: str) ->
     is made on (a factory given ``device=D``, a move to ``D``)."""
     target = target.strip()
     m = _DEVICE_OF.fullmatch(target)
-    if m is None and _MEMBER.fullmatch(target) and _MEMBER.fullmatch(receiver.strip()):
+    if (m is None or m.group(1) == "self") and _MEMBER.fullmatch(target) and _MEMBER.fullmatch(receiver.strip()):
+        # `self.X.to(self.device)` too (round 28): a member the constructor binds, not a module's own property
         return _member_made_there(ext, node, receiver.strip(), target)
     if m is None and (_NAME.fullmatch(target) is None or target in _NOT_DEVICES):
         return False  # `.to("cuda")`, `.to(self.device)`: another pass's question, or nothing followed
@@ -141,7 +148,8 @@ def on_device_of(ext: PythonExtractor, node: Any, receiver: str, target: str) ->
 
 def _member_made_there(ext: PythonExtractor, node: Any, member: str, device: str) -> bool:
     """``self.X.to(self.D)`` where every binding of ``self.X`` in the class is a torch factory given
-    ``device=self.D``, and ``self.D`` is bound once, in ``__init__``: made there, never moved."""
+    ``device=self.D``, and ``self.D`` is bound once, in ``__init__``: made there, never moved. A factory in
+    ``__init__`` given the constructor's parameter ``P`` that ``self.D = P`` stores is made there too (round 28)."""
     cls = enclosing(node.parent, "class_definition")
     if cls is None:
         return False
@@ -154,6 +162,7 @@ def _member_made_there(ext: PythonExtractor, node: Any, member: str, device: str
     made = list(_binding_pattern(member).finditer(source))
     if not made:
         return False  # set elsewhere, or a property
+    init, alias = _constructor_alias(source, placed[0])
     for hit in made:
         try:
             value = ast.parse(_value(source, hit.end()).strip(), mode="eval").body
@@ -163,9 +172,39 @@ def _member_made_there(ext: PythonExtractor, node: Any, member: str, device: str
                 or _torch_head(ext, value.func.value) != "torch" or any(k.arg in (None, "out") for k in value.keywords):
             return False
         given = next((k.value for k in value.keywords if k.arg == "device"), None)
-        if given is None or ast.unparse(given) != device:
+        if given is None or ast.unparse(given) != device and not (
+                alias and ast.unparse(given) == alias and init[0] <= hit.start() < init[1]):
             return False
     return True
+
+
+def _constructor_alias(source: str, placed: re.Match[str]) -> tuple[tuple[int, int], str]:
+    """For ``self.D = P`` in ``__init__`` (``placed``), where ``P`` is a parameter of ``__init__`` that it never
+    binds again: the stretch of the class ``source`` from ``def __init__`` to the next ``def`` (a nested one
+    included), and ``P`` (round 28). A factory given ``device=P`` there is made on ``self.D``: both read the
+    parameter's one value. ``((0, 0), "")`` otherwise."""
+    none = ((0, 0), "")
+    alias = _value(source, placed.end()).strip()
+    if not alias.isidentifier() or alias in _NOT_DEVICES:
+        return none
+    start = max((m.start() for m in re.finditer(r"\bdef[ \t]+__init__\b", source[:placed.start()])), default=-1)
+    if start < 0:
+        return none
+    following = re.compile(r"\bdef[ \t]").search(source, placed.end())
+    end = following.start() if following is not None else len(source)
+    opened = source.find("(", start)
+    depth, close = 0, -1
+    for i in range(opened, min(end, opened + 2000)):
+        depth += {"(": 1, ")": -1}.get(source[i], 0)
+        if depth == 0:
+            close = i
+            break
+    if opened < 0 or close < 0 or not re.search(rf"(?<![\w.]){re.escape(alias)}\b", source[opened:close]):
+        return none  # not a parameter of the constructor
+    body = source[close:end]
+    if _binding_pattern(alias).search(body) or _bound_else(body, alias):
+        return none  # bound again in the constructor: another device, perhaps
+    return (start, end), alias
 
 
 class _Target:
@@ -271,7 +310,7 @@ def _on(ext: PythonExtractor, node: ast.AST, on: _Target, source: str, depth: in
         moved = [*node.args, *(k.value for k in node.keywords if k.arg == "device")]
         if len(moved) == 1 and ast.unparse(moved[0]) == on.text:
             return True  # moved there on the way
-        if not _dtype_only(node):
+        if not _dtype_cast(node):
             return False
     elif device is not None:
         return False  # `x.new_zeros(n, device=d)`: wherever `d` is
@@ -325,8 +364,7 @@ def _reaching(ext: PythonExtractor, name: str, on: _Target, source: str, depth: 
     root = on.root.split(".", 1)[0]
     if _bound_else(between, name) or _binding_pattern(name).search(between) or _tuple_pattern(name).search(between):
         return False
-    if _binding_pattern(on.root).search(between) or _binding_pattern(root).search(between) \
-            or _bound_else(between, root):
+    if any(_rebound(between, n) for n in (on.root, root)) or _bound_else(between, root):
         return False  # the root bound again between: the binding saw another device, perhaps
     if _moved_in_place(on.root, between):
         return False  # `model.cpu()` between: a module's device moved in place
@@ -348,9 +386,19 @@ def _reaching(ext: PythonExtractor, name: str, on: _Target, source: str, depth: 
     return _on(ext, tree, on, source, depth - 1, frozenset(), frozenset(), before[:last.start()])
 
 
-@functools.lru_cache(maxsize=1024)
-def _tuple_pattern(name: str) -> re.Pattern[str]:
-    """``a, name = ...``, ``(name, b) = ...`` at the start of a line, the indent and the targets captured."""
-    n = re.escape(name)
-    targets = rf"(?:[\w.]+[ \t]*,[ \t]*)*{n}(?:[ \t]*,[ \t]*[\w.]+)*"
-    return re.compile(rf"^([ \t]*)\(?({targets})[ \t]*,?\)?[ \t]*=(?!=)[ \t]*", re.M)
+def _rebound(between: str, name: str) -> bool:
+    """``name = ...`` in ``between`` (the lines from a binding up to the move), other than by the move's own
+    statement (round 28): ``x = x.masked_fill(m.to(x.device), 0)`` binds ``x`` only after its value, the move
+    included, is computed, so the move still sees the ``x`` bound above."""
+    return any(_statement_at(between, hit.start()) and hit.end() + len(_value(between, hit.end())) < len(between)
+               for hit in _binding_pattern(name).finditer(between))
+
+
+def _dtype_cast(call: ast.Call) -> bool:
+    """``.to(torch.half)``, or ``.to(y.dtype)`` / ``.to(dtype=y.dtype)`` (round 28): a tensor's ``dtype``
+    attribute is a ``torch.dtype``, never a device, so the value stays where it is."""
+    if _dtype_only(call):
+        return True
+    given = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
+    return len(given) == 1 == len(call.args) + len(call.keywords) and isinstance(given[0], ast.Attribute) \
+        and given[0].attr == "dtype"
