@@ -25,6 +25,17 @@ a test on an argument alone, a local under the test, a constructor's or
 destructor's store, and a member of a class something builds per call (its
 constructor's buffers are T4) stay as they were.
 
+Round 28: the same holds outside a class. A plain function (or a method)
+that stores into a file-scope variable (``static void* ws``) or into a
+member of what its pointer parameter points to (``model->acts_memory``: the
+caller's object outlives the call), under an ``if`` whose test says that
+stored state is missing (``model->acts_memory == NULL``, which the branch
+makes; the branch's other stores through the same parameter share it) or
+below a capacity the branch records (``need > ws_size`` ...
+``ws_size = need``, the old buffer freed first), makes it once or grows
+it: T2, or T5b for a pinned buffer. A free of the buffer later in the same
+call, a local, and a test on arguments alone leave it per call.
+
 A derived site (``impl_->forward(x)``) stands for one allocation of its
 callee (its ``via``, often the per-call output); when the callee, or a method
 of the same object it calls (three calls down), makes such a kept member (this
