@@ -25,6 +25,17 @@ a test on an argument alone, a local under the test, a constructor's or
 destructor's store, and a member of a class something builds per call (its
 constructor's buffers are T4) stay as they were.
 
+Round 28: the same holds outside a class. A plain function (or a method)
+that stores into a file-scope variable (``static void* ws``) or into a
+member of what its pointer parameter points to (``model->acts_memory``: the
+caller's object outlives the call), under an ``if`` whose test says that
+stored state is missing (``model->acts_memory == NULL``, which the branch
+makes; the branch's other stores through the same parameter share it) or
+below a capacity the branch records (``need > ws_size`` ...
+``ws_size = need``, the old buffer freed first), makes it once or grows
+it: T2, or T5b for a pinned buffer. A free of the buffer later in the same
+call, a local, and a test on arguments alone leave it per call.
+
 A derived site (``impl_->forward(x)``) stands for one allocation of its
 callee (its ``via``, often the per-call output); when the callee, or a method
 of the same object it calls (three calls down), makes such a kept member (this
@@ -40,7 +51,7 @@ import dataclasses
 import re
 from collections.abc import Sequence
 
-from ..model import Language, Site, SiteKind, Tier
+from ..model import Block, Language, Site, SiteKind, Tier
 from .index import ClassInfo, Func, ProjectIndex
 from .native_pinned import member_root
 
@@ -55,6 +66,8 @@ def native_lazy_members(sites: Sequence[Site], index: ProjectIndex) -> list[Site
     for site in sites:
         if _candidate(site) or _kept_already(site):
             site = _lazy(site, index, built_per_call, keeping)
+        if _outside_candidate(site):
+            site = _lazy_outside(site, index)
         out.append(site)
     if not keeping:
         return out
@@ -65,6 +78,13 @@ def native_lazy_members(sites: Sequence[Site], index: ProjectIndex) -> list[Site
 def _candidate(site: Site) -> bool:
     return (site.tier is Tier.T4 and site.kind is SiteKind.DEVICE and site.language is not Language.PYTHON
             and site.via is None and bool(site.target))
+
+
+def _outside_candidate(site: Site) -> bool:
+    return (site.tier in (Tier.T4, Tier.T5A) and site.kind in (SiteKind.DEVICE, SiteKind.PINNED_HOST)
+            and site.language is not Language.PYTHON and bool(site.target)
+            and (site.tier_reason.startswith("per call in ") or site.tier_reason.startswith("pinned host memory "
+                                                                                             "allocated per call in ")))
 
 
 def _kept_already(site: Site) -> bool:
@@ -208,6 +228,100 @@ def _keeps(func: Func, index: ProjectIndex, keeping: dict[str, str], memo: dict[
             break
     memo[key] = found
     return found
+
+
+def _lazy_outside(site: Site, index: ProjectIndex) -> Site:
+    """A plain function's (or method's) store into a file-scope variable or
+    into a member of what its pointer parameter points to (``model->acts``),
+    under a test that this stored state is missing (``model->acts == NULL``,
+    made in the branch) or smaller than a capacity the branch records
+    (``need > ws_size`` ... ``ws_size = need``): made once (or grown) and kept
+    by the storage across calls, T2 (T5b pinned). A free of the buffer after
+    the allocation in the same function (staging), a local, a test on
+    arguments alone leave it."""
+    func = index.func(site.path, site.scope)
+    if func is None or func.scope is None or func.scope.role not in ("function", "method"):
+        return site
+    place = _outside_place(site.target or "", func, index)
+    if place is None:
+        return site
+    root, _expr = place
+    line = site.stmt_line or site.span.line
+    if any(s.kind is SiteKind.RELEASE and (s.target or "").strip() == (site.target or "").strip()
+           and s.span.line > line for s in func.sites):
+        return site
+    test = _opening_test(func, line, root, index)
+    if not test:
+        return site
+    where = f"a member of what the parameter {root} points to" if root in func.scope.params \
+        else f"the file-scope variable {root}"
+    tier = Tier.T5B if site.kind is SiteKind.PINNED_HOST else Tier.T2
+    return dataclasses.replace(site, tier=tier, tier_reason=(
+        f"created lazily: {func.qualname} stores it in {where} only when `{_short(test)}` (state the branch "
+        f"itself sets), so it is made once (or grown) and kept across calls: persistent ({site.tier_reason})"))
+
+
+_PLACE = re.compile(r"\s*(?:\(\s*[\w:<>\s*]+\)\s*)?[*&(]*\s*([A-Za-z_]\w*)\s*(->\s*[A-Za-z_]\w*)?")
+
+
+def _outside_place(target: str, func: Func, index: ProjectIndex) -> tuple[str, str] | None:
+    """(root, expression) of a store that leaves the function: a member
+    through a pointer parameter (``model``, ``model->acts``), or a
+    file-scope variable of the same file (``ws``, ``ws``); None otherwise."""
+    m = _PLACE.match(target)
+    if m is None or func.scope is None:
+        return None
+    root, member = m.group(1), m.group(2)
+    if root == "this" or root in _declared(func):
+        return None
+    if root in func.scope.params:
+        return (root, root + "".join(member.split())) if member else None
+    return (root, root) if root in _file_scope(func.path, index) else None
+
+
+def _declared(func: Func) -> frozenset[str]:
+    return frozenset(t for a in func.assigns if a.type is not None for t in a.targets)
+
+
+def _file_scope(path: str, index: ProjectIndex) -> frozenset[str]:
+    module = index.func(path, "<module>")
+    if module is None:
+        return frozenset()
+    return frozenset(t for a in module.assigns if a.type is not None for t in a.targets)
+
+
+def _opening_test(func: Func, line: int, root: str, index: ProjectIndex) -> str:
+    """The test of an ``if`` around ``line`` that says state kept through
+    ``root`` is missing or too small, where the branch sets that state."""
+    for block in func.blocks:
+        if block.kind not in ("if", "elif") or not block.span.contains_line(line) or not block.test:
+            continue
+        for made in _made_in(func, block, root, index):
+            if _missing(block.test, made) or _below(block.test, made):
+                return block.test
+    return ""
+
+
+def _made_in(func: Func, block: Block, root: str, index: ProjectIndex) -> set[str]:
+    """The outside places the branch stores into (by an assignment or as an
+    allocation's target): through the same pointer parameter ``root``, or,
+    for a file-scope ``root``, any file-scope variable (its recorded size)."""
+    made = set()
+    params = func.scope.params if func.scope is not None else ()
+    stores = [t for a in func.assigns if a.op == "=" and block.span.contains_line(a.line) for t in a.targets]
+    stores += [s.target for s in func.sites if s.target and block.span.contains_line(s.span.line)]
+    for target in stores:
+        place = _outside_place(target, func, index)
+        if place is not None and (place[0] == root or root not in params and place[0] not in params):
+            made.add(place[1])
+    return made
+
+
+def _below(test: str, place: str) -> bool:
+    """``need > place`` or ``place < need``: a capacity the branch records,
+    compared (a ``< 0`` check is not one)."""
+    m = re.escape(place)
+    return re.search(rf"(?<![-<>])>\s*{m}(?![\w.(]|\s*->)|(?<![\w.>]){m}\s*<(?![<=])(?!\s*0\b)", test) is not None
 
 
 def _short(test: str) -> str:

@@ -147,6 +147,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .slab_caches import slab_caches
     from .stateless_modules import drop_stateless_moves
     from .swapped_storage import swapped_storage
+    from .teardown_releases import teardown_releases
     from .weight_fills import weight_fills
     from .weight_inits import weight_init_temporaries
     from .weight_members import weight_members
@@ -220,6 +221,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = reset_members(sites, index, catalog.callers)
     sites = weight_preparation(conversion_paths(sites, index, catalog.callers), index, catalog.callers)
     sites = removed_hooks(swapped_storage(hooked_state(sites, index), index), index)
+    sites = teardown_releases(sites, index)
     sites = with_roles(drop_expected_raises(sites, index), config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")
