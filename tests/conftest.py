@@ -26,8 +26,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slow tests (real pre-commit, browsers: marked ``slow``) first, in
     their files' order: xdist hands tests out in this order, so the long ones
     start at once and the short ones fill in around them, instead of one of
-    them running alone at the end while the other worker idles."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    them running alone at the end while the other worker idles. Of the tests
+    that use the hook environment (the ``release`` fixture), only the first
+    (the fresh-team scenario, which builds it) goes first; the others go
+    last: xdist deals the first tests out one by one, and the second of them
+    would make the other worker wait on the build instead of working."""
+    first_release = next((item for item in items if "release" in getattr(item, "fixturenames", ())), None)
+
+    def order(item: pytest.Item) -> int:
+        if "release" in getattr(item, "fixturenames", ()) and item is not first_release:
+            return 2
+        return 0 if item.get_closest_marker("slow") is not None else 1
+
+    items.sort(key=order)
 
 
 @pytest.fixture(scope="session")
@@ -36,8 +47,10 @@ def release(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
     the whole run, shared by the xdist workers (the run's common temp folder,
     the clone made under a lock): the hook's environment is built once per
     run, not once per worker. pre-commit locks its home itself, so a worker
-    that wants the hook while the other builds it waits for that build."""
-    from clihelp import Release, tagged_snapshot
+    that wants the hook while the other builds it waits for that build. pip
+    builds that environment from a local wheelhouse of the packages this
+    Python has (clihelp.wheelhouse), not from the index."""
+    from clihelp import Release, tagged_snapshot, wheelhouse
 
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -47,7 +60,8 @@ def release(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
     with open(base / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         url, tag = tagged_snapshot(base)
-    return Release(url, tag, base / "pre-commit-home")
+        pip = wheelhouse(base / "wheels")
+    return Release(url, tag, base / "pre-commit-home", pip)
 
 
 CHROMIUM = os.environ.get("ALLOC_AUDIT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"

@@ -26,7 +26,7 @@ def test_fresh_team_scenario(tmp_path: Path, release: Release) -> None:
         shim.write_text("#!/bin/sh\nexec " + " ".join(f'"{part}"' for part in command) + ' "$@"\n')
         shim.chmod(0o755)
     env = {**os.environ, "PATH": f"{shims}{os.pathsep}{os.environ['PATH']}", "NO_COLOR": "1",
-           "PRE_COMMIT_HOME": str(release.pre_commit_home)}
+           **release.env}
     proc = subprocess.run(["bash", str(REPO / "examples" / "fresh-team.sh"), str(tmp_path / "work"), url, tag],
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = proc.stdout

@@ -80,7 +80,7 @@ def test_the_real_hook_blocks_a_commit_that_only_deletes(tmp_path: Path, release
         f"repos:\n  - repo: {url}\n    rev: {tag}\n    hooks:\n      - id: alloc-audit\n")
     git(root, "add", "-A")
     git(root, "commit", "-qm", "hook config")
-    env = {**os.environ, "PRE_COMMIT_HOME": str(release.pre_commit_home), "GIT_AUTHOR_NAME": "t",
+    env = {**os.environ, **release.env, "GIT_AUTHOR_NAME": "t",
            "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
     from clihelp import pre_commit
 

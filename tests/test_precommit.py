@@ -21,7 +21,7 @@ def test_hook_blocks_a_new_allocation_and_allows_removing_one(tmp_path: Path, re
     write(root, ".pre-commit-config.yaml", f"repos:\n  - repo: {url}\n    rev: {rev}\n    hooks:\n      - id: alloc-audit\n")
     git(root, "add", "-A")
     git(root, "commit", "-qm", "allowlist and hook config")
-    env = {"PRE_COMMIT_HOME": str(release.pre_commit_home)}
+    env = release.env
     install = subprocess.run([*pre_commit(), "install"], cwd=root, capture_output=True, text=True,
                              env={**__import__("os").environ, **env})
     assert install.returncode == 0, install.stderr

@@ -73,7 +73,7 @@ def test_the_readme_snippet_works_against_a_tag(tmp_path: Path, release: Release
                                          '        self.a = torch.zeros(n, device="cuda")\n'})
     assert run_cli("allowlist", "init", cwd=root).code == 0
     write(root, ".pre-commit-config.yaml", snippet.replace("https://github.com/alloc-audit/alloc-audit", url))
-    env = {**os.environ, "PRE_COMMIT_HOME": str(release.pre_commit_home)}
+    env = {**os.environ, **release.env}
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*pre_commit(), *args], cwd=root, env=env, capture_output=True, text=True)
