@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from alloc_audit.catalog import load_catalog
@@ -133,7 +133,7 @@ _ASSIGNS = st.builds(Assign, scope=st.sampled_from(["f", "g"]), line=st.just(1),
                      op=st.sampled_from(["=", "+="]))
 
 
-@settings(max_examples=300, deadline=None)  # not timed: the machine is shared
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # not timed: the machine is shared
 @given(st.lists(_ASSIGNS, max_size=8), st.sets(st.tuples(st.sampled_from(["f", "g"]), _NAMES), max_size=2))
 def test_host_locals_answers_as_every_binding(assigns: list[Assign], call_targets: set[tuple[str, str]]) -> None:
     assert host_locals(assigns, call_targets) == host_locals_by_every_binding(assigns, call_targets)
