@@ -25,7 +25,12 @@ it does not resolve, every call by that name) passes for ``P``:
 - a tensor: ``x.cpu()``, ``torch.from_numpy(...)``, or a local of the
   caller every binding of which is such a call or a torch factory given no
   device that is no site there (no default-device context made it one),
-  in-place arithmetic on it allowed (``t *= math.pi``);
+  in-place arithmetic on it allowed (``t *= math.pi``); round 28: also a
+  factory given ``device="cpu"``, ``y.to("cpu")``, a tokenizer's (or
+  processor's) ``return_tensors="pt"`` output, and an entry or attribute of a
+  local bound only so (``enc["input_ids"]``, ``enc.input_ids[0]``) that the
+  caller never stores into, moves in place (``enc.to(device)`` moves a
+  tokenizer output's entries) or hands whole to a call;
 - or a parameter of the caller that is so in turn (a bounded fixed point,
   ``_DEPTH`` callers up; a recursive call handing on ``P`` itself).
 
@@ -54,6 +59,13 @@ _DEVICE_OF = re.compile(r"([A-Za-z_]\w*)\.device")
 _NEW = re.compile(r"([A-Za-z_]\w*)\.new_\w+")
 _CALLED = re.compile(r"([A-Za-z_][\w.]*)\((?:[^()]|\([^()]*\))*\)", re.S)
 _HOST_CALL = re.compile(r"(?:torch\.from_numpy\(.*\)|.*\.cpu\(\s*\))", re.S)
+# a subscript or attribute chain of a local, no call: `enc["input_ids"]`, `enc.input_ids[0]`
+_VIEW = re.compile(r"([A-Za-z_]\w*)(?:\.[A-Za-z_]\w*|\[[^\[\]\n()]*\])+")
+_PT = re.compile(r"""["']pt["']""")
+_CPU_TEXT = re.compile(r"""(?:torch\.device\(\s*)?(["'])cpu\1\s*\)?""")
+_TO_CPU = re.compile(r"""[\w.]+(?:\[[^\[\]()]*\])*\.to\(\s*(?:device\s*=\s*)?"""
+                     r"""(?:torch\.device\(\s*)?(["'])cpu\1\s*\)?\s*\)""")
+_MOVED = re.compile(r"\.(?:to|cuda)$")
 _HOST_FACTORY = re.compile(r"torch\.(?:rand|randn|randint|randperm|zeros|ones|empty|full|arange|linspace|logspace|"
                            r"eye|from_numpy)")
 _PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod", "property", "lru_cache", "cache", "no_grad",
@@ -150,13 +162,15 @@ class _HostArgs:
         return kind == _DEVICE and bool(only_off_device(caller, text))
 
     def _host_tensor(self, caller: Func, text: str, depth: int) -> bool:
-        if _HOST_CALL.fullmatch(text) and "device" not in text and ".to(" not in text:
+        if _HOST_CALL.fullmatch(text) and "device" not in text and ".to(" not in text or _TO_CPU.fullmatch(text):
             return True
         produced = _CALLED.fullmatch(text)
         if produced is not None:  # `f(n)`, every return of `f` a host tensor (`host_returns`)
             return host_producer(caller, produced.group(1), self.index)
-        if not text.isidentifier() or caller.scope is None:
+        if caller.scope is None:
             return False
+        if not text.isidentifier():  # `enc["input_ids"]` of a local bound to a tokenizer's output
+            return host_view(caller, text, lambda callee: host_producer(caller, callee, self.index), _DEPTH)
         if text in caller.scope.params:
             return self._host_name(caller, text, _TENSOR, depth)
         return _host_local(caller, text, lambda callee: host_producer(caller, callee, self.index))
@@ -228,23 +242,72 @@ def _rebound(func: Func, name: str) -> bool:
         or any((item.target or "").strip() == name for w in func.withs for item in w.items)
 
 
-def _host_local(func: Func, name: str, produced: Callable[[str], bool]) -> bool:
+def _host_local(func: Func, name: str, produced: Callable[[str], bool], depth: int = _DEPTH) -> bool:
     """Every binding of local ``name`` is a host call (`x.cpu()`,
-    `torch.from_numpy(a)`, a project function ``produced`` says returns a
-    host tensor on every return) or a torch factory given no device that is no
-    site (no default-device context made it one); in-place arithmetic on it
-    (`t *= k`) keeps it where it is. (The facts keep `x = f(...)` as the
-    call's target; an assignment of anything else is kept as one.)"""
+    `torch.from_numpy(a)`, a call given `return_tensors="pt"` -- a
+    tokenizer's or processor's output, built on the host --, a project
+    function ``produced`` says returns a host tensor on every return) or a
+    torch factory given no device that is no site (no default-device context
+    made it one), or (round 28) an entry or attribute of a local bound only
+    so (`ids = enc["input_ids"]`, `ids = enc.input_ids[0]`: ``host_view``);
+    in-place arithmetic on it (`t *= k`) keeps it where it is. (The facts keep
+    `x = f(...)` as the call's target; an assignment of anything else is kept
+    as one.)"""
     calls = [c for c in func.calls if (c.target or "").strip() == name]
-    if not calls or any(s.target == name for s in func.sites):
+    views = [a for a in func.assigns if name in a.targets and (a.op == "=" or len(a.targets) != 1)]
+    if not calls and not views or any(s.target == name for s in func.sites):
         return False
     for c in calls:
+        if _on_cpu(c):
+            continue  # `torch.zeros(n, device="cpu")`, `y.to("cpu")` (round 28)
         if "device" in c.arglist or not (_HOST_FACTORY.fullmatch(c.callee) or
-                                         _HOST_CALL.fullmatch(f"{c.callee}({c.arglist})") or produced(c.callee)):
+                                         _HOST_CALL.fullmatch(f"{c.callee}({c.arglist})") or produced(c.callee)
+                                         or _tokenized(c)):
             return False
-    if any(name in a.targets and (a.op == "=" or len(a.targets) != 1) for a in func.assigns):
+    if any(a.targets != (name,) or a.op != "=" or not host_view(func, a.value, produced, depth - 1) for a in views):
         return False
     return not any((item.target or "").strip() == name for w in func.withs for item in w.items)
+
+
+def _on_cpu(call: Call) -> bool:
+    """A torch factory given the CPU literally (`torch.zeros(n, device="cpu")`) or a copy to it
+    (`y.to("cpu")`, `y.to(device="cpu", dtype=t)`): a host tensor wherever the call runs."""
+    if "cpu" not in call.arglist:
+        return False
+    args = split_args(call.arglist)
+    if _HOST_FACTORY.fullmatch(call.callee) or call.callee in ("torch.tensor", "torch.as_tensor"):
+        return any(a.keyword == "device" and _CPU_TEXT.fullmatch(a.text.strip()) for a in args)
+    if not call.callee.endswith(".to") or any(a.keyword not in (None, "device", "dtype", "non_blocking", "copy")
+                                              for a in args):
+        return False
+    named = [a for a in args if a.keyword == "device" or a.keyword is None and not a.text.strip().startswith("torch.")]
+    return len(named) == 1 and _CPU_TEXT.fullmatch(named[0].text.strip()) is not None
+
+
+def _tokenized(call: Call) -> bool:
+    """`tok(text, return_tensors="pt")`: a tokenizer's (or processor's) output, made on the host."""
+    return "return_tensors" in call.arglist and not _MOVED.search(call.callee) and any(
+        a.keyword == "return_tensors" and _PT.fullmatch(a.text.strip()) for a in split_args(call.arglist))
+
+
+def host_view(func: Func, text: str, produced: Callable[[str], bool], depth: int) -> bool:
+    """``text`` is an entry or attribute (no call) of a local of ``func``
+    bound only to host values (``_host_local``), which the function never
+    stores into, moves in place (`enc.to(device)` moves a tokenizer's
+    output's entries), or hands whole to a call (that may store into it)."""
+    view = _VIEW.fullmatch(text.strip())
+    if view is None or depth <= 0 or func.scope is None:
+        return False
+    root = view.group(1)
+    if root in func.scope.params or root in ("self", "cls"):
+        return False
+    into = (f"{root}.", f"{root}[")
+    if any(t.startswith(into) for a in func.assigns for t in a.targets) or any(
+            c.callee.startswith(f"{root}.") or (c.target or "").startswith(into)
+            or root in c.arglist and any(a.text.strip() == root for a in split_args(c.arglist))
+            for c in func.calls):
+        return False
+    return _host_local(func, root, produced, depth)
 
 
 def _registered(func: Func) -> bool:

@@ -3,7 +3,9 @@ receiver of ``x.new_zeros(...)``, round 24) copies its device from is
 provably a host tensor within the function, or one made on the default
 device.
 
-The source is a local (or an entry of a local, ``enc["input_ids"]``) that
+The source is a local (or an entry of a local, ``enc["input_ids"]``,
+``enc.input_ids``: round 28, neither stored into nor moved in place by
+`enc.to(device)` above the copy) that
 every assignment in the enclosing function binds to a host producer:
 ``torch.from_numpy(...)``, ``torch.tensor(...)`` / ``torch.as_tensor(...)``
 without a device, a call with ``return_tensors="pt"`` (a tokenizer's
@@ -36,12 +38,18 @@ from ..names import has_word
 from .common import Source, enclosing
 from .python_bindings import _binding_pattern, _bindings, _bound_else, _last_binding, _statement_bindings, _value
 from .python_host_defaults import (
+    CPU_LITERAL,
+    LEGACY_TENSORS,
+    SAME_TENSOR,
     Env,
     LoopTarget,
+    dtype_only,
     element_default,
+    empty_shape,
     env_of,
     local_function_default,
     loop_targets,
+    moved_to_host,
     mutated,
     nn_module_default,
     not_a_tensor,
@@ -50,7 +58,7 @@ from .python_host_defaults import (
 if TYPE_CHECKING:
     from .python import PythonExtractor
 
-_SOURCE = re.compile(r"([A-Za-z_]\w*)(?:\[\s*(?:\"[^\"]*\"|'[^']*')\s*\])?")
+_SOURCE = re.compile(r"([A-Za-z_]\w*)(?:\[\s*(?:\"[^\"]*\"|'[^']*')\s*\]|\.[A-Za-z_]\w*)?")
 _FACTORY = re.compile(r"torch\.(?:from_numpy|tensor|as_tensor)\s*\(")
 _PT = re.compile(r"""return_tensors\s*=\s*["']pt["']""")
 _NEEDLES = (b"from_numpy", b"torch.tensor", b"as_tensor", b"return_tensors", b".cpu()", b".numpy()", b"'cpu'",
@@ -75,6 +83,9 @@ def host_source(ext: PythonExtractor, node: Any, text: str) -> bool:
     source = ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace")
     if name not in source:
         return False  # never bound above: no per-name pattern to compile
+    if m.group(0) != name and re.search(rf"(?<![\w.]){re.escape(name)}(?:\.(?:to|cuda)\s*\(|(?:\.\w+|\[[^\]\n]*\])"
+                                        r"[ \t]*=(?!=))", source):
+        return False  # `enc.to(device)` moves a tokenizer's output's entries in place; an entry stored into
     if _host_bound(source, name, _DEPTH):
         return True
     # the last binding above moves it to the host (`t = t.to("cpu")`) and still holds
@@ -113,7 +124,14 @@ def _host(value: str) -> bool:
         return True
     if _MOVES.search(value):
         return False
-    return _FACTORY.match(value) is not None or (_PT.search(value) is not None and value.endswith(")"))
+    if _FACTORY.match(value) is not None:
+        return True
+    # a tokenizer's output given `return_tensors="pt"`, or (round 28) an entry of it: `tok(t, ...).input_ids[0]`
+    value = _CALL_VIEW.sub(r"\1", value)
+    return _PT.search(value) is not None and value.endswith(")")
+
+
+_CALL_VIEW = re.compile(r"\A(.*\))(?:\.[A-Za-z_]\w*|\[[^\[\]\n()]*\])+\Z", re.S)
 
 
 # factories that take the default device when no device is given, and those
@@ -125,11 +143,6 @@ _SHAPED_BY_FIRST = frozenset({"zeros", "ones", "empty", "rand", "randn"})
 # methods that move a tensor or read it out: the result is not where the tensor was
 _MOVING = frozenset({"to", "cuda", "cpu", "pin_memory", "type", "numpy", "tolist", "item", "share_memory_"})
 _DEPTH = 4  # locals followed through their bindings (a module's proof has its own budget)
-# attributes of a tensor that are on its device
-_SAME_TENSOR = frozenset({"data", "grad", "T", "mT", "H", "mH", "real", "imag"})
-# the legacy typed constructors: a host type (`torch.cuda.FloatTensor` is another name)
-_LEGACY = frozenset({f"{t}Tensor" for t in ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char",
-                                             "Byte", "Bool")})
 
 
 def default_source(ext: PythonExtractor, node: Any, text: str) -> bool:
@@ -193,8 +206,8 @@ def _bound_default(ext: PythonExtractor, source: str, name: str, env: Env, depth
             return False
         loops = found
         values = _statement_bindings(source, name, True)
-    if not values and not loops:
-        return name in env.given  # a parameter its caller gave a default-device tensor for
+    if not loops and all(re.search(rf"(?<![\w.]){re.escape(name)}\b", v) for v in values):  # (true for none)
+        return not values and name in env.given  # a parameter given a default tensor; all read it: 1st one unseen
     listed = False
     for value in values:
         try:
@@ -225,7 +238,7 @@ def _default_expr(ext: PythonExtractor, node: ast.AST, source: str, env: Env, de
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self" and env.ctor:
         return _bound_default(ext, source, f"self.{node.attr}", env, depth - 1, shaped, proving)
     if isinstance(node, ast.Attribute):
-        if node.attr in _SAME_TENSOR:  # `p.data`, `p.grad`, `w.T`: where the tensor is
+        if node.attr in SAME_TENSOR:  # `p.data`, `p.grad`, `w.T`: where the tensor is
             return _default_expr(ext, node.value, source, env, depth, shaped, proving)
         # `nn.Linear(4, 4).weight`, `model[0].bias`: a tensor of a module built without a device
         return (not shaped or node.attr in ("weight", "bias")) and nn_module_default(
@@ -254,29 +267,19 @@ def _default_expr(ext: PythonExtractor, node: ast.AST, source: str, env: Env, de
     if head == "torch":
         if func.attr in _DEFAULT_FACTORIES:
             return not shaped or func.attr in _SHAPED or (
-                func.attr in _SHAPED_BY_FIRST and bool(node.args) and not _empty_shape(node.args[0]))
+                func.attr in _SHAPED_BY_FIRST and bool(node.args) and not empty_shape(node.args[0]))
         if func.attr == "tensor" and node.args:
             return not_a_tensor(node.args[0], source, env, _bindings)
-        if func.attr in _LEGACY:  # `torch.FloatTensor((n, m))`: data or sizes, not a tensor
+        if func.attr in LEGACY_TENSORS:  # `torch.FloatTensor((n, m))`: data or sizes, not a tensor
             return bool(node.args) and all(isinstance(a, ast.Constant) and isinstance(a.value, int)
                                            or not_a_tensor(a, source, env, _bindings) for a in node.args)
         args = [e for a in node.args for e in (a.elts if isinstance(a, (ast.List, ast.Tuple)) else (a,))]
         return any(_default_expr(ext, a, source, env, depth, True, proving) for a in args)
-    if func.attr in _MOVING and not (func.attr == "to" and _dtype_only(node)):
+    if moved_to_host(node):  # `x.cpu()`, `x.to("cpu")` (round 28): on the host wherever `x` was, so never on a device
+        return not shaped or _default_expr(ext, func.value, source, env, depth, True, proving)
+    if func.attr in _MOVING and not (func.attr == "to" and dtype_only(node)):
         return False
     return _default_expr(ext, func.value, source, env, depth, shaped, proving)
-
-
-def _empty_shape(arg: ast.expr) -> bool:
-    return isinstance(arg, (ast.Tuple, ast.List)) and not arg.elts
-
-
-def _dtype_only(call: ast.Call) -> bool:
-    """`.to(torch.float64)`, `.to(dtype=torch.int32)`: a dtype, no device."""
-    texts = [ast.unparse(a) for a in call.args] + [ast.unparse(k.value) for k in call.keywords if k.arg == "dtype"]
-    if len(texts) != len(call.args) + len(call.keywords) or len(texts) != 1:
-        return False
-    return bool(re.fullmatch(r"torch\.(?:u?int\d+|float\d*|bfloat16|half|double|bool|complex\d+|long|int)", texts[0]))
 
 
 # the current GPU, said literally: `.cuda()`, `.to("cuda")`, `device="cuda"`
@@ -328,7 +331,6 @@ _VIEWS = frozenset({"view", "reshape", "view_as", "reshape_as", "flatten", "sque
 
 
 _CPU_DEVICE = "<the CPU device>"  # `_placed`'s question for a device variable
-_CPU_LITERAL = re.compile(r"""(?:torch\.device\(\s*)?(["'])cpu\1\s*\)?""")
 
 
 def cpu_device_local(src: Source, node: Any, name: str) -> bool:
@@ -375,7 +377,7 @@ def _placed(before: str, after: str, name: str, device: str, depth: int, upto: s
     elif device == "cpu":
         return _ON_CPU.search(value) is not None  # a view of a host tensor is not followed
     elif device == _CPU_DEVICE:
-        return _CPU_LITERAL.fullmatch(value) is not None
+        return CPU_LITERAL.fullmatch(value) is not None
     elif re.search(rf"\.to\(\s*(?:device\s*=\s*)?{re.escape(device)}\s*(?:,\s*non_blocking\s*=\s*\w+\s*)?\)$", value):
         tail = upto[last.end():]  # up to the move: the same device variable, not bound again
         # (an attribute chain, `logits.device`: nor its root, `logits = ...`)

@@ -393,3 +393,34 @@ def element_default(ext: PythonExtractor, it: ast.expr, index: int, count: int, 
         values = bindings(source, it.id)
         return not shaped and named(it.id) and bool(values) and all(v.strip()[:1] in "[(" for v in values)
     return False
+
+
+# attributes of a tensor that are on its device
+SAME_TENSOR = frozenset({"data", "grad", "T", "mT", "H", "mH", "real", "imag"})
+# the legacy typed constructors: a host type (`torch.cuda.FloatTensor` is another name)
+LEGACY_TENSORS = frozenset({f"{t}Tensor" for t in ("Float", "Double", "Half", "BFloat16", "Long", "Int", "Short",
+                                                   "Char", "Byte", "Bool")})
+CPU_LITERAL = re.compile(r"""(?:torch\.device\(\s*)?(["'])cpu\1\s*\)?""")
+
+
+def empty_shape(arg: ast.expr) -> bool:
+    return isinstance(arg, (ast.Tuple, ast.List)) and not arg.elts
+
+
+def moved_to_host(call: ast.Call) -> bool:
+    """`.cpu()`, `.to("cpu")`, `.to(torch.device("cpu"), non_blocking=True)`: a copy on the host."""
+    func = call.func
+    assert isinstance(func, ast.Attribute)
+    if any(k.arg not in ("non_blocking", "dtype", "copy") for k in call.keywords):
+        return False
+    if func.attr == "cpu":
+        return not call.args
+    return func.attr == "to" and len(call.args) == 1 and CPU_LITERAL.fullmatch(ast.unparse(call.args[0])) is not None
+
+
+def dtype_only(call: ast.Call) -> bool:
+    """`.to(torch.float64)`, `.to(dtype=torch.int32)`: a dtype, no device."""
+    texts = [ast.unparse(a) for a in call.args] + [ast.unparse(k.value) for k in call.keywords if k.arg == "dtype"]
+    if len(texts) != len(call.args) + len(call.keywords) or len(texts) != 1:
+        return False
+    return bool(re.fullmatch(r"torch\.(?:u?int\d+|float\d*|bfloat16|half|double|bool|complex\d+|long|int)", texts[0]))

@@ -16,7 +16,9 @@ of which one tensor input is, or a local (not a parameter) every binding
 of which in the function is. ``Y``'s root is a parameter never bound in
 the function above the move, or a local bound once, above the move and
 before any use; below the move it may be bound again only outside a loop.
-Then ``Y.device`` names one device. Anything else -- a call of a project
+Then ``Y.device`` names one device. (Round 28, ``source_device``: a
+``y.to(X.device)`` of an ``X`` the function made on the host is a host
+copy, and of one it made without a device a copy to the default device.) Anything else -- a call of a project
 function or a module, a factory without a device or with another one, an
 ``out=``, a ``self.device`` -- proves nothing and keeps the site.
 
@@ -58,7 +60,8 @@ from typing import TYPE_CHECKING, Any
 
 from .common import enclosing
 from .python_bindings import _binding_pattern, _bindings, _bound_else, _statement_at, _tuple_pattern, _value
-from .python_host import _DEFAULT_FACTORIES, _VIEWS, _dtype_only, _moved_in_place
+from .python_host import _DEFAULT_FACTORIES, _VIEWS, _moved_in_place, default_source, host_source
+from .python_host_defaults import dtype_only
 
 if TYPE_CHECKING:
     from .python import PythonExtractor
@@ -397,8 +400,24 @@ def _rebound(between: str, name: str) -> bool:
 def _dtype_cast(call: ast.Call) -> bool:
     """``.to(torch.half)``, or ``.to(y.dtype)`` / ``.to(dtype=y.dtype)`` (round 28): a tensor's ``dtype``
     attribute is a ``torch.dtype``, never a device, so the value stays where it is."""
-    if _dtype_only(call):
+    if dtype_only(call):
         return True
     given = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
     return len(given) == 1 == len(call.args) + len(call.keywords) and isinstance(given[0], ast.Attribute) \
         and given[0].attr == "dtype"
+
+
+_DEVICE_OF = re.compile(r"([A-Za-z_]\w*)\.device")
+
+
+def source_device(ext: PythonExtractor, node: Any, wanted: list[str], device: str | None) -> str | None:
+    """The device of a `y.to(x.device)` copy (round 28): None (no device copy) where the function made `x`
+    on the host (`python_host.host_source`), ``"default"`` (``python_sites.DEFAULT_DEVICE``: a site only
+    under a default-device context) where it made `x` without a device, else ``device``."""
+    named = [c.strip() for c in wanted if c.strip()]
+    source = _DEVICE_OF.fullmatch(named[0]) if device is not None and len(named) == 1 else None
+    if source is None:
+        return device
+    if host_source(ext, node, source.group(1)):
+        return None
+    return "default" if default_source(ext, node, source.group(1)) else device

@@ -24,7 +24,7 @@ from .python_host_defaults import copied_source
 from .python_host_kernel import in_host_kernel
 from .python_module_move import dispatches_to_super, moves_module
 from .python_runtime import runtime_handle
-from .python_same_device import on_device_of, storage_alias
+from .python_same_device import on_device_of, source_device, storage_alias
 from .python_scratch import dropped_in_chain, dtype_of, intermediate
 from .python_typeonly import in_type_checking
 
@@ -292,7 +292,7 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
         own = f"{ext.src.text(receiver, 80)}.device" if receiver is not None else ""
         # `x.to(x.device)` stays where it is: no copy
         wanted = [c for c in (*positional[:1], kwargs.get("device", "")) if c != own]
-        device = _copy_device(wanted)
+        device = source_device(ext, node, wanted, _copy_device(wanted))  # `y.to(x.device)`: where `x` was made
         if device is None or (wanted and under_cpu_branch(ext.src, node, wanted[0].strip())):
             return None
         target_device = to_one_device(positional, kwargs)
