@@ -96,3 +96,17 @@ def test_native_mentions_and_definitions():
                                 reads("int main() {\n  launch_plan(4);\n}\n"))
     assert native_definitions(b"struct DeviceArena {\n};\nclass Pool : public Base {\n};\n") == \
         {"DeviceArena", "Pool"}
+
+
+def test_alias_lines_find_what_the_whole_file_finds():
+    # perf-r28: `python_keeps_call` reads import aliases from the lines that spell `import` only
+    from pathlib import Path
+
+    from alloc_audit.pipeline.expand import _ALIAS, _lines_with
+    root = Path(__file__).resolve().parent.parent
+    samples = [b"", b"import a.b as c", b"x = 1\nfrom p.q import r as s\n  import t as u\r\nimportx as y\n",
+               b"\n\nimport a as b\nimport c as d", b"# import x as y\nfrom . import z as w\n", b"import\nas x\n"]
+    for path in sorted((root / "alloc_audit").rglob("*.py")) + sorted((root / "tests").rglob("*.py")):
+        samples.append(path.read_bytes())
+    for data in samples:
+        assert _ALIAS.findall(_lines_with(data, b"import")) == _ALIAS.findall(data)

@@ -5,12 +5,17 @@ answers exactly what the search or proof it skips would have answered.
 - ``fake_aliases`` searches only files that spell a fake-impl decorator;
 - ``default_source`` proves each (function, name) once per file: the
   ``torch.`` gate before the call is still asked per call;
-- ``_listy`` is cached by the parameter text;
+- ``_listy`` is cached by the parameter text, and parses only a text that
+  spells a list word, a string or an escape (perf-r28);
+- ``fake_keywords`` tries the keyword pattern only after the last `(`/`,`
+  before each `fake`, and finds what the pattern finds in the whole file
+  (perf-r28);
 - ``host_locals`` looks for the locals bound to the host first, then at
   their other bindings only in a file that has some."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -145,3 +150,47 @@ def test_host_locals_examples() -> None:
     assert host_locals([cpu, cuda], set()) == frozenset()  # bound another way too
     assert host_locals([cpu, Assign("g", 2, ("dev",), '"cuda"')], set()) == {("f", "dev")}  # another function's
     assert host_locals([cpu], {("f", "dev")}) == frozenset()  # also bound from a call
+
+
+@pytest.mark.parametrize("params", [
+    "(self, betas: list[float], t: torch.Tensor)", "(x: int, y: Optional[torch.Tensor] = None)",
+    "(a: 'List[int]', b)", "(a: \"li\" \"st\")", "(a: Sequence[int], *, b: Tuple[int, ...])",
+    "(xs: np.ndarray, n: int = 3)", "(a: Dict[str, int], b: Callable[[int], int])", "(a: Any)", "(a: 'x', b: list)",
+    "(self, x: Tensor,  # a list of them\n y: int)", "(a: MyList, b: tuple_like)", "(a: Union[list, Tensor])",
+])
+def test_listy_gate_answers_as_the_parse(params: str) -> None:
+    defaults._listy.cache_clear()
+    gated = defaults._listy(params)
+    # the parse itself, without the gate (what the gate skips must find nothing)
+    fn = ast.parse(f"def f{params}: pass").body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    notes = {a.arg: ast.unparse(a.annotation) for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)
+             if a.annotation is not None}
+    expected = {n for n, note in notes.items() if defaults._LISTY.search(note) and not defaults._TENSORY.search(note)}
+    assert gated == frozenset(expected)
+
+
+@pytest.mark.parametrize("data", [
+    b"f(fake=x)", b"f(a, gen_fake=y,fake_impl = z )", b"(,fake=a,fake=b)", b"((fake=a)", b"fake=x)",
+    b"register(op, fake_fn=None, fake_mode=m)", b"g(\n    fake_impl=f_fake,\n)\n", b"h(x_fake_func=q)",
+    b"f(fake = \n a\n)", b"",
+])
+def test_fake_keywords_are_those_of_the_pattern(data: bytes) -> None:
+    from alloc_audit.pipeline.extract.python_fake import _FAKE_KEYWORD, fake_keywords
+    assert fake_keywords(data) == [m.group(1) for m in _FAKE_KEYWORD.finditer(data)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([b"fake", b"_", b"gen", b"impl", b"fn", b"=", b" ", b"\n", b"\t", b",", b"(", b")",
+                                 b"x", b"None", b"func", b"tion", b"1"]), max_size=40).map(b"".join))
+def test_fake_keywords_match_the_pattern_on_generated_text(data: bytes) -> None:
+    from alloc_audit.pipeline.extract.python_fake import _FAKE_KEYWORD, fake_keywords
+    assert fake_keywords(data) == [m.group(1) for m in _FAKE_KEYWORD.finditer(data)]
+
+
+def test_fake_keywords_match_the_pattern_on_the_package_sources() -> None:
+    from alloc_audit.pipeline.extract.python_fake import _FAKE_KEYWORD, fake_keywords
+    root = Path(__file__).resolve().parent.parent
+    for path in sorted((root / "alloc_audit").rglob("*.py")) + sorted((root / "tests").rglob("*.py")):
+        data = path.read_bytes()
+        assert fake_keywords(data) == [m.group(1) for m in _FAKE_KEYWORD.finditer(data)], path

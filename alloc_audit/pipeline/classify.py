@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -102,6 +102,20 @@ class TierMatcher:
         self._position: dict[int, int] = {}
         for i, p in enumerate(self.patterns):
             self._position.setdefault(id(p), i)
+        # every criterion of every pattern is one bit; per criterion key, its criteria's bits and tests; per
+        # pattern, the bits it needs. A value's bits (the criteria of its key it passes) are found once: the
+        # same function, class, path and api recur across thousands of sites (``_match``)
+        self._criteria: dict[str, list[tuple[int, Callable[[str], bool]]]] = {}
+        self._need: list[int] = []
+        bit = 0
+        for tests in self.tests:
+            need = 0
+            for key, test in tests:
+                self._criteria.setdefault(key, []).append((1 << bit, test))
+                need |= 1 << bit
+                bit += 1
+            self._need.append(need)
+        self._bits: dict[tuple[str, str], int] = {}
 
     def first(self, site: Site, ctx: SiteContext, names: bool = True, roles: bool = True) -> TierPattern | None:
         values = {
@@ -137,16 +151,28 @@ class TierMatcher:
         return i if i is not None and self.patterns[i] is pattern else self.patterns.index(pattern)
 
     def _match(self, values: Mapping[str, tuple[str, ...]], names: bool = True, roles: bool = True) -> int:
-        for i, tests in enumerate(self.tests):
+        """The first pattern (not skipped by ``names``/``roles``) each of whose
+        criteria some value of its key passes, or -1. The tests are pure, so
+        asking each (key, value) once gives the answers of asking per pattern
+        (tests/test_tier_matcher.py compares with that walk)."""
+        passed = 0
+        bits = self._bits
+        for key, criteria in self._criteria.items():
+            for value in values[key]:
+                found = bits.get((key, value))
+                if found is None:
+                    if len(bits) > 500_000:  # a bound, for very long-lived processes
+                        bits.clear()
+                    found = 0
+                    for bit, test in criteria:
+                        if test(value):
+                            found |= bit
+                    bits[(key, value)] = found
+                passed |= found
+        for i, need in enumerate(self._need):
             if (not names and self.by_name[i]) or (not roles and self.by_role[i]):
                 continue
-            for key, test in tests:
-                for value in values[key]:
-                    if test(value):
-                        break
-                else:
-                    break  # this criterion failed: next pattern
-            else:
+            if passed & need == need:
                 return i
         return -1
 

@@ -111,7 +111,7 @@ def python_keeps_call(data: bytes, names: tuple[str, ...], modules: tuple[str, .
     heads = {m.encode() for m in modules}
     # `import pkg.buffers as pb`, `from pkg import buffers as pb`: the alias
     # stands for the factory's module when the import names one of its parts
-    heads |= {alias for source, name, alias in _ALIAS.findall(data)
+    heads |= {alias for source, name, alias in _ALIAS.findall(_lines_with(data, b"import"))
               if not heads.isdisjoint((source + b"." + name).split(b"."))}
     called = re.compile(rb"\b(?:" + b"|".join(re.escape(n) for n in wanted) + rb")\s*\(")
     qualifier = re.compile(rb"(?:^|[^\w.])(" + (b"|".join(re.escape(h) for h in sorted(heads)) or b"(?!)") + rb")\.$")
@@ -135,6 +135,23 @@ def python_keeps_call(data: bytes, names: tuple[str, ...], modules: tuple[str, .
         if local is not None and _returned_later(lines, number, local.group(1).split(b",")):
             return True
     return False
+
+
+def _lines_with(data: bytes, word: bytes) -> bytes:
+    """The lines of ``data`` that spell ``word``, joined: a pattern that
+    matches within one line from its start (``^`` under ``re.M``, no line
+    break in it) and spells ``word`` finds the same matches, in order, in them
+    as in ``data`` (tests/test_expansion.py), without trying every other line."""
+    lines: list[bytes] = []
+    at = data.find(word)
+    while at >= 0:
+        start = data.rfind(b"\n", 0, at) + 1
+        end = data.find(b"\n", at)
+        if end < 0:
+            end = len(data)
+        lines.append(data[start:end])
+        at = data.find(word, end)
+    return b"\n".join(lines)
 
 
 def _returned_later(lines: list[bytes], number: int, names: list[bytes]) -> bool:

@@ -56,6 +56,26 @@ _FAKE_KEYWORD = re.compile(
     rb"(?<=[(,])\s*(?:\w*_)?fake(?:_impl|_fn|_func|_function)?[ \t]*=[ \t]*([A-Za-z_]\w*)\s*(?=[,)])")
 
 
+def fake_keywords(data: bytes) -> list[bytes]:
+    """The names ``_FAKE_KEYWORD.finditer(data)`` finds, in order, without
+    running the pattern over the whole file: a match spells `fake` and holds
+    only blanks, word characters and `=` after the `(` or `,` it follows, so
+    it starts right after the last `(`/`,` before some `fake`; the pattern is
+    tried there only (once per such place; tests/test_extract_memos.py)."""
+    found: list[bytes] = []
+    tried: set[int] = set()
+    at = data.find(b"fake")
+    while at >= 0:
+        start = max(data.rfind(b"(", 0, at), data.rfind(b",", 0, at)) + 1
+        if start > 0 and start not in tried:
+            tried.add(start)
+            m = _FAKE_KEYWORD.match(data, start)
+            if m is not None:
+                found.append(m.group(1))
+        at = data.find(b"fake", at + 4)
+    return found
+
+
 def may_have_fake_scopes(source: bytes) -> bool:
     return any(word in source for word in _WORDS)
 
@@ -100,13 +120,12 @@ def fake_aliases(ext: PythonExtractor) -> frozenset[str]:
         if not any(word in data for word in _NAME_WORDS[:3]):
             # every pattern but the keyword's spells one of the decorator names (`_REGISTERED_ARG`'s
             # other form counts only a name bound to one): the keyword's names alone, one search
-            ext.fake_aliases = frozenset(m.group(1).decode() for m in _FAKE_KEYWORD.finditer(data)
-                                         if m.group(1) != b"None")
+            ext.fake_aliases = frozenset(n.decode() for n in fake_keywords(data) if n != b"None")
             return ext.fake_aliases
         names = {m.group(1).decode() for m in _ALIAS.finditer(data)}
         aliases = frozenset(names)  # names bound to a decorator: their call form registers too
         names.update(m.group(1).decode() for m in _REGISTERED.finditer(data))
-        names.update(m.group(1).decode() for m in _FAKE_KEYWORD.finditer(data) if m.group(1) != b"None")
+        names.update(n.decode() for n in fake_keywords(data) if n != b"None")
         names.update(m.group(2).decode() for m in _REGISTERED_ARG.finditer(data)
                      if m.group(1) is None or m.group(1).decode() in aliases)
         for ret in _RETURNS_FAKE.finditer(data):

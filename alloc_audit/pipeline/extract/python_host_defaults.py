@@ -76,7 +76,10 @@ def env_of(ext: PythonExtractor, body: Any) -> Env:
 def _listy(params: str) -> frozenset[str]:
     """Parameters annotated as a list or an array and never as a tensor
     (cached by the parameter text: every proof in one function asks again)."""
-    if ":" not in params:
+    if ":" not in params or (_LISTY.search(params) is None and params.isascii()
+                             and not any(c in params for c in "\\'\"")):
+        # no list word spelled, and no string or escape that could spell one: no annotation can be listy
+        # (the words of an unparsed annotation without strings are its source's ASCII names)
         return frozenset()
     try:
         fn = ast.parse(f"def f{params}: pass").body[0]
