@@ -227,12 +227,13 @@ OWN_DATA = re.compile(r"(self\.[A-Za-z_]\w*)\.data")
 def data_store_of_local(func: Func, local: str, line: int, storage: re.Pattern[str]) -> str:
     """Round 28: the weight storage a local bound at ``line`` becomes,
     whole (``t = w.to(d)`` ... ``self.w.data = t``, ``p.data = t``), before
-    anything rebinds the local to another value; ``self.x.data`` counts
+    anything rebinds the local to another value (``w.data += t`` adds it
+    in place: not a store of it); ``self.x.data`` counts
     only where the class makes ``self.x`` a parameter or buffer, any other
     target where ``storage`` (``lifetimes``' weight-storage pattern) says so."""
     word = re.compile(rf"\b{re.escape(local)}\b")
     # every later binding, by assignment or by a call's value (`t = x.clone()`)
-    later = sorted([(a.line, a.targets, a.value) for a in func.assigns if a.line > line]
+    later = sorted([(a.line, a.targets if a.op == "=" else (), a.value) for a in func.assigns if a.line > line]
                    + [(c.span.line, (c.target.strip(),), c.callee) for c in func.calls
                       if c.target and c.span.line > line], key=lambda b: b[0])
     for _, targets, value in later:
