@@ -193,6 +193,60 @@ def registration_of_member(func: Func, member: str) -> str:
     return ""
 
 
+def weight_member(func: Func, member: str) -> str:
+    """Why ``member`` (``self.x``) of ``func``'s class is a weight, a
+    parameter or registered buffer whose storage lives with its object:
+    the class registers it (``register_buffer``/``register_parameter``
+    naming it) or binds it to a ``torch.nn.Parameter`` in some method;
+    empty when neither shows (a plain member, whatever its name)."""
+    if func.owner is None:
+        return ""
+    registration = registration_of_member(func, member)
+    if registration:
+        return f"registered by {registration}"
+    quoted = (f'"{member.removeprefix("self.")}"', f"'{member.removeprefix('self.')}'")
+    for methods in func.owner.methods.values():
+        for method in methods:
+            for call in method.calls:
+                if call.callee.endswith("register_parameter") and call.arglist.lstrip().startswith(quoted):
+                    return f"registered by {call.callee} in {method.qualname}"
+            if any("Parameter(" in a.value or a.value.endswith("Parameter") for a in method.assigns
+                   if member in a.targets):
+                return f"an nn.Parameter ({method.qualname})"
+            table = method.table
+            if table is not None and any(table.targets[i] == member and table.callees[i].endswith("Parameter")
+                                         for i in method.call_ix):
+                return f"an nn.Parameter ({method.qualname})"
+    return ""
+
+
+# `self.x.data`: the storage of the object's own member `self.x` replaced
+OWN_DATA = re.compile(r"(self\.[A-Za-z_]\w*)\.data")
+
+
+def data_store_of_local(func: Func, local: str, line: int, storage: re.Pattern[str]) -> str:
+    """Round 28: the weight storage a local bound at ``line`` becomes,
+    whole (``t = w.to(d)`` ... ``self.w.data = t``, ``p.data = t``), before
+    anything rebinds the local to another value (``w.data += t`` adds it
+    in place: not a store of it); ``self.x.data`` counts
+    only where the class makes ``self.x`` a parameter or buffer, any other
+    target where ``storage`` (``lifetimes``' weight-storage pattern) says so."""
+    word = re.compile(rf"\b{re.escape(local)}\b")
+    # every later binding, by assignment or by a call's value (`t = x.clone()`)
+    later = sorted([(a.line, a.targets if a.op == "=" else (), a.value) for a in func.assigns if a.line > line]
+                   + [(c.span.line, (c.target.strip(),), c.callee) for c in func.calls
+                      if c.target and c.span.line > line], key=lambda b: b[0])
+    for _, targets, value in later:
+        if value.strip() == local:
+            for t in targets:
+                own = OWN_DATA.fullmatch(t)
+                if (own is None and storage.fullmatch(t)) or (own is not None and weight_member(func, own.group(1))):
+                    return t
+        if local in targets and word.search(value) is None:
+            return ""  # rebound to something else first
+    return ""
+
+
 def keyed_cache(site: Site, func: Func) -> tuple[str, str] | None:
     """The dict on the object or its class (``self.x``, ``cls.x``) the site
     is stored in under a key (``cls.x[device] = t.to(device)``), and the

@@ -52,7 +52,11 @@ class, the guards around the site).
   ``self.data``, an object's own member, nor a ``.grad``), into
   ``module._parameters[name]`` / ``_buffers[name]``, or an arena kept on
   ``self`` whose views the same function assigns to ``.data`` (``param.data
-  = self.flat[a:b].view(shape)``): model-resident.
+  = self.flat[a:b].view(shape)``): model-resident. Round 28: also
+  ``self.x.data = ...`` where the class makes ``self.x`` a parameter or
+  registers it (``lazy_members.weight_member``; a plain member's ``.data``
+  is not), and a local that a later ``.data`` store takes whole before
+  anything rebinds it (``t = w.to(d)`` ... ``self.w.data = t``).
 - **Module-level loops → T4.** A module-level loop allocates per
   iteration (``for images, labels in loader: images.cuda()``): a script's
   scratch, not a buffer of the process. (Code under ``if __name__ ==
@@ -71,7 +75,7 @@ from .index import Func, ProjectIndex
 from .kept_stores import ADD as _ADD
 from .kept_stores import MEMBER as _MEMBER
 from .kept_stores import stored_later as _stored_later
-from .lazy_members import keyed_cache, module_holder_test
+from .lazy_members import OWN_DATA, data_store_of_local, keyed_cache, module_holder_test, weight_member
 from .roles import conventional_role
 from .state_once import state_created_once
 
@@ -421,9 +425,13 @@ def _holds_weights(site: Site, index: ProjectIndex, storing: dict[str, bool]) ->
     for c in func.calls:
         if c.span.line == line and c.target and _REGISTERED.fullmatch(c.target.strip()):
             return f"handed to {c.target.strip()}"
+    own = OWN_DATA.fullmatch(target)
+    if own is not None and (why := weight_member(func, own.group(1))):
+        return f"stored to {target}, {why}"
     if target.isidentifier():  # held in a local first: `t = t.to(device)` ... `owner._buffers[leaf] = t`
         held = next((t for a in func.assigns if a.line > line and a.value.strip() == target
                      for t in a.targets if _REGISTERED.fullmatch(t)), "")
+        held = held or data_store_of_local(func, target, line, _DATA)
         return f"held in {target}, stored to {held}" if held else ""
     if not re.fullmatch(r"self\.[A-Za-z_]\w*", target):
         return ""

@@ -27,7 +27,9 @@ for a skipped file (``class Layer(EncoderLayer)``, ``EncoderLayer(LayerBase)``,
 call of a parameter (``module_cls(**kw).to(d)``) builds a module when every
 call that may reach the function hands in, for it, a name of a module class;
 a project function whose return annotation names a module class hands one
-back. Pure, but for ``skipped``'s reads.
+back. Round 28: a move of the function's own parameter is a module's when
+every call hands in a module the caller built (``module_params.py``).
+Pure, but for ``skipped``'s reads.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ..model import Call, FileFacts, Language, Site, Tier
 from .classify import classify_sites
 from .default_device import is_module
 from .index import ClassInfo, Func, ProjectIndex, last_name
+from .module_params import module_parameter
 from .module_returns import returns_module
 
 _MOVES = {"Tensor.to": "Module.to", "Tensor.cuda": "Module.cuda"}
@@ -62,6 +65,7 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
     base_memo: dict[str, bool] = {}
     param_memo: dict[str, bool] = {}
     class_memo: dict[tuple[str, str], bool] = {}
+    helper_memo: dict[tuple[str, str], str] = {}
     why: dict[int, str] = {}  # the evidence a round-27 proof names, added to the reason
     moved: dict[int, Site] = {}
     params: dict[int, Site] = {}
@@ -73,6 +77,12 @@ def module_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
             continue
         call = receiver_builder(func, site)
         if call is None:
+            found = _receiver(func, site)
+            handed = "" if found is None else module_parameter(
+                index, func, site, found[0], lambda f, c: _builds_module(index, f, c, memo, base_memo),
+                lambda leaf: _named_builder(index, leaf), _member_builder, helper_memo)
+            if handed:
+                moved[i], why[i] = dataclasses.replace(site, api=_MOVES[site.api]), handed
             continue
         cls = _constructed(index, func, call)
         if cls is not None:
@@ -219,9 +229,9 @@ def _constructed(index: ProjectIndex, func: Func, call: Call) -> ClassInfo | Non
     return None
 
 
-def receiver_builder(func: Func, site: Site) -> Call | None:
-    """The call that built the receiver of the move at ``site``, if one can
-    be told."""
+def _receiver(func: Func, site: Site) -> tuple[str, list[Call]] | None:
+    """The receiver of the move at ``site`` less its casts, and the calls
+    at the move's position."""
     table = func.table
     if table is None:
         return None
@@ -233,6 +243,18 @@ def receiver_builder(func: Func, site: Site) -> Call | None:
     receiver = max(moves, key=lambda c: len(c.callee)).callee.rsplit(".", 1)[0]
     while (m := _CASTS.search(receiver)) is not None:
         receiver = receiver[:m.start()]
+    return receiver, here
+
+
+def receiver_builder(func: Func, site: Site) -> Call | None:
+    """The call that built the receiver of the move at ``site``, if one can
+    be told."""
+    found = _receiver(func, site)
+    table = func.table
+    if found is None or table is None:
+        return None
+    receiver, here = found
+    pos = table.positions
     if receiver.endswith(")"):  # built right there: `UNet(**cfg).to(...)`
         built = [c for c in here if "(" not in c.callee and not c.callee.endswith((".to", ".cuda"))]
         return min(built, key=lambda c: len(c.callee)) if built else None
@@ -252,7 +274,7 @@ _NOT_LAYERS = frozenset({"Parameter", "ParameterList", "ParameterDict", "Uniniti
                          "UninitializedBuffer", "Buffer"})
 
 
-def _member_builder(func: Func, member: str) -> Call | None:
+def _member_builder(func: Func, member: str, skip: str = "") -> Call | None:
     """The one construction that sets ``self.x`` anywhere in the class
     (``self.mlp = MoELayer(...)`` in ``setup_method``, moved in a test
     method); None when the member is set from different callees or from
@@ -265,7 +287,8 @@ def _member_builder(func: Func, member: str) -> Call | None:
             if table is None:
                 continue
             found += [c for c in (table[i] for i in method.call_ix if table.targets[i] == member)
-                      if "(" not in c.callee and not c.callee.startswith(member + ".")]
+                      if "(" not in c.callee and not c.callee.startswith(member + ".")
+                      and not (skip and last_name(c.callee) == skip)]
     return found[0] if found and len({c.callee for c in found}) == 1 else None
 
 

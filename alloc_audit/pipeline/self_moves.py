@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from ..model import Language, Site, SiteKind, Tier
 from .default_device import is_module
 from .index import Func, ProjectIndex
-from .lazy_members import registration_of_member
+from .lazy_members import weight_member
 from .module_classes import external_module_base
 
 _MOVES = frozenset({"Tensor.to", "Tensor.cuda"})
@@ -62,9 +62,9 @@ def _replaced(site: Site, index: ProjectIndex) -> Site:
 def _module_state(func: Func, member: str, index: ProjectIndex) -> str:
     """Why ``member`` is module state: registered as a buffer, made a
     parameter, or set by no project code of a module class (inherited)."""
-    registration = registration_of_member(func, member)
-    if registration:
-        return f"registered by {registration}"
+    weight = weight_member(func, member)
+    if weight:
+        return weight
     owner = func.owner
     assert owner is not None
     sets = []
@@ -74,8 +74,6 @@ def _module_state(func: Func, member: str, index: ProjectIndex) -> str:
             table = method.table
             if table is not None:
                 sets += [table.callees[i] for i in method.call_ix if table.targets[i] == member]
-    if any("Parameter(" in v or v.endswith("Parameter") for v in sets):
-        return "an nn.Parameter"
     if all(v.startswith(member + ".") for v in sets) and (
             is_module(index, owner.qualname, owner.bases, {}) or external_module_base(index, owner.bases)):
         return "set by no method of its module class: state of a library base"
