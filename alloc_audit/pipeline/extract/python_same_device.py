@@ -407,7 +407,8 @@ def _dtype_cast(call: ast.Call) -> bool:
         and given[0].attr == "dtype"
 
 
-_DEVICE_OF = re.compile(r"([A-Za-z_]\w*)\.device")
+# `x.device` of a plain name (`source_device`); `_DEVICE_OF` above also takes `self.x.device`
+_LOCAL_DEVICE_OF = re.compile(r"([A-Za-z_]\w*)\.device")
 
 
 def source_device(ext: PythonExtractor, node: Any, wanted: list[str], device: str | None) -> str | None:
@@ -415,7 +416,7 @@ def source_device(ext: PythonExtractor, node: Any, wanted: list[str], device: st
     on the host (`python_host.host_source`), ``"default"`` (``python_sites.DEFAULT_DEVICE``: a site only
     under a default-device context) where it made `x` without a device, else ``device``."""
     named = [c.strip() for c in wanted if c.strip()]
-    source = _DEVICE_OF.fullmatch(named[0]) if device is not None and len(named) == 1 else None
+    source = _LOCAL_DEVICE_OF.fullmatch(named[0]) if device is not None and len(named) == 1 else None
     if source is None:
         return device
     if host_source(ext, node, source.group(1)):
