@@ -51,6 +51,12 @@ def _tuple_pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"^([ \t]*)\(?({targets})[ \t]*,?\)?[ \t]*=(?!=)[ \t]*", re.M)
 
 
+def _own_statement(text: str, hit: re.Match[str]) -> bool:
+    """The binding ``hit`` found in ``text`` (a function up to a move) is the move's own statement
+    (``x = x.to(d)``): its value runs to the end of ``text``, so it binds the name only after the move."""
+    return hit.end() + len(_value(text, hit.end())) >= len(text)
+
+
 def _last_binding(before: str, name: str) -> tuple[re.Match[str], str, str] | None:
     """The last statement binding ``name`` in ``before`` (a function up to a move) that is not the move's own
     (``x = x.to(d)`` binds ``x`` after the move): the match, the value the name takes and the text between the
@@ -59,7 +65,7 @@ def _last_binding(before: str, name: str) -> tuple[re.Match[str], str, str] | No
     tuples = [h for h in _tuple_pattern(name).finditer(before) if "," in h.group(2)] if "," in before else []
     hits = sorted((h for h in (*_binding_pattern(name).finditer(before), *tuples) if _statement_at(before, h.start())),
                   key=lambda h: h.start())
-    if hits and hits[-1].end() + len(_value(before, hits[-1].end())) >= len(before):
+    if hits and _own_statement(before, hits[-1]):
         hits.pop()
     if not hits:
         return None

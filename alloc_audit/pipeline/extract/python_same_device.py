@@ -59,7 +59,15 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from .common import enclosing
-from .python_bindings import _binding_pattern, _bindings, _bound_else, _statement_at, _tuple_pattern, _value
+from .python_bindings import (
+    _binding_pattern,
+    _bindings,
+    _bound_else,
+    _own_statement,
+    _statement_at,
+    _tuple_pattern,
+    _value,
+)
 from .python_host import _DEFAULT_FACTORIES, _VIEWS, _moved_in_place, default_source, host_source
 from .python_host_defaults import dtype_only
 
@@ -351,7 +359,7 @@ def _reaching(ext: PythonExtractor, name: str, on: _Target, source: str, depth: 
     for hit in sorted((*_binding_pattern(name).finditer(before), *tuples), key=lambda h: -h.start()):
         if not _statement_at(before, hit.start()):
             continue  # a keyword argument on a line of its own
-        if hit.end() + len(_value(before, hit.end())) >= len(before):
+        if _own_statement(before, hit):
             end = min(end, hit.start())  # the move's own statement, `x = x.to(d)`: it binds the name after
             continue
         last = hit
@@ -393,7 +401,7 @@ def _rebound(between: str, name: str) -> bool:
     """``name = ...`` in ``between`` (the lines from a binding up to the move), other than by the move's own
     statement (round 28): ``x = x.masked_fill(m.to(x.device), 0)`` binds ``x`` only after its value, the move
     included, is computed, so the move still sees the ``x`` bound above."""
-    return any(_statement_at(between, hit.start()) and hit.end() + len(_value(between, hit.end())) < len(between)
+    return any(_statement_at(between, hit.start()) and not _own_statement(between, hit)
                for hit in _binding_pattern(name).finditer(between))
 
 
