@@ -15,7 +15,9 @@ the module, and so the model, is built, once: load-time temporaries, T1
 unload; a load path's temporaries are T1). Every resolved caller of the
 method, up to two calls, must be a constructor of the same class or a
 method of it that only those reach; one per-step caller (``forward``
-rebuilding the cache when the sequence grows) keeps it per call. A
+rebuilding the cache when the sequence grows) keeps it per call. The
+value flows through a method of the local too (round 29: ``self.layer[i] =
+weight.to(dtype)`` in a ``zero_init_`` the constructor runs). A
 temporary of the constructor itself stays T4 (it dies when the constructor
 returns).
 
@@ -132,7 +134,9 @@ def _feeds_state(site: Site, func: Func) -> bool:
     # outer call of the line holds it)
     bound = {c.span.line: c.target.strip() for c in func.calls if c.target}
     flows = [(a.line, a.value, a.targets) for a in func.assigns]
-    flows += [(c.span.line, c.arglist, (bound[c.span.line],)) for c in func.calls if c.span.line in bound]
+    # the callee too: a method of a local (`self.layer[i] = weight.to(dtype)`) hands on the local's value
+    flows += [(c.span.line, f"{c.callee}({c.arglist})", (bound[c.span.line],)) for c in func.calls
+              if c.span.line in bound]
     for _ in range(_FLOW_STEPS):
         grown = False
         for line, value, targets in flows:

@@ -30,7 +30,10 @@ nn.Parameter((b - mean) * f)``, ``m.fc.weight.data = w.clone()``) or
 changes in place (``ln.weight.div_(scales)``, ``m.bias.copy_(inv)``) is
 made while the weights are built (a fusion after load, an initialisation, a
 smoothing pass): T1 (round 23), even when the local has other uses; an
-allocation inside the statement that rebuilds the weight counts too. Left
+allocation inside the statement that rebuilds the weight counts too. Round
+29: so does a buffer seen kept in the storage of another object's tensor that
+the function rebinds, whatever the tensor's name (``module.time_mix.data =
+torch.pow(t, r)`` in an ``_init_weights``: only a tensor has ``.data``). Left
 alone: a function that is per step or that a per-step function reaches
 within two calls (an EMA, a weight sync), a closure registered as a module
 hook (a forward pre-hook that masks the weight, ``hook_closures``), what
@@ -70,6 +73,9 @@ _REBOUND = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")(?:\.data)?")
 _PARAMETER = re.compile(r"\s*(?:[\w.]+\.)?Parameter\(")
 _IN_PLACE = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")(?:\.data)?\.[a-z]\w*[a-z]_")
 _TARGETS = re.compile(r"[A-Za-z_]\w*")
+# the storage of another object's tensor member (`module.time_decay.data`), not the object's own (`self.x.data`)
+# nor a tensor's gradient (`p.grad.data`: no weight)
+_DATA_STORE = re.compile(r"(?!self\.)[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\.(?!grad\.)[A-Za-z_]\w*\.data")
 _STEP_DEPTH = 2
 _Write = tuple[int, str, str, bool]  # line, value text, the weight, rebound (not changed in place)
 _Bind = tuple[Span, str, tuple[str, ...]]  # where, value text, targets
@@ -214,7 +220,10 @@ def _weight_written(site: Site, index: ProjectIndex, runs_per_step: Callable[[Fu
     the function runs per step, or when the buffer is kept elsewhere."""
     kept = site.kept
     returned = kept == "return"
-    if not (kept in ("", "local") or returned or kept.startswith("handed:")):
+    # round 29: seen kept in the storage of a weight the function rebuilds (`m.w.data = torch.pow(t, r)`):
+    # that weight's new value, as through a local
+    rebuilt = _DATA_STORE.fullmatch(kept) is not None
+    if not (kept in ("", "local") or returned or kept.startswith("handed:") or rebuilt):
         return ""
     func = index.func(site.path, site.scope)
     if func is None or func.scope is None or func.scope.role == "lambda":
@@ -224,6 +233,11 @@ def _weight_written(site: Site, index: ProjectIndex, runs_per_step: Callable[[Fu
         writes = weight_writes(func)
         found = memo[func.id] = (writes, _binds(func) if writes else [])
     writes, binds = found
+    if rebuilt:  # only a tensor has `.data`: whatever its name, a tensor of the module rebuilt (`m.time_decay.data`)
+        stored = any(kept in a.targets for a in func.assigns) or any((c.target or "").strip() == kept
+                                                                     for c in func.calls)
+        return f"{kept} (rebuilt)" if stored and not runs_per_step(func) and \
+            hook_registration(site, index) is None else ""
     if not writes:
         return ""
     line, stmt = site.span.line, site.stmt_line or site.span.line

@@ -15,7 +15,8 @@ A function *writes a module's weights* when its own body does (whatever its name
   (``layer.register_buffer("qweight", q)``).
 
 A write into the object's own member (``self.scale.data = ...`` in its own
-``to``) is its state, not a layer rewritten: not counted.
+``to``) is its state, not a layer rewritten: not counted, except (round 29,
+``prep_shapes.own_fill``) a method filling it with what it is handed (``Layer.pack``).
 
 Such a *writer* is a root of weight preparation when it is no per-step
 function, something calls it (an uncalled library writer's context is
@@ -39,12 +40,16 @@ that caller binds its result to a local it so hands to a root writer
 (``scales = search(...)`` ... ``apply_scale(layer, scales)``). A plain object (no torch module) one of whose
 methods is a root writing a layer the object holds (``GPTQ(layer)``, whose
 ``fasterquant`` rebinds ``self.layer.weight.data``) is built for the weight
-preparation: its constructor's buffers (T2) and its constructions (derived,
-T2 or T4, not where a step runs) are T1 too.
+preparation: its constructor's buffers (T2, or T4 when its builders drop it
+after one loop pass: round 29) and its constructions (derived, T2 or T4, not
+where a step runs) are T1 too; so is the state of a torch module every
+construction of which goes into another module in place of a layer
+(round 29, ``prep_shapes.installed_by``: ``setattr(m, a, QuantLinearSim(...))``).
 
 Left alone (the calibration forward is per call, T4, by the same
-convention): a function that runs a forward or a step itself, that is calls a
-per-step name, a value it holds (a parameter or local: ``layer(inps[j])``,
+convention): a function that runs a forward or a step itself (round 29: not
+under ``if DEBUG:`` with ``DEBUG = False``, nor into a print or a log record:
+``prep_shapes.live_calls``), that is calls a per-step name, a value it holds (a parameter or local: ``layer(inps[j])``,
 ``model(batch)``) or a ``self.x`` the class binds and does not define as a
 method, or that calls a project function doing so (its temporaries may be
 that forward's inputs: ``module_benchmark(mod, x)``) keeps its tier; one
@@ -71,15 +76,24 @@ from ..model import Call, Language, Site, SiteKind, Tier
 from .conversion_paths import callers_of, decorator_registered
 from .index import ClassInfo, Func, ProjectIndex, last_name
 from .names import has_word
+from .prep_shapes import (
+    builds_module,
+    installed_state,
+    live_calls,
+    other_member,
+    own_fill,
+    patched_names,
+    unpatched_constants,
+)
 from .retier import Decision, python_device_site, retier
 from .weight_fills import weight_writes
 
 _DEPTH = 4
+_RANDOM = ("random.", "numpy.random.", "np.random.")  # the standard library's and numpy's random draws
 _CALLABLE = frozenset({"function", "method"})
 # a weight's storage rebound through any receiver (`subset[name].weight.data = q`), or a slice of it written
 _DATA = re.compile(r"[A-Za-z_][\w.\[\]'\"]*\.(?:weight|bias)\.data")
 _SLICE = re.compile(r"[A-Za-z_][\w.\[\]'\"]*\.(?:weight|bias)(?:\.data)?\[.+\]")
-_CLASS = re.compile(r"[A-Z]\w*")
 _REGISTER = frozenset({"register_buffer", "register_parameter"})
 # an argument that is a bare (dotted) name, not a call: `f(x, self.helper)`, `g(fn=helper)`
 _VALUE_ARG = re.compile(r"(?:^|[,(=])[ \t]*(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)[ \t]*(?=,|\)|$)", re.M)
@@ -102,6 +116,9 @@ class _Ctx:
     callers: dict[str, list[Func]] = field(default_factory=dict)
     values: dict[str, list[str]] = field(default_factory=dict)
     handed: frozenset[str] | None = None  # names handed on as values (``_handed_on``)
+    live: dict[str, list[Call]] = field(default_factory=dict)
+    patched: frozenset[str] | None = None  # names some file binds as an attribute (``_constants``)
+    modules: dict[str, bool] = field(default_factory=dict)  # ``default_device.is_module``'s memo
 
 
 def weight_preparation(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
@@ -118,7 +135,8 @@ def weight_preparation(sites: Sequence[Site], index: ProjectIndex, globs: Caller
         if func is None:
             return None
         if site.via is not None or (func.scope is not None and func.scope.role == "constructor"):
-            return _solver_state(site, func, ctx)
+            return _solver_state(site, func, ctx) or installed_state(
+                site, func, index, lambda f: _runs_step(f, ctx) or _stepped(f, ctx), ctx.prep, ctx.modules)
         if not _plain(func) or _feeds_forward(func, ctx):
             return None
         why = f"{func.qualname} {_writes(func, ctx) or _hands(func, ctx)}" if _root(func, ctx) else \
@@ -158,13 +176,17 @@ def _writes(func: Func, ctx: _Ctx) -> str:
         if (_SLICE.fullmatch(target) or _DATA.fullmatch(target)) and not _OWN.match(target):
             found = found or f"which writes into {target} at {func.path}:{line}"
             values.append(value)
+    own = own_fill(func, stores)  # only where no closure nor forward output reaches it (an observer)
+    if own and all(_plain(c) and not _hands_forward_output(c, func, ctx) for c in _callers(func, ctx)):
+        found = found or own[0]
+        values.append(own[1])
     for c in func.calls:
         name = last_name(c.callee)
         if name in _REGISTER and c.callee.rpartition(".")[0] not in ("", "self"):
             owner = c.callee.rpartition(".")[0]
             found = found or f"which registers {name.split('_')[1]}s on {owner} at {func.path}:{c.span.line}"
             values.append(c.arglist)
-        elif c.callee == "setattr" and _builds_module(func, c.arglist):
+        elif c.callee == "setattr" and builds_module(func, c.arglist):
             found = found or f"which replaces a submodule with one it builds at {func.path}:{c.span.line}"
             values.append(c.arglist)
     ctx.writes[func.id] = found
@@ -193,26 +215,13 @@ def _writes_param(writer: Func, call: Call, arg: int, ctx: _Ctx) -> bool:
     return any(has_word(v, name) or "(...)" in v for v in ctx.values.get(writer.id, ()))
 
 
-def _builds_module(func: Func, arglist: str) -> bool:
-    """``setattr(parent, name, V)`` where V is a construction of a class
-    (``QLinear(...)``) or a local bound to one."""
-    args = split_args(arglist)
-    if len(args) != 3:
-        return False
-    value = args[2].text.strip()
-    if "(" in value:
-        return bool(_CLASS.fullmatch(last_name(value.split("(", 1)[0])))
-    bound = [c for c in func.calls if (c.target or "").strip() == value]
-    return bool(bound) and all(_CLASS.fullmatch(last_name(c.callee)) for c in bound) and not any(
-        value in a.targets for a in func.assigns)
-
-
 def _runs_step(func: Func, ctx: _Ctx) -> bool:
-    """``func`` has a per-step name or calls one (``loss.backward()``)."""
+    """``func`` has a per-step name or calls one (``loss.backward()``); not
+    a random-number draw named like one (``random.sample(data, n)``, round 29)."""
     found = ctx.steps.get(func.id)
     if found is None:
         found = ctx.steps[func.id] = ctx.per_step(func.name) or any(
-            ctx.per_step(last_name(c.callee)) for c in func.calls)
+            ctx.per_step(last_name(c.callee)) and not c.callee.startswith(_RANDOM) for c in _live_calls(func, ctx))
     return found
 
 
@@ -221,7 +230,8 @@ def _runs_forward(func: Func, ctx: _Ctx) -> bool:
     (``layer(x)``), or a ``self.x`` that is no method of its class."""
     found = ctx.forward.get(func.id)
     if found is None:
-        found = ctx.forward[func.id] = _runs_step(func, ctx) or _calls_value(func, ctx.index)
+        found = ctx.forward[func.id] = _runs_step(func, ctx) or any(
+            _calls_held(func, c.callee, ctx.index) for c in _live_calls(func, ctx))
     return found
 
 
@@ -252,7 +262,7 @@ def _forward_on_args(func: Func, ctx: _Ctx, depth: int = 2) -> bool:
         params = {p.lstrip("*") for p in (scope.params if scope is not None else ())} - {"self", "cls"}
         found = _runs_step(func, ctx) or any(
             c.callee in params or (_calls_held(func, c.callee, ctx.index) and any(
-                has_word(c.arglist, p) for p in params)) for c in func.calls) or (depth > 1 and any(
+                has_word(c.arglist, p) for p in params)) for c in _live_calls(func, ctx)) or (depth > 1 and any(
                     any(has_word(call.arglist, p) for p in params) and any(
                         g.scope is not None and _forward_on_args(g, ctx, depth - 1) for g in targets)
                     for call, targets in ctx.index.callees(func)))
@@ -260,8 +270,14 @@ def _forward_on_args(func: Func, ctx: _Ctx, depth: int = 2) -> bool:
     return found
 
 
-def _calls_value(func: Func, index: ProjectIndex) -> bool:
-    return any(_calls_held(func, c.callee, index) for c in func.calls)
+def _live_calls(func: Func, ctx: _Ctx) -> list[Call]:
+    """``prep_shapes.live_calls``, memoised."""
+    found = ctx.live.get(func.id)
+    if found is None:
+        if ctx.patched is None:
+            ctx.patched = patched_names(ctx.index)
+        found = ctx.live[func.id] = live_calls(func, unpatched_constants(ctx.index, func.path, ctx.patched))
+    return found
 
 
 def _calls_held(func: Func, callee: str, index: ProjectIndex) -> bool:
@@ -398,28 +414,10 @@ def _callers(func: Func, ctx: _Ctx) -> list[Func]:
             continue
         if func.owner is not None and c.owner is not None:
             calls = [k for k in c.calls if last_name(k.callee) == func.name]
-            if calls and all(_other_member(c, k.callee, func, ctx.index) for k in calls):
+            if calls and all(other_member(c, k.callee, func, ctx.index) for k in calls):
                 continue
         found.append(c)
     return found
-
-
-def _other_member(caller: Func, callee: str, func: Func, index: ProjectIndex) -> bool:
-    parts = callee.split(".")
-    if len(parts) != 3 or parts[0] != "self" or caller.owner is None or func.owner is None:
-        return False
-    target = f"self.{parts[1]}"
-    built = [(m, k) for ms in caller.owner.methods.values() for m in ms for k in m.calls
-             if (k.target or "").strip() == target]
-    if not built:
-        return False
-    mine = {func.owner.key, *(b.key for b in index.base_classes(func.owner))}
-    for method, call in built:
-        cls = index.constructed_class(method, call)
-        if cls is None or cls.key in mine or func.owner.key in {b.key for b in index.base_classes(cls)} \
-                or not index.method_lookup(cls, func.name):
-            return False
-    return True
 
 
 def _feeds_writer(caller: Func, func: Func, ctx: _Ctx) -> str:
@@ -445,13 +443,13 @@ def _feeds_writer(caller: Func, func: Func, ctx: _Ctx) -> str:
 
 
 def _solver_state(site: Site, func: Func, ctx: _Ctx) -> Decision | None:
-    """A constructor's buffer (T2), or a construction (derived, T2 or T4,
+    """A constructor's buffer (T2, or T4 when built per pass), or a construction (derived, T2 or T4,
     not where a step runs), of a plain object (no torch module) that holds a layer whose weights one of
     its methods rewrites as a root (``GPTQ(layer)``: ``self.H``, the
     Hessian ``fasterquant`` uses before it rebinds ``self.layer.weight.data``):
     state of the weight preparation, T1."""
-    if site.via is None:
-        cls = func.owner if site.tier is Tier.T2 else None
+    if site.via is None:  # T2, or T4 when every builder drops it after one pass (round 29)
+        cls = func.owner
     elif _runs_step(func, ctx):
         return None  # built where a step runs
     else:
@@ -492,7 +490,7 @@ def _hands_forward_output(caller: Func, func: Func, ctx: _Ctx) -> bool:
     (``out = self._module_forward(x, module)``): ``func`` then works on the
     calibration forward's output (a loss), per call."""
     index = ctx.index
-    outputs = {c.target.strip() for c in caller.calls if c.target and (
+    outputs = {c.target.strip() for c in _live_calls(caller, ctx) if c.target and (
         _calls_held(caller, c.callee, index) or ctx.per_step(last_name(c.callee)) or any(
             g.scope is not None and _forward_on_args(g, ctx) for g in index.resolve(caller, c)))}
     outputs.discard("")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from ...arglists import split_args
-from ...model import Call, Language, Scope, SiteKind
+from ...model import Call, Language, Scope, SiteKind, Span
 from .symbols import Func, Symbols
 
 # What a value is known to be.
@@ -332,6 +332,25 @@ def sibling_branches(func: Func, one: int, other: int, kinds: Collection[str] | 
                 and (b.kind != "loop" if kinds is None else b.kind in kinds)]
     return any(a.stmt == b.stmt and a is not b and a.span.contains_line(one) and b.span.contains_line(other)
                for a in branches for b in branches)
+
+
+_FLAG_TEST = re.compile(r"([A-Za-z_]\w*)(?:\s+and\b.*)?", re.S)
+
+
+def false_branches(func: Func, constants: Env) -> list[Span]:
+    """The bodies of ``func``'s ``if``/``elif`` branches that cannot run:
+    the test is a module constant bound once to a false literal and never
+    rebound (``DEBUG = False`` ... ``if DEBUG:``), alone or first in an
+    ``and`` (``if DEBUG and verbose:``)."""
+    dead = []
+    for block in func.blocks:
+        if block.kind not in ("if", "elif"):
+            continue
+        m = _FLAG_TEST.fullmatch(block.test.strip())
+        value = constants.get(m.group(1)) if m else None
+        if value is not None and value.kind in (LITERAL, NONE) and not value.literal:
+            dead.append(block.span)
+    return dead
 
 
 def rebound_between(func: Func, name: str, after: int, before: int | None = None,

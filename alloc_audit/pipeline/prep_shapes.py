@@ -1,0 +1,181 @@
+"""Stage 5, for ``weight_preparation`` (issue 11, round 29): three facts of
+one function or class that pass reads, kept apart from it.
+
+- ``live_calls``: a function's calls less those that cannot run or only
+  show a value. A branch under a module constant bound once to a false
+  literal that nothing rebinds (``DEBUG = False`` ... ``if DEBUG:``) cannot
+  run, and a call whose value only goes to ``print`` or a log record
+  (``logger.debug(torch.sum(self.layer(self.inp1) - self.out1))``) computes
+  nothing the function uses: a debugging forward there is no calibration
+  forward.
+- ``own_fill``: a method filling its own class's weight with what it is
+  handed (``Layer.pack(self, linear, scales)``: ``self.B[:, :] =
+  q.to(self.B.device)``, ``self.s.copy_(s)``), the member a parameter or a
+  registered buffer (``lazy_members.weight_member``): the layer's weights
+  packed from outside. Not a method taking nothing but ``self`` (a reset of
+  its own state), nor a move or cast of the object (``to``, ``cuda``,
+  ``_apply``: the same weights elsewhere).
+- ``installed_state``: what the constructor of a torch module keeps on
+  ``self`` (T2), or a construction of it (derived), where every construction
+  of the class puts the new module into another one in place of a layer
+  (``setattr(module, attr, QuantLinearSim(...))``, the name one it found
+  in the module) in a function no step reaches:
+  the module becomes part of the model, its state lives with the model's
+  weights, T1.
+
+And two facts ``weight_preparation`` has read since round 27:
+``builds_module`` (``setattr(parent, name, QLinear(...))``) and
+``other_member`` (a call by name through a member bound to another class).
+
+Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+
+from ..arglists import split_args
+from ..globs import test_path
+from ..model import Call, Language, Site, Tier
+from .default_device import is_module
+from .index import ClassInfo, Func, ProjectIndex, last_name
+from .index.values import Value, false_branches
+from .lazy_members import weight_member
+from .retier import Decision
+
+# a logging call (`logger.debug(...)`, `logging.info(...)`): what it is handed is shown, not used
+_LOG = re.compile(r"(?:[\w.]*\.)?\w*(?:log|LOG)\w*\.(?:debug|info|warning|warn|error|critical|exception)")
+# a store into the object's own member's storage or a slice of it (`self.B[:, :] = q`, `self.w.data = w`),
+# and a copy into it
+_OWN_FILL = re.compile(r"self\.[A-Za-z_]\w*(?:\.data)?\[.+\]|self\.[A-Za-z_]\w*\.data")
+_OWN_COPY = re.compile(r"self\.[A-Za-z_]\w*(?:\.data)?\.copy_")
+_OWN_MEMBER = re.compile(r"self\.[A-Za-z_]\w*")
+# an object moved or cast whole: its own weights, elsewhere
+_CLASS = re.compile(r"[A-Z]\w*")
+_MOVES = frozenset({"to", "cuda", "cpu", "_apply", "half", "float", "double", "bfloat16", "type", "to_empty"})
+
+
+def live_calls(func: Func, constants: Mapping[str, Value]) -> list[Call]:
+    """``func``'s calls less those in a branch that cannot run (by
+    ``constants``, the module's constants nothing rebinds) and those inside
+    a ``print`` or a logging call."""
+    dead = false_branches(func, constants) if func.blocks else []
+    shown = [c.span for c in func.calls if c.callee == "print" or _LOG.fullmatch(c.callee)]
+    return [c for c in func.calls if not any(d.contains_line(c.span.line) for d in dead)
+            and not any(s != c.span and s.contains(c.span) for s in shown)]
+
+
+def unpatched_constants(index: ProjectIndex, path: str, patched: frozenset[str]) -> dict[str, Value]:
+    """The module constants of ``path`` less the names in ``patched``."""
+    return {k: v for k, v in index.module_constants(path).items() if k not in patched}
+
+
+def patched_names(index: ProjectIndex) -> frozenset[str]:
+    """The names some file binds as an attribute (``gptq.DEBUG = True``)."""
+    return frozenset(t.rpartition(".")[2] for facts in index.files.values() for a in facts.assigns
+                     for t in a.targets if "." in t)
+
+
+def own_fill(func: Func, stores: list[tuple[str, int, str]]) -> tuple[str, str] | None:
+    """How ``func`` fills its own class's weight, and the value it writes,
+    from ``stores`` (target, line, value) and its ``copy_`` calls; or None."""
+    scope = func.scope
+    if func.owner is None or scope is None or func.name in _MOVES or \
+            not [p for p in scope.params if p.lstrip("*") not in ("self", "cls")]:
+        return None
+    fills = [(t, line, v) for t, line, v in stores if _OWN_FILL.fullmatch(t)]
+    fills += [(c.callee, c.span.line, c.arglist) for c in func.calls if _OWN_COPY.fullmatch(c.callee)]
+    for target, line, value in fills:
+        member = _OWN_MEMBER.match(target)
+        why = weight_member(func, member.group(0)) if member else ""
+        if member and why:
+            return f"which fills its own weight {member.group(0)} ({why}) at {func.path}:{line}", value
+    return None
+
+
+def installed_state(site: Site, func: Func, index: ProjectIndex, stepped: Callable[[Func], bool],
+                    memo: dict[str, str | None], modules: dict[str, bool]) -> Decision | None:
+    """T1 for a constructor's kept buffer or a construction of a module class
+    that ``installed_by`` finds installed; None otherwise."""
+    if site.via is None:
+        cls = func.owner if site.tier is Tier.T2 and site.kept.startswith("self.") else None
+    else:
+        found = index.site_call(site)
+        cls = index.constructed_class(*found) if found is not None else None
+    if cls is None or cls.language is not Language.PYTHON or not is_module(index, cls.qualname, cls.bases, modules):
+        return None
+    key = f"installed:{cls.key}"
+    if key not in memo:
+        memo[key] = installed_by(cls, index, stepped)
+    where = memo[key]
+    if not where:
+        return None
+    what = "built" if site.via is not None else "kept"
+    return Tier.T1, (f"model state: {what} for a {cls.name} module, which {where} puts into another module in "
+                     f"place of a layer, no step reaching it; was: {site.tier_reason}")
+
+
+def installed_by(cls: ClassInfo, index: ProjectIndex, stepped: Callable[[Func], bool]) -> str | None:
+    """The function installing every construction of ``cls`` (outside test
+    code) into another module, none of them one that ``stepped`` says a
+    step reaches; or None."""
+    where: str | None = None
+    for caller, i in index.calls_named(cls.name):
+        table = caller.table
+        if table is None or caller.scope is None or test_path(caller.path):
+            continue
+        call = table[i]
+        if index.constructed_class(caller, call) is not cls:
+            continue
+        if not _installs(caller, call) or stepped(caller):
+            return None
+        where = where or f"{caller.qualname} ({caller.path}:{call.span.line})"
+    return where
+
+
+def _installs(func: Func, call: Call) -> bool:
+    """``call`` (a construction) is the value ``setattr(parent, name, ...)``
+    stores under a name it does not spell out (``attr`` of ``dir(module)``,
+    ``name`` of ``named_children()``): a layer found in the module and
+    replaced. Not a new member of a literal name (``setattr(model, "cache",
+    KVCache(...))``, ``model.cache = KVCache(...)``): a slab or a helper hung on
+    the model, whatever it holds."""
+    return any(c.callee == "setattr" and c.span.contains(call.span) and c is not call and
+               len(args := split_args(c.arglist)) == 3 and args[2].text.strip().startswith(call.callee)
+               and args[1].text.strip().isidentifier() for c in func.calls)
+
+
+def builds_module(func: Func, arglist: str) -> bool:
+    """``setattr(parent, name, V)`` where V is a construction of a class
+    (``QLinear(...)``) or a local bound to one."""
+    args = split_args(arglist)
+    if len(args) != 3:
+        return False
+    value = args[2].text.strip()
+    if "(" in value:
+        return bool(_CLASS.fullmatch(last_name(value.split("(", 1)[0])))
+    bound = [c for c in func.calls if (c.target or "").strip() == value]
+    return bool(bound) and all(_CLASS.fullmatch(last_name(c.callee)) for c in bound) and not any(
+        value in a.targets for a in func.assigns)
+
+
+def other_member(caller: Func, callee: str, func: Func, index: ProjectIndex) -> bool:
+    """``callee`` (``self.x.name``) runs ``name`` of the class ``caller``'s
+    class binds ``self.x`` to, every binding a construction of a class other
+    than ``func``'s (or its bases) that defines ``name``."""
+    parts = callee.split(".")
+    if len(parts) != 3 or parts[0] != "self" or caller.owner is None or func.owner is None:
+        return False
+    target = f"self.{parts[1]}"
+    built = [(m, k) for ms in caller.owner.methods.values() for m in ms for k in m.calls
+             if (k.target or "").strip() == target]
+    if not built:
+        return False
+    mine = {func.owner.key, *(b.key for b in index.base_classes(func.owner))}
+    for method, call in built:
+        cls = index.constructed_class(method, call)
+        if cls is None or cls.key in mine or func.owner.key in {b.key for b in index.base_classes(cls)} \
+                or not index.method_lookup(cls, func.name):
+            return False
+    return True
