@@ -71,8 +71,10 @@ def matches(name: str, patterns: Iterable[str]) -> bool:
     return _compile(tuple(patterns))(name)
 
 
+@lru_cache(maxsize=65536)
 def test_path(path: str) -> bool:
-    """Test code by path convention (tests/, test_*.py, *_test.py, conftest.py)."""
+    """Test code by path convention (tests/, test_*.py, *_test.py, conftest.py). Remembered per path
+    (perf-r29: the tier passes ask it of each caller they walk, ~175,000 times on aphrodite)."""
     parts = path.split("/")
     name = parts[-1]
     return any(p in ("tests", "test", "testing", "unit_tests") for p in parts[:-1]) or name.startswith("test_") \

@@ -96,3 +96,27 @@ def test_a_file_that_fails_to_parse_is_reported_and_the_rest_scanned(tmp_path: P
     messages = {e["path"]: e["message"] for e in doc["errors"]}
     assert messages["src/broken.py"].startswith("syntax error at line 3, column 1 (python grammar)")
     assert messages["src/broken.cu"].startswith("missing token at line 1, column 38 (cuda grammar)")
+
+
+_GI_LINES = ("*.py", "!keep.py", "build/", "/top.cu", "**/gen/**", "a/**/b", "*.o", "# note", "", "\\#x", "!dir/",
+             "dir/", "x?.h", "[ab]*.cpp", "foo/bar", "!foo/bar/baz.py", "(?P<x>", "*.cu ", "\\!bang", "docs", "!*.md")
+_GI_PARTS = ("a", "b", "gen", "build", "dir", "foo", "bar", "docs", "src", "keep.py", "x1.h", "top.cu", "m.py",
+             "baz.py", "a.cpp", "c.o", "#x", "!bang", "(?P<x>", "r.md")
+
+
+def test_gitignore_any_pattern_search_agrees_with_the_spec() -> None:
+    """perf-r29: ``discover.GitIgnore`` answers no at once when no pattern matches; it must say what the
+    spec says for every path (generated .gitignores: negations, directories, anchors, globs, escapes)."""
+    import random
+
+    import pathspec
+
+    from alloc_audit.pipeline.discover import GitIgnore
+    rng = random.Random(29)
+    for _ in range(300):
+        lines = [rng.choice(_GI_LINES) for _ in range(rng.randint(0, 8))]
+        spec = pathspec.GitIgnoreSpec.from_lines(lines)
+        quick = GitIgnore(spec)
+        for _ in range(40):
+            path = "/".join(rng.choice(_GI_PARTS) for _ in range(rng.randint(1, 4))) + rng.choice(("", "/"))
+            assert quick.match_file(path) == spec.match_file(path), (lines, path)

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 from pathlib import Path
 
+from alloc_audit import globs
 from alloc_audit.pipeline.extract import python_bindings as pb
+from alloc_audit.pipeline.extract import python_module_move as pmm
+from alloc_audit.pipeline.names import value_arguments
 
 _NAMES = ("x", "buf", "self.buf", "a.b", "a.a", "aa", "f", "fo", "n", "i", "s.x.y", "in_", "as_", "forx", "_",
           "x1", "self", "état", "a.as_b")
@@ -56,3 +60,45 @@ def test_bound_else_matches_on_the_package_sources() -> None:
             name = name.strip("(),:[]")
             if name:
                 assert pb._bound_else(source, name) == _per_name(source, name), (path, name)
+
+
+_VALUE_ARG = re.compile(r"(?:^|[,(=])[ \t]*(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)[ \t]*(?=,|\)|$)", re.M)
+_ARG_PIECES = ("x", "self.", "a_qdq", "fn", "=", "==", ", ", ",", "(", ")", "\n", " ", "\t", ".", "..", "1", "é",
+               "f(", "lambda", "[", "]", ":", "_", "a.b", "\r", "\u2028")
+
+
+def test_value_arguments_matches_the_whole_pattern_on_generated_arglists() -> None:
+    """perf-r29: ``names.value_arguments`` (weight_preparation's handed-on values) against the pattern it replaced."""
+    rng = random.Random(29)
+    for _ in range(5000):
+        text = "".join(rng.choice(_ARG_PIECES) for _ in range(rng.randint(0, 16)))
+        assert value_arguments(text) == set(_VALUE_ARG.findall(text)), text
+
+
+def test_value_arguments_matches_on_this_packages_sources() -> None:
+    for path in sorted(Path(pb.__file__).parents[2].rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        assert value_arguments(text) == set(_VALUE_ARG.findall(text)), path
+
+
+_MOVE_NAMES = (b"model", b"self.model", b"m", b"a.m", b"mm", b"self")
+_MOVE_PIECES = (b"model", b"self.", b".eval(", b".parameters()", b".to(d)", b".", b"(", b")", b" ", b"\n", b"_",
+                b"x", b"m", b"a.", b"1", b"\xc3\xa9", b".train", b"(\n", b".buffers(", b"= ")
+
+
+def test_called_module_method_matches_the_per_name_pattern() -> None:
+    """perf-r29: ``python_module_move._called_module_method`` against the per-name search it replaced."""
+    rng = random.Random(29)
+    for _ in range(5000):
+        name = rng.choice(_MOVE_NAMES)
+        code = b"".join(rng.choice(_MOVE_PIECES + (name, name)) for _ in range(rng.randint(0, 14)))
+        pattern = rb"(?<![\w.])" + re.escape(name) + rb"\.(?:" + pmm._MODULE_METHODS + rb")\("
+        assert pmm._called_module_method(code, name) == (re.search(pattern, code) is not None), (code, name)
+
+
+def test_test_path_is_remembered_and_answers_as_before() -> None:
+    """perf-r29: ``globs.test_path`` is cached per path; the answer is the path convention's."""
+    for path, want in (("tests/a.py", True), ("pkg/test_x.py", True), ("pkg/x_test.py", True), ("conftest.py", True),
+                       ("pkg/testing/u.py", True), ("pkg/mod.py", False), ("pkg/contest.py", False)):
+        assert globs.test_path(path) is want and globs.test_path(path) is want
+    assert globs.test_path.cache_info().hits >= 7

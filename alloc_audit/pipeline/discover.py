@@ -13,6 +13,7 @@ reported, not read.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 from collections.abc import Iterable, Iterator
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pathspec
+from pathspec.pattern import RegexPattern
+from pathspec.util import normalize_file
 
 from ..config import Config
 from ..errors import UsageError
@@ -74,8 +77,8 @@ def discover_files(config: Config, paths: Iterable[Path] = ()) -> Discovery:
             raise UsageError(f"no such file or directory: {target}")
         if not _inside(target, root):
             raise UsageError(f"{target} is outside the project root {root}")
-    include = pathspec.GitIgnoreSpec.from_lines(config.include) if config.include else None
-    exclude = pathspec.GitIgnoreSpec.from_lines([*config.exclude, f"{config.cache_dir}/"])
+    include = GitIgnore(pathspec.GitIgnoreSpec.from_lines(config.include)) if config.include else None
+    exclude = GitIgnore(pathspec.GitIgnoreSpec.from_lines([*config.exclude, f"{config.cache_dir}/"]))
     explicit = [t for t in targets if not t.is_dir()]
     directories = [t for t in targets if t.is_dir()]
     candidates: set[str] = set()
@@ -180,7 +183,7 @@ def _git_files(root: Path, directories: list[Path]) -> list[str] | None:
 def _walk(root: Path, directories: list[Path]) -> Iterator[str]:
     """Walk without git, honouring .gitignore files met on the way."""
     for top in directories:
-        specs: dict[str, pathspec.PathSpec[Any]] = {}
+        specs: dict[str, GitIgnore] = {}
         for base in [top, *[p for p in top.parents if _inside(p, root)]]:
             spec = _gitignore(base)
             if spec is not None:
@@ -199,19 +202,60 @@ def _walk(root: Path, directories: list[Path]) -> Iterator[str]:
                     yield Path(full).relative_to(root).as_posix()
 
 
-def _gitignore(directory: Path) -> pathspec.PathSpec[Any] | None:
+def _gitignore(directory: Path) -> GitIgnore | None:
     path = directory / ".gitignore"
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
-    return pathspec.GitIgnoreSpec.from_lines(lines)
+    return GitIgnore(pathspec.GitIgnoreSpec.from_lines(lines))
 
 
-def _ignored(specs: dict[str, pathspec.PathSpec[Any]], full: str, is_dir: bool) -> bool:
+def _ignored(specs: dict[str, GitIgnore], full: str, is_dir: bool) -> bool:
     for base, spec in specs.items():
         if full.startswith(base + os.sep):
             rel = full[len(base) + 1:].replace(os.sep, "/")
             if spec.match_file(rel + ("/" if is_dir else "")):
                 return True
     return False
+
+
+class GitIgnore:
+    """A .gitignore's spec and one search for whether any of its patterns matches a path at all: most
+    paths match none, and then the spec says no (it follows the last pattern that matches, none: not
+    ignored); a path some pattern matches is the spec's to decide (perf-r29: the spec tries each pattern in
+    turn, ~0.4 s for aphrodite's 121 patterns; tests/test_discover.py checks the two agree)."""
+
+    __slots__ = ("spec", "_any")
+
+    def __init__(self, spec: pathspec.PathSpec[Any]) -> None:
+        self.spec = spec
+        self._any = _any_pattern(spec)
+
+    def match_file(self, path: str) -> bool:
+        if self._any is not None and self._any.search(normalize_file(path)) is None:
+            return False
+        return self.spec.match_file(path)
+
+
+def _any_pattern(spec: pathspec.PathSpec[Any]) -> re.Pattern[str] | None:
+    """One pattern searching for any of ``spec``'s patterns that decide (a pattern's own search, as
+    ``RegexPattern.match_file`` does); None where they cannot be joined (another kind of pattern, flags,
+    bytes, a back-reference by name)."""
+    sources: list[str] = []
+    for pattern in spec.patterns:
+        if not isinstance(pattern, RegexPattern):
+            return None
+        if pattern.include is None or pattern.regex is None:
+            continue  # a comment or blank line: the spec skips it
+        regex = pattern.regex
+        if not isinstance(regex.pattern, str) or regex.flags != re.UNICODE or "(?P=" in regex.pattern:
+            return None
+        sources.append(_NAMED_GROUP.sub("(?:", regex.pattern))  # a name may repeat across patterns
+    try:
+        return re.compile("|".join(f"(?:{s})" for s in sources) if sources else "(?!)")
+    except re.error:
+        return None
+
+
+_NAMED_GROUP = re.compile(r"\(\?P<\w+>")

@@ -7,6 +7,8 @@ or ``_``). Pure."""
 
 from __future__ import annotations
 
+import re
+
 
 def _word(ch: str) -> bool:
     return ch.isalnum() or ch == "_"
@@ -49,3 +51,17 @@ def has_name(text: str, name: str, not_before: str = "", not_after: str = "") ->
 def starts_with_word(text: str, name: str) -> bool:
     """``re.match(re.escape(name) + r"\\b", text)``."""
     return text.startswith(name) and _boundary(text, len(name))
+
+
+# `value_arguments`: a dotted name that starts a line or follows `,`/`(`/`=`, then blanks and `,`/`)`/the
+# line's end: the maximal run of word characters and dots there, taken only when it is such a name
+_VALUE_RUN = re.compile(r"[,(=\n][ \t]*([A-Za-z_][\w.]*)[ \t]*(?=[,)\n]|\Z)")
+_DOTTED = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*")
+
+
+def value_arguments(text: str) -> set[str]:
+    """The last names of the values handed whole in call arguments (``text``: argument lists, one a
+    line): ``set(re.findall(r"(?:^|[,(=])[ \\t]*(?:[A-Za-z_]\\w*\\.)*([A-Za-z_]\\w*)[ \\t]*(?=,|\\)|$)", text,
+    re.M))``, searched from the characters that can start a match (perf-r29: a third less time than that
+    pattern, whose first alternative is tried at every offset; tests/test_shared_patterns.py)."""
+    return {run.rpartition(".")[2] for run in _VALUE_RUN.findall("\n" + text) if _DOTTED.fullmatch(run)}

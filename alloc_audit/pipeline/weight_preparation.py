@@ -75,7 +75,7 @@ from ..globs import matcher, test_path
 from ..model import Call, Language, Site, SiteKind, Tier
 from .conversion_paths import callers_of, decorator_registered
 from .index import ClassInfo, Func, ProjectIndex, last_name
-from .names import has_word
+from .names import has_word, value_arguments
 from .prep_shapes import (
     builds_module,
     installed_state,
@@ -95,8 +95,7 @@ _CALLABLE = frozenset({"function", "method"})
 _DATA = re.compile(r"[A-Za-z_][\w.\[\]'\"]*\.(?:weight|bias)\.data")
 _SLICE = re.compile(r"[A-Za-z_][\w.\[\]'\"]*\.(?:weight|bias)(?:\.data)?\[.+\]")
 _REGISTER = frozenset({"register_buffer", "register_parameter"})
-# an argument that is a bare (dotted) name, not a call: `f(x, self.helper)`, `g(fn=helper)`
-_VALUE_ARG = re.compile(r"(?:^|[,(=])[ \t]*(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)[ \t]*(?=,|\)|$)", re.M)
+# an assigned value that is a bare (dotted) name, not a call: `fn = self.helper`
 _VALUE = re.compile(r"(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)")
 _OWN = re.compile(r"self\.\w+(?:\.data)?(?:\s|\[|$)")
 _MODULES = frozenset({"Module", "Linear", "ModuleList", "ModuleDict", "Sequential", "Parameter"})
@@ -319,7 +318,7 @@ def _handed_on(func: Func, ctx: _Ctx) -> bool:
         found: set[str] = set()
         for facts in ctx.index.files.values():
             text = "\n".join(facts.calls.arglists)
-            found.update(_VALUE_ARG.findall(text))
+            found.update(value_arguments(text))  # the values handed on whole (`m`, `self.a_qdq`)
             found.update(m.group(1) for a in facts.assigns if (m := _VALUE.fullmatch(a.value.strip())))
         ctx.handed = frozenset(found)
     return func.name in ctx.handed

@@ -12,6 +12,7 @@ bodies (``#define``) are not code to tree-sitter and produce nothing.
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from typing import Any
 
@@ -74,6 +75,9 @@ class CppExtractor:
         self.dead = dead_code.Exits(source, self.up.ancestors, cpp=True)  # statements after a return/throw
         self.at = common.SiteAt(path, lang, _STATEMENT_PARENTS, tree.root_node.has_error, self.up.parent)
         self._registered: tuple[frozenset[str], frozenset[str]] | None = None
+        # per (function start, pattern): the pattern's matches in the function's text, found once for the
+        # sites that ask what is bound above them (cpp_sites.matches_above)
+        self.body_matches: dict[tuple[int, str], tuple[str, list[re.Match[str]]] | None] = {}
 
     def run(self, grammar: Language) -> FileFacts:
         caps = common.ordered_captures(_query(grammar), self.tree.root_node)

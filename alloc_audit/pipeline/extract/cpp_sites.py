@@ -347,6 +347,27 @@ _OPTIONS_BINDING = re.compile(r"(?:[\w:<>]+\s+)+&?\s*([A-Za-z_]\w*)\s*=\s*((?:at
 _ASSIGNED = re.compile(r"(?<![\w.>])([A-Za-z_]\w*)\s*=(?!=)")
 
 
+def matches_above(ext: CppExtractor, body: Any, node: Any, pattern: re.Pattern[str]) -> list[re.Match[str]]:
+    """``pattern.finditer`` over the text of the function ``body`` before ``node``, each site asking of its
+    function's text up to itself. One pass per function and pattern: the matches in the whole function that
+    end by ``node`` are those of the text cut there, for the patterns here (each match ends at a fixed
+    delimiter, ``;``, ``);`` or ``=``, that every way of matching from its start reaches; a start whose match
+    runs past the cut matches nothing before it; tests/test_cpp_matches_above.py). The text must be ASCII
+    (byte and character offsets agree) and the byte at the cut no ``=`` (``_ASSIGNED``'s ``(?!=)`` reads it):
+    else the cut text is searched itself."""
+    key = (body.start_byte, pattern.pattern)
+    if key in ext.body_matches:
+        held = ext.body_matches[key]
+    else:
+        raw = ext.src.data[body.start_byte:body.end_byte]
+        held = ext.body_matches[key] = (raw.decode("ascii"), list(pattern.finditer(raw.decode("ascii")))) \
+            if raw.isascii() else None
+    cut = node.start_byte - body.start_byte
+    if held is None or held[0][cut:cut + 1] == "=":
+        return list(pattern.finditer(ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace")))
+    return [m for m in held[1] if m.end() <= cut]
+
+
 def local_options(ext: CppExtractor, node: Any, text: str) -> str:
     """``text`` with a local options variable (`options`, `options.dtype(at::kInt)`)
     replaced by what the function bound it to, when its only binding above
@@ -357,9 +378,9 @@ def local_options(ext: CppExtractor, node: Any, text: str) -> str:
     body = common.enclosing(node.parent, "function_definition")
     if body is None:
         return text
-    before = ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace")
-    values = [b.group(2) for b in _OPTIONS_BINDING.finditer(before) if b.group(1) == m.group(1)]
-    if len(values) != 1 or sum(a.group(1) == m.group(1) for a in _ASSIGNED.finditer(before)) != 1:
+    bindings, assigned = matches_above(ext, body, node, _OPTIONS_BINDING), matches_above(ext, body, node, _ASSIGNED)
+    values = [b.group(2) for b in bindings if b.group(1) == m.group(1)]
+    if len(values) != 1 or sum(a.group(1) == m.group(1) for a in assigned) != 1:
         return text  # bound twice, or assigned again: not one known value
     return " ".join(values[0].split()) + m.group(2)
 
@@ -378,11 +399,10 @@ def host_local(ext: CppExtractor, node: Any, text: str) -> bool:
     body = common.enclosing(node.parent, "function_definition")
     if body is None:
         return False
-    before = ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace")
-    if name not in before:
+    if name not in ext.src.data[body.start_byte:node.start_byte].decode("utf-8", "replace"):
         return False
-    found = [b.group(2) for b in _FACTORY_BINDING.finditer(before) if b.group(1) == name]
-    if len(found) != 1 or sum(a.group(1) == name for a in _ASSIGNED.finditer(before)) != 1:
+    found = [b.group(2) for b in matches_above(ext, body, node, _FACTORY_BINDING) if b.group(1) == name]
+    if len(found) != 1 or sum(a.group(1) == name for a in matches_above(ext, body, node, _ASSIGNED)) != 1:
         return False
     args = split_top_level(found[0])
     return len(args) <= 2 and classify_options(args[1].strip() if len(args) == 2 else None, False) is None

@@ -68,6 +68,9 @@ _MODULE_ONLY = re.compile(r"\.(?:eval|train)\(\s*(?:True|False)?\s*\)|\.build\(\
 _MODULE_METHODS = (rb"eval|train|load_state_dict|state_dict|named_parameters|parameters|named_buffers|buffers"
                    rb"|named_modules|modules|children|remove_weight_norm|register_buffer|register_module")
 _MODULE_METHOD_NAMES = re.compile(_MODULE_METHODS.decode())
+_MODULE_METHOD_CALL = re.compile(rb"\.(?:" + _MODULE_METHODS + rb")\(")
+_WORD_OR_DOT = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
+
 # a member of `self` that gets a module's method somewhere in its class
 _SELF_MODULE_USE = re.compile(rb"(?<![\w.])self\.(\w+)\.(?:" + _MODULE_METHODS + rb")\(")
 _NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "UninitializedParameter"})
@@ -218,11 +221,22 @@ def _used_as_module(ext: PythonExtractor, node: Any, text: str) -> bool:
     return found
 
 
+def _called_module_method(code: bytes, name: bytes) -> bool:
+    """``re.search(rb"(?<![\\w.])" + re.escape(name) + rb"\\.(?:" + _MODULE_METHODS + rb")\\(", code)``
+    (``name.eval()``, ``name.parameters()``): each spelling of ``name`` tried in place, no pattern compiled
+    per name (perf-r29; tests/test_shared_patterns.py)."""
+    at = code.find(name)
+    while at >= 0:
+        if (at == 0 or code[at - 1] not in _WORD_OR_DOT) and _MODULE_METHOD_CALL.match(code, at + len(name)):
+            return True
+        at = code.find(name, at + 1)
+    return False
+
+
 def _module_use(ext: PythonExtractor, body: Any, text: str) -> bool:
     name = re.escape(text.encode())
     code = ext.src.data[body.start_byte:body.end_byte]
-    if text.encode() in code and \
-            re.search(rb"(?<![\w.])" + name + rb"\.(?:" + _MODULE_METHODS + rb")\(", code) is not None:
+    if _called_module_method(code, text.encode()):
         return True
     if not text.startswith("self."):
         return False
