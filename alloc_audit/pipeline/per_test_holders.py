@@ -28,7 +28,7 @@ import re
 from collections.abc import Sequence
 
 from ..globs import test_path
-from ..model import Language, Site, Tier
+from ..model import Language, Site, SiteKind, Tier
 from .default_device import is_module
 from .index import ClassInfo, Func, ProjectIndex
 from .names import has_name
@@ -55,7 +55,7 @@ def per_test_holders(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
             return Tier.T4, (f"per test: {holder.name} is a plain holder (no base class) of device tensors, bound "
                              f"to the local {local} of {func.qualname} and dropped when the test ends; "
                              f"was: {site.tier_reason}")
-        built = _built_by_test(site, func, local, index, modules)
+        built = _built_by_test(site, func, local, index, modules) if site.kind is SiteKind.DEVICE else None
         if built is None:
             return None
         return Tier.T4, (f"per test: {func.qualname} builds {built.name} (no torch module) into the local {local}, "
@@ -91,8 +91,9 @@ def _built_by_test(site: Site, func: Func, local: str, index: ProjectIndex,
     for c in func.calls:
         if c.span.line <= line or not (word.search(c.arglist) or word.match(c.callee)):
             continue
-        if _KEEPS.search(c.callee) or any(s.contains_line(c.span.line) for s in loops):
-            return None  # handed to a container, or used by a loop of the test
+        if _KEEPS.search(c.callee) or any(s.contains_line(c.span.line) for s in loops) \
+                or re.search(rf"[\[{{][^\]}}]*\b{re.escape(local)}\b", c.arglist):
+            return None  # handed to a container (`jit(m, transforms=[t])`), or used by a loop of the test
     return classes[0]
 
 

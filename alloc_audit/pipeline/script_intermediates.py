@@ -100,14 +100,14 @@ def _rebound_later(site: Site, func: Func) -> tuple[str, str]:
             later.append((a.line, "deleted" if a.op == "del" else f"rebound at line {a.line}"))
     later += [(c.span.line, f"rebound at line {c.span.line}") for c in func.calls
               if c.span.line > end_line and (c.target or "").strip() == name]
+    word = re.compile(rf"\b{re.escape(name)}\b")
     for at, how in sorted(later):
         outside = [b for b in func.blocks if b.span.contains_line(at) and b not in enclosing]
-        if len(outside) == 1 and outside[0].kind == "loop" and how != "deleted":
+        if len(outside) == 1 and outside[0].kind == "loop" and how != "deleted" and not _reads_itself(func, at, word):
             loop = outside[0]
             how = f"{how}, at the top of the loop at line {(loop.stmt or loop.span).line} (its first pass)"
         elif outside:
-            continue  # in a branch the site is not in, or nested in a later loop: may not run
-        word = re.compile(rf"\b{re.escape(name)}\b")
+            continue  # in a branch the site is not in, nested in a later loop, or a loop's `x = f(x)`: may not run
         for a in func.assigns:
             if line < a.line < at and word.search(a.value) and (
                     a.value.strip() == name or any(not t.isidentifier() for t in a.targets)
@@ -170,6 +170,13 @@ def _kept_across(site: Site, func: Func) -> str:
             if owner and bound_before(owner):
                 return f"stored into {owner} (line {a.line}), bound before the loop at line {first}"
     return ""
+
+
+def _reads_itself(func: Func, at: int, word: re.Pattern[str]) -> bool:
+    """The rebinding at line ``at`` reads the name (``v = norm(v)`` in a
+    loop: the value seeds every pass, not only the first)."""
+    return any(a.line == at and word.search(a.value) for a in func.assigns) or any(
+        c.span.line == at and (word.search(c.arglist) or word.match(c.callee)) for c in func.calls)
 
 
 def _viewed_into(site: Site, func: Func, line: int) -> str:
