@@ -140,8 +140,9 @@ def _kept_across(site: Site, func: Func) -> str:
     name = (site.target or "").strip()
     if name and not name.isidentifier():
         return ""
-    if name and any(c.span.line == site.span.line and c.target == name and c.callee.startswith("(...).")
-                    and c.callee.rsplit(".", 1)[-1] not in _VIEWS for c in func.calls):
+    if name and any(c.span.line == site.span.line and (c.target == name or c.span.col == site.span.col)
+                    and c.callee.startswith("(...).") and c.callee.rsplit(".", 1)[-1] not in _VIEWS
+                    for c in func.calls):
         return ""  # `up = torch.randn(n, device="cuda").to("cpu")`: the name holds another tensor
     leaf = site.api.rsplit(".", 1)[-1]
 
