@@ -260,8 +260,9 @@ def classify_site(site: Site, ctx: SiteContext, annotations: Sequence[Annotation
         note = f"; a temporary (not kept, returned or handed on): the pattern for {pattern.tier} does not apply"
         pattern = compiled.first(site, ctx, names=False, roles=False)
         if pattern is None:
+            dies = "its statement ends (bound to no name)" if site.scope == "<module>" else "the call returns"
             return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
-                f"temporary in {site.scope}: not kept, returned or handed on, it dies when the call returns"
+                f"temporary in {site.scope}: not kept, returned or handed on, it dies when {dies}"
                 + (f"; no device given, {site.device_context}" if site.device_context else "")))
     elif pattern is not None and compiled.named(pattern) and (
             test_path(site.path) or _benchmark_input(site)):

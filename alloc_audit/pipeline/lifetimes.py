@@ -60,7 +60,8 @@ class, the guards around the site).
 - **Module-level loops → T4.** A module-level loop allocates per
   iteration (``for images, labels in loader: images.cuda()``): a script's
   scratch, not a buffer of the process. (Code under ``if __name__ ==
-  "__main__":`` runs once per process: module level, T2.) Pure.
+  "__main__":`` runs once per process: module level, T2; round 29:
+  ``script_intermediates`` keeps what a pass adds to a container.) Pure.
 """
 
 from __future__ import annotations
@@ -458,8 +459,11 @@ def _script_code(site: Site, index: ProjectIndex) -> Site:
             continue
         if block.kind == "loop":
             return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
-                f"per iteration of a module-level loop (line {block.stmt.line if block.stmt else block.span.line})"))
+                f"{PER_LOOP} (line {block.stmt.line if block.stmt else block.span.line})"))
     return site
+
+
+PER_LOOP = "per iteration of a module-level loop"
 
 
 _ARITHMETIC = frozenset("+-*/%@")

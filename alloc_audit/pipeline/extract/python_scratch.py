@@ -9,7 +9,12 @@ dtype; round 27: an argument of a torch function that returns a Python
 value (``torch.allclose``), an element of the sequence a join copies
 (``torch.cat((x, torch.arange(n)))``). ``python_sites`` marks
 such a site ``kept="local"``: a temporary, whatever its scope's name says.
-Pure.
+Round 29: at module level too (``v = (torch.arange(n) / n).repeat(k)``), and
+there also an argument of a call that keeps nothing of it
+(``handed_and_dropped``): a collective or a copy (the catalogue's
+``[non-retaining]``), a builtin that reads it (``print``), or the gradient
+seeding ``.backward(...)``: the statement drops it when it ends, while a
+module-level name would keep it to the end of the script. Pure.
 """
 
 from __future__ import annotations
@@ -63,6 +68,39 @@ def intermediate(ext: PythonExtractor, node: Any, wrapper: str | None) -> bool:
     if call is not None and local is None:
         local = _chain_target(ext, call)
     return bool(local) and _LOCAL.fullmatch(local or "") is not None and _read_only_by_new(ext, call, local or "")
+
+
+# the gradient that seeds a backward pass: autograd reads it and keeps none of it
+_SEEDS = frozenset({"backward"})
+# builtins that read a tensor and return no tensor (`max(t)`, `zip(t, u)` hand out its elements, views of it)
+_TO_PYTHON = frozenset({"print", "len", "str", "repr", "int", "float", "bool", "isinstance", "id", "hash", "type",
+                        "format"})
+
+
+def module_temporary(ext: PythonExtractor, node: Any, wrapper: str | None) -> bool:
+    """A module-level allocation bound to no name that its statement reads
+    and drops: an ``intermediate`` or ``handed_and_dropped`` (round 29)."""
+    return intermediate(ext, node, wrapper) or handed_and_dropped(ext, node, wrapper)
+
+
+def handed_and_dropped(ext: PythonExtractor, node: Any, wrapper: str | None) -> bool:
+    """The allocation (bound to no name) is an argument of a call that keeps
+    nothing of it: a collective or a copy the catalogue lists as
+    non-retaining (`dist.all_reduce(torch.ones(1).to(d))`), a builtin that
+    reads it (`print(x.cuda())`), or the gradient seeding a backward pass
+    (`y.backward(torch.ones_like(y))`). The call's own result is never it."""
+    if wrapper is None:
+        return False
+    leaf = wrapper.rsplit(".", 1)[-1]
+    if leaf not in ext.apis.py_non_retaining and leaf not in _SEEDS and wrapper not in _TO_PYTHON:
+        return False
+    up = ext.up.parent
+    parent = up(node)
+    while parent is not None and parent.type == "parenthesized_expression":
+        parent = up(parent)
+    if parent is not None and parent.type == "keyword_argument":
+        parent = up(parent)
+    return parent is not None and parent.type == "argument_list"
 
 
 # torch functions that read tensors and return a Python value (`torch.allclose(x, torch.ones(1))`)
