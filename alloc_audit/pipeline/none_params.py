@@ -23,7 +23,8 @@ default-device context reaches the function or a caller on the way
 call by the function's name and, for a constructor, by its class's name,
 its subclasses' names (which may inherit it) and ``super().__init__`` in a
 subclass; a name read as a value (a table, ``partial``), a class built by
-``cls(...)``, or a call spreading ``*args``/``**kwargs`` keeps the site.
+``cls(...)``, a ``forward`` (run by ``module(...)``) or another dunder, or a
+call spreading ``*args``/``**kwargs`` keeps the site.
 
 The pass runs after ``derive``, so the derived constructions and their
 tiers read the same sites as before; only the no-op sites leave. Pure.
@@ -41,6 +42,8 @@ from .host_vias import _CONTEXTS, _Placed
 from .index import Func, ProjectIndex
 
 _SELF = frozenset({"self", "cls"})
+# methods Python or torch runs under another name (`module(x)` runs `forward`)
+_DISPATCHED = frozenset({"forward", "_forward", "__call__"})
 _DEPTH = 3  # callers followed up for a `None` parameter handed on
 # factories that build on the device they are given, else the default one (not `*_like`, `tensor`,
 # `as_tensor`: given None, those keep their input's device)
@@ -163,6 +166,8 @@ class _LeftNone:
         ``cls(...)``, may be called where no call shows: no proof, nor for a call that spreads
         ``*args``/``**kwargs``."""
         assert func.scope is not None
+        if func.name in _DISPATCHED or func.name.startswith("__") and func.name != "__init__":
+            return None  # `module(x, device=d)` runs `forward`: calls by another name
         index = self.index
         owner = func.owner.name if func.owner is not None else None
         names = [func.name]
