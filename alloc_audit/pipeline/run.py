@@ -122,6 +122,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .module_state import module_state
     from .native_pinned import native_pinned
     from .native_uploads import native_uploads
+    from .none_params import drop_none_params
     from .object_moves import object_moves
     from .parameter_uploads import parameter_uploads
     from .per_pass_storage import per_pass_storage
@@ -129,6 +130,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .pin_flags import unpinned_flags
     from .pinned_containers import pinned_containers
     from .placed_modules import drop_placed_moves
+    from .placed_returns import drop_placed_return_moves
     from .registered_members import registered_members
     from .released_entries import released_entries
     from .removed_hooks import removed_hooks
@@ -200,6 +202,9 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = kept_returns(built_per_pass(module_state(sites, index), index), index, catalog.callers)
     derived = tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis, catalog.callers), sites,
                                index, catalog.callers)
+    # no-op moves and host factories leave after derive: the constructions and their tiers read them as before
+    sites = drop_placed_return_moves(drop_none_params(sites, index, catalog.apis.py_device_contexts,
+                                                      catalog.apis.py_loader_engines), index)
     sites += per_test_holders(built_per_call(derived, index, catalog.callers), index)
     sites = native_uploads(weight_module_constructions(
         kept_submodules(sites, index, catalog.callers), index, catalog.callers), index)

@@ -30,7 +30,8 @@ producer or itself ends on the GPU; neither the function nor a producer
 switches the current GPU (``set_device``, ``with torch.cuda.device``). A
 producer with any other return (``t.cpu() if host else t.cuda()``, a value
 of another call), a generator, a parameter moved, or a ``.cuda(i)`` to a
-given GPU keeps the site (the mirror of ``host_returns``). Pure.
+given GPU keeps the site (the mirror of ``host_returns``; round 29's
+moves to a named device are ``placed_returns``). Pure.
 """
 
 from __future__ import annotations
@@ -362,3 +363,4 @@ _SWITCH = re.compile(r"(?:^|\.)set_device$|(?:^|\.)cuda\.device$")
 _CAST_CALL = re.compile(r"\(\.\.\.\)\.(?:float|half|bfloat16|double|contiguous)")
 # dtype casts: the value stays where it is
 _CASTS = frozenset({"float", "half", "bfloat16", "double", "int", "long", "bool", "contiguous"})
+
