@@ -281,7 +281,7 @@ def extract_cpp(path: str, lang: Language, source: bytes, tree: Any, apis: ApiCa
 _NUMBER_TYPES = frozenset({
     "int", "unsigned", "signed", "short", "long", "float", "double", "char", "bool", "size_t", "ssize_t",
     "ptrdiff_t", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t",
-    "std::size_t", "std::int32_t", "std::int64_t", "std::uint32_t", "std::uint64_t", "index_t"})
+    "std::size_t", "std::int32_t", "std::int64_t", "std::uint32_t", "std::uint64_t"})
 _QUALIFIERS = frozenset({"const", "volatile", "unsigned", "signed", "long", "short"})
 
 
@@ -304,4 +304,3 @@ def _param_kind(src: Source, param: Any) -> str:
         return "p"
     words = [w for w in text.split() if w not in _QUALIFIERS] or [w for w in text.split() if w != "const"]
     return "n" if len(words) == 1 and (words[0] in _NUMBER_TYPES or words[0] in _QUALIFIERS) else "o"
-
