@@ -192,6 +192,10 @@ class Scope:
     params: tuple[str, ...] = ()
     param_types: tuple[str, ...] = ()
     param_defaults: tuple[str, ...] = ()  # each parameter's default's source text, "" for none (Python)
+    # native functions: one letter per parameter, ``p`` a pointer (a `*`/`[]` declarator, `nullptr_t`, a smart
+    # pointer), ``n`` a number or enum-free builtin (`int`, `size_t`, `float`, ...: no pointer converts to it),
+    # ``o`` anything else; ``.`` last when a variadic parameter (`...`, `Args&&... args`) follows
+    param_kinds: str = ""
     decorators: tuple[str, ...] = ()
     bases: tuple[str, ...] = ()
     yields: tuple[int, ...] = ()
@@ -319,11 +323,14 @@ class Import:
 
 @dataclass(frozen=True, slots=True)
 class Field:
-    """A C++ data member with its declared type (smart pointers unwrapped)."""
+    """A C++ data member with its declared type (smart pointers unwrapped);
+    ``held``: the member is an object of that type itself (no pointer,
+    reference, array or smart pointer), built with each object."""
 
     owner: str
     name: str
     type: str
+    held: bool = False
 
 
 @dataclass(frozen=True, slots=True)

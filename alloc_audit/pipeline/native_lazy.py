@@ -36,6 +36,17 @@ below a capacity the branch records (``need > ws_size`` ...
 it: T2, or T5b for a pinned buffer. A free of the buffer later in the same
 call, a local, and a test on arguments alone leave it per call.
 
+Round 29: what a method stores in a member under such a test may be a
+construction or a factory's result too (``if (singleton == nullptr)
+singleton = new Manager(n);``, a class's static member defined in another
+file): the object is kept as the buffer would be. Outside a class, the
+storage may be an entry of a process-lifetime container reached through a
+local reference (``auto& arena = stream ? stream_arenas()[s] :
+device_arenas()[d]; if (!arena) arena = std::make_shared<Arena>();`` where
+each function returns a function-local static): made once per key and kept
+for the process. A reserved address range or managed memory so kept counts
+as device memory does.
+
 A derived site (``impl_->forward(x)``) stands for one allocation of its
 callee (its ``via``, often the per-call output); when the callee, or a method
 of the same object it calls (three calls down), makes such a kept member (this
@@ -76,12 +87,19 @@ def native_lazy_members(sites: Sequence[Site], index: ProjectIndex) -> list[Site
 
 
 def _candidate(site: Site) -> bool:
+    """A direct allocation stored in a member, or (round 29) a construction or a factory's result stored in
+    one (`singleton = new Manager(n)`): the object it builds is kept there as the buffer would be."""
     return (site.tier is Tier.T4 and site.kind is SiteKind.DEVICE and site.language is not Language.PYTHON
-            and site.via is None and bool(site.target))
+            and bool(site.target) and (site.via is None or site.tier_reason.startswith("per call in ")))
+
+
+# what a lazy store outside the function keeps: device memory, pinned host memory, and (round 29) an address
+# range reserved or managed memory (an arena built on `cuMemAddressReserve`)
+_KEPT_KINDS = (SiteKind.DEVICE, SiteKind.PINNED_HOST, SiteKind.VIRTUAL, SiteKind.MANAGED)
 
 
 def _outside_candidate(site: Site) -> bool:
-    return (site.tier in (Tier.T4, Tier.T5A) and site.kind in (SiteKind.DEVICE, SiteKind.PINNED_HOST)
+    return (site.tier in (Tier.T4, Tier.T5A) and site.kind in _KEPT_KINDS
             and site.language is not Language.PYTHON and bool(site.target)
             and (site.tier_reason.startswith("per call in ") or site.tier_reason.startswith("pinned host memory "
                                                                                              "allocated per call in ")))
@@ -253,8 +271,10 @@ def _lazy_outside(site: Site, index: ProjectIndex) -> Site:
     test = _opening_test(func, line, root, index)
     if not test:
         return site
+    stored = static_entry(func, root, index) if root in _declared(func) else ""
     where = f"a member of what the parameter {root} points to" if root in func.scope.params \
-        else f"the file-scope variable {root}"
+        else f"{root}, an entry of storage kept for the process (returned by {stored}: a function-local static)" \
+        if stored else f"the file-scope variable {root}"
     tier = Tier.T5B if site.kind is SiteKind.PINNED_HOST else Tier.T2
     return dataclasses.replace(site, tier=tier, tier_reason=(
         f"created lazily: {func.qualname} stores it in {where} only when `{_short(test)}` (state the branch "
@@ -272,11 +292,46 @@ def _outside_place(target: str, func: Func, index: ProjectIndex) -> tuple[str, s
     if m is None or func.scope is None:
         return None
     root, member = m.group(1), m.group(2)
+    if root in _declared(func) and static_entry(func, root, index):
+        return (root, root)
     if root == "this" or root in _declared(func):
         return None
     if root in func.scope.params:
         return (root, root + "".join(member.split())) if member else None
     return (root, root) if root in _file_scope(func.path, index) else None
+
+
+_HEAD = re.compile(r"^\s*\(?\s*\*?\s*([A-Za-z_][\w:]*)\s*(\(|\[|$)")
+
+
+def static_entry(func: Func, name: str, index: ProjectIndex) -> str:
+    """What process-lifetime storage the local reference ``name`` is bound to
+    (``auto& arena = stream ? stream_arenas()[stream] : global_arenas()[dev];``):
+    declared a reference once, to an entry of (or the whole of) what a project
+    function returns whose every ``return`` hands out a function-local static
+    (``static auto* m = new std::unordered_map<...>{}; return *m;``), on every
+    branch of a conditional; "" if not. A store into it outlives the call."""
+    declared = [a for a in func.assigns if a.type is not None and name in a.targets]
+    if len(declared) != 1 or not declared[0].type or not declared[0].type.rstrip().endswith("&"):
+        return ""
+    decl = declared[0]
+    shown = []
+    for part in re.split(r"\?|(?<!:):(?!:)", decl.value)[-2:] if "?" in decl.value else [decl.value]:
+        head = _HEAD.match(part)
+        if head is None or head.group(2) != "(":
+            return ""
+        calls = [c for c in func.calls if c.span.line == decl.line and c.callee == head.group(1)]
+        targets = [t for c in calls for t in index.resolve(func, c)]
+        if not targets or not all(_returns_static(t) for t in targets):
+            return ""
+        shown.append(head.group(1))
+    return ", ".join(dict.fromkeys(shown))
+
+
+def _returns_static(func: Func) -> bool:
+    """Every ``return`` of ``func`` hands out one of its function-local statics (or what one points to)."""
+    statics = {t for a in func.assigns if a.type and a.type.startswith("static ") for t in a.targets}
+    return bool(func.returns) and all(r.value.strip().lstrip("*&").strip() in statics for r in func.returns)
 
 
 def _declared(func: Func) -> frozenset[str]:

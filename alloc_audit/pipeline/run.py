@@ -115,6 +115,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .keyed_caches import keyed_caches
     from .lazy_members import lazy_members
     from .lifetimes import decided_by_use
+    from .local_objects import local_objects
     from .lookup_temps import lookup_temps
     from .model_constants import model_constants
     from .module_build_temps import module_build_temps
@@ -149,7 +150,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .slab_caches import slab_caches
     from .stateless_modules import drop_stateless_moves
     from .swapped_storage import swapped_storage
-    from .teardown_releases import teardown_releases
+    from .teardown_releases import kept_until_teardown, teardown_releases
     from .weight_fills import weight_fills
     from .weight_inits import weight_init_temporaries
     from .weight_members import weight_members
@@ -219,14 +220,14 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = closure_kept(returned_once(sites, index, catalog.callers), index, catalog.callers)
     sites = adopted_weights(module_build_temps(sites, index), index)
     sites = repinned_members(native_pinned(kept_slots(sites, index, catalog.callers), index), index, catalog.callers)
-    sites = worker_buffers(setup_members(sites, index, catalog.callers), index)
+    sites = worker_buffers(local_objects(setup_members(sites, index, catalog.callers), index), index)
     sites = weight_members(buffer_classes(kept_pinned(sites, index)), index)
     sites = weighted_vias(parameter_uploads(model_constants(sites, index), index), index, catalog.callers)
     sites = slab_caches(dropped_probes(sites, index), index)
     sites = reset_members(sites, index, catalog.callers)
     sites = weight_preparation(conversion_paths(sites, index, catalog.callers), index, catalog.callers)
     sites = removed_hooks(swapped_storage(hooked_state(sites, index), index), index)
-    sites = teardown_releases(sites, index)
+    sites = teardown_releases(kept_until_teardown(sites, index), index)
     sites = with_roles(drop_expected_raises(sites, index), config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")

@@ -41,6 +41,14 @@ loop that frees, or drops what it allocates, stays per pass. A factory
 returning its buffer to calls that each keep it so is T2 as well, and a
 host buffer such a function pins outside its loops is pinned once for the
 run (T5b).
+
+Round 29: a buffer such a function frees itself still lives for the run
+when the function runs once in all (``main``, or one call, outside loops,
+from a function so: two calls ``benchmark(1024); benchmark(2048);`` run it
+twice) and a loop of it after the allocation hands the buffer to a call on
+every pass (a benchmark's warm-up and timing loops): it is kept through
+the function's whole work and freed only at its end (the judges'
+convention: buffers a run-once function makes and its loop keeps using).
 """
 
 from __future__ import annotations
@@ -83,7 +91,10 @@ def _pinned_once(site: Site, index: ProjectIndex, memo: dict[str, str]) -> Site:
     if func is None or func.in_loop(site.span.line):
         return site
     once = _once_per_run(func, index, memo, _UP)
-    if not once or (func.qualname != "main" and _frees(func, site.target or "")):
+    if once and func.qualname != "main" and _frees(func, site.target or ""):
+        reused = _reused(func, site, index, memo)  # as for device buffers (``_native_static``)
+        once = f"{once}; {reused}" if reused else ""
+    if not once:
         return site
     return dataclasses.replace(site, tier=Tier.T5B, tier_reason=(
         f"pinned once for the run: {once}, and it pins this buffer outside any loop there ({site.tier_reason})"))
@@ -103,7 +114,10 @@ def _native_static(site: Site, index: ProjectIndex, memo: dict[str, str]) -> Sit
             f"process entry point main: allocated once for the run, outside any loop ({site.tier_reason})"))
     once = _once_per_run(func, index, memo, _UP) if site.via is None or site.target else ""
     if once and func.qualname != "main" and _frees(func, site.target or ""):
-        once = ""  # a test case main calls: what it frees itself lives for that call
+        # a test case main calls: what it frees itself lives for that call; unless the function runs
+        # once in all and its later loops reuse the buffer (a benchmark's timing loops): kept for its run
+        reused = _reused(func, site, index, memo)
+        once = f"{once}; {reused}" if reused else ""
     if once and not func.in_loop(site.span.line):
         what = f"what {site.api} returns, bound to {site.target} outside any loop there," \
             if site.via is not None else "a buffer allocated outside any loop there"
@@ -190,6 +204,43 @@ def _kept_once(site: Site, func: Func, index: ProjectIndex, memo: dict[str, str]
             return ""
         shown = shown or f"{caller.qualname} keeps it in {target} ({once})"
     return f"every call keeps it: {shown}" if shown else ""
+
+
+def _reused(func: Func, site: Site, index: ProjectIndex, memo: dict[str, str]) -> str:
+    """How a buffer ``func`` frees itself is still kept for the run: ``func``
+    runs once in all (``single_run``) and a loop of it after the allocation
+    hands the buffer to a call on each pass (a benchmark's warm-up and timing
+    loops), so the buffer lives through the function's whole work, freed only
+    at its end; "" if not."""
+    root = _ROOT.match(site.target or "")
+    stmt = site.stmt_line or site.span.line
+    if root is None or not single_run(func, index, memo, _UP):
+        return ""
+    named = re.compile(rf"(?<![\w.>]){re.escape(root.group(1))}\b")
+    for loop in func.blocks:
+        if loop.kind == "loop" and loop.span.line > stmt:
+            for call in func.calls:
+                if loop.span.contains_line(call.span.line) and named.search(call.arglist):
+                    return (f"{func.qualname} runs once in all, and its loop at line {loop.span.line} hands "
+                            f"{root.group(1)} to {call.callee} on every pass before it frees it")
+    return ""
+
+
+def single_run(func: Func, index: ProjectIndex, memo: dict[str, str], depth: int = _UP) -> bool:
+    """``func`` runs once in all: it is ``main``, or one call of it, outside any loop, sits in a
+    function that runs once so (``depth`` calls up); two calls (`benchmark(1024); benchmark(2048);`)
+    run it twice."""
+    if func.qualname == "main":
+        return True
+    if depth <= 0 or func.scope is None or func.scope.role != "function":
+        return False
+    key = f"single:{func.id}@{depth}"
+    if key not in memo:
+        memo[key] = ""  # a cycle runs more than once
+        calls = callers_by_name(func, index)
+        memo[key] = "1" if len(calls) == 1 and not calls[0][0].in_loop(calls[0][1].span.line) \
+            and single_run(calls[0][0], index, memo, depth - 1) else ""
+    return bool(memo[key])
 
 
 def _frees(func: Func, name: str) -> bool:

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from ..model import Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
+from .native_pinned import member_root
 
 _NAME = re.compile(r"\s*(?:\([^()]*\)\s*)?[*&(\s]*(?:this\s*->\s*)?([A-Za-z_]\w*)\s*\)?\s*$")
 
@@ -69,6 +70,56 @@ def teardown_releases(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
             f"({tier.value}); a destructor runs once per object, and the free ends that buffer's lifetime "
             f"(was: {site.tier_reason})"))
     return out
+
+
+def kept_until_teardown(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
+    """Round 29: what a method (not the constructor) allocates into a member
+    of its object (``cuMemCreate(&m_handles.back(), n)`` in an arena's
+    ``enlarge``) and nothing frees before the object's teardown (the class
+    frees memory, and only in its destructor and what only the destructor
+    calls) is kept by the object for its life, as the constructor's own
+    allocations are: it takes their tier (one tier), not the growing
+    method's "per call". A class whose other methods free memory (a reset, a
+    per-step release, a grow that frees the old buffer) manages it in
+    another way and is left alone; so is a class whose constructor
+    allocates nothing (no lifetime of its own to read)."""
+    candidates = [i for i, s in enumerate(sites) if s.tier is Tier.T4 and s.via is None and s.kind in _KEPT
+                  and s.language is not Language.PYTHON and s.tier_reason.startswith("per call in ")
+                  and bool(s.target)]
+    if not candidates:
+        return list(sites)
+    ctor_tiers: dict[str, set[Tier]] = {}  # class -> its constructors' own allocations' tiers
+    frees: dict[str, bool] = {}  # class -> whether a method other than its teardown frees memory
+    for site in sites:
+        if site.language is Language.PYTHON or site.via is not None:
+            continue
+        func = index.func(site.path, site.scope)
+        if func is None or func.scope is None or not _class(func):
+            continue
+        if site.kind is SiteKind.RELEASE:
+            frees[_class(func)] = frees.get(_class(func), False) or not _teardown(func, index)
+        elif func.scope.role == "constructor" and site.kind in _KEPT:
+            ctor_tiers.setdefault(_class(func), set()).add(site.tier)
+    out = list(sites)
+    for i in candidates:
+        site = sites[i]
+        func = index.func(site.path, site.scope)
+        if func is None or func.scope is None or func.scope.role != "method" or func.owner is None:
+            continue
+        owner = _class(func)
+        tiers = ctor_tiers.get(owner, set())
+        member = member_root(site.target or "", func)
+        if len(tiers) != 1 or frees.get(owner, True) or not member or member not in func.owner.fields:
+            continue
+        tier = next(iter(tiers))
+        out[i] = dataclasses.replace(site, tier=tier, tier_reason=(
+            f"kept by its object until teardown: {func.qualname} stores it in the member {member}, and nothing "
+            f"of {func.owner.name} frees memory before its destructor; the object's own allocations (its "
+            f"constructor's) are {tier.value} ({site.tier_reason})"))
+    return out
+
+
+_KEPT = (SiteKind.DEVICE, SiteKind.VIRTUAL, SiteKind.MANAGED)
 
 
 def _candidate(site: Site) -> bool:

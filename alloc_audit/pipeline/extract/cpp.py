@@ -207,6 +207,8 @@ class CppExtractor:
             params: list[str] = []
             types: list[str] = []
             defaults: list[str] = []
+            kinds: list[str] = []
+            variadic = False
             bases: list[str] = []
             if kind in ("function", "lambda"):
                 if kind == "function":
@@ -223,6 +225,12 @@ class CppExtractor:
                         types.append(unwrap_type(self.src.raw(ptype)) if ptype is not None else "")
                         default = p.child_by_field_name("default_value")
                         defaults.append(self.src.text(default, _DEFAULT_CAP) if default is not None else "")
+                        kinds.append(_param_kind(self.src, p))
+                    elif p.type in ("variadic_parameter_declaration", "variadic_parameter") or \
+                            (not p.is_named and p.type == "..."):
+                        variadic = True
+                if plist is not None and any(c.type == "..." for c in plist.children):
+                    variadic = True
             else:
                 for child in node.named_children:
                     if child.type == "base_class_clause":
@@ -240,6 +248,7 @@ class CppExtractor:
                     params=tuple(params),
                     param_types=tuple(types),
                     param_defaults=tuple(defaults) if any(defaults) else (),
+                    param_kinds="".join(kinds) + ("." if variadic else ""),
                     bases=tuple(bases),
                 )
             )
@@ -270,3 +279,32 @@ def _function(scope: str) -> str:
 def extract_cpp(path: str, lang: Language, source: bytes, tree: Any, apis: ApiCatalog,
                 grammar: Language | None = None) -> FileFacts:
     return CppExtractor(path, lang, source, tree, apis).run(grammar or lang)
+
+
+# builtin arithmetic types by name: no pointer (nor `nullptr`) converts to one
+_NUMBER_TYPES = frozenset({
+    "int", "unsigned", "signed", "short", "long", "float", "double", "char", "bool", "size_t", "ssize_t",
+    "ptrdiff_t", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t",
+    "std::size_t", "std::int32_t", "std::int64_t", "std::uint32_t", "std::uint64_t"})
+_QUALIFIERS = frozenset({"const", "volatile", "unsigned", "signed", "long", "short"})
+
+
+def _param_kind(src: Source, param: Any) -> str:
+    """``Scope.param_kinds``' letter for one parameter declaration."""
+    declarator = param.child_by_field_name("declarator")
+    node = declarator
+    for _ in range(8):  # `T* p`, `T p[]`, `T*& p`: a pointer; `const T& x`: what T is
+        if node is None:
+            break
+        if node.type in ("pointer_declarator", "abstract_pointer_declarator", "array_declarator",
+                         "abstract_array_declarator"):
+            return "p"
+        node = node.child_by_field_name("declarator") or (
+            node.named_children[-1] if node.type in ("reference_declarator", "abstract_reference_declarator")
+            and node.named_child_count else None)
+    ptype = param.child_by_field_name("type")
+    text = " ".join(src.raw(ptype).split()) if ptype is not None else ""
+    if "nullptr_t" in text or "_ptr<" in text or text.endswith("_ptr"):
+        return "p"
+    words = [w for w in text.split() if w not in _QUALIFIERS] or [w for w in text.split() if w != "const"]
+    return "n" if len(words) == 1 and (words[0] in _NUMBER_TYPES or words[0] in _QUALIFIERS) else "o"

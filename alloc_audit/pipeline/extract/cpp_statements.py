@@ -3,11 +3,12 @@ control-flow blocks. Part of the C++ extractor (``cpp.py``)."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from ...model import Assign, Block, Field, Return
 from . import common
-from .cpp_names import declared_name, unwrap_type
+from .cpp_names import declared_name, strip_templates, unwrap_type
 from .cpp_sites import strip_this, unwrapped
 
 if TYPE_CHECKING:
@@ -57,6 +58,9 @@ def returns(ext: CppExtractor, nodes: list[Any]) -> list[Return]:
     return out
 
 
+_QUALIFIED = re.compile(r"^(?:(?:const|volatile|mutable)\s+)+")
+
+
 def fields(ext: CppExtractor, nodes: list[Any]) -> list[Field]:
     out = []
     for node in nodes:
@@ -72,7 +76,11 @@ def fields(ext: CppExtractor, nodes: list[Any]) -> list[Field]:
                 continue
             name = declared_name(ext.src, declarator)
             if name:
-                out.append(Field(ext.qualnames[owner_index], name, unwrap_type(ext.src.raw(type_node))))
+                raw = ext.src.raw(type_node)
+                type_name = unwrap_type(raw)
+                held = declarator.type in ("field_identifier", "identifier") and \
+                    strip_templates(_QUALIFIED.sub("", " ".join(raw.split()))) == type_name
+                out.append(Field(ext.qualnames[owner_index], name, type_name, held))
     return out
 
 

@@ -14,6 +14,7 @@ from ...arglists import split_args
 from ...model import Call, Language, Site, SiteKind, Tier, Via
 from .calls import CallGraph
 from .memo import Memo
+from .overloads import OverloadWalk
 from .symbols import ClassInfo, Func, Hop, Reach, Symbols, last_name, sites_of
 
 
@@ -33,6 +34,7 @@ class Factories:
         # By (path, line), those the later stages found.
         self._with_uploads = False
         self._uploads: frozenset[tuple[str, int]] = frozenset()
+        self._overloads = OverloadWalk(symbols, calls.reach, self._upload, self.class_allocates, self._significance)
 
     def reset(self) -> None:
         self._factory.clear()
@@ -60,9 +62,7 @@ class Factories:
                   for f in [self._symbols.func(ctor.path, ctor.qualname + "::<lambda>")] if f is not None]
         reaches = [self._calls.reach(ctor, depth) for ctor in ctors]
         _past_constructors(self._symbols.deps.stack, {sites_of(ctor) for ctor in ctors}, self._symbols.funcs)
-        reached = [r for found in reaches for r in found
-                   if self._upload(r.site) or (not _weight(r.site)
-                                               and not (r.site.tier is Tier.T4 and (r.hops or r.site.kept == "local")))]
+        reached = [r for found in reaches for r in found if self._overloads.counts(r)]
         return min(reached, key=self._significance) if reached else None
 
     def factory_allocation(self, func: Func, depth: int = 3,
@@ -121,7 +121,7 @@ class Factories:
                     inner = self.factory_allocation(target, depth - 1, keep)
                     if inner is None and target.scope is not None and target.scope.role == "constructor" \
                             and target.owner is not None:
-                        inner = self.class_allocates(target.owner, depth - 1)
+                        inner = self._overloads.allocates(target.owner, func, call, depth - 1)
                         if inner is not None and keep is not None and not keep(inner.site):
                             inner = None
                     if inner is not None:
@@ -264,7 +264,7 @@ class Factories:
         cls = self._constructed_class(func, call)
         reach: Reach | None = None
         if cls is not None:
-            reach = self.class_allocates(cls, depth)
+            reach = self._overloads.allocates(cls, func, call, depth)
             if reach is not None and not cls.defined_once:
                 # one C++ name, several definitions (a device-side view and a
                 # host class, in different headers): a caller in one of those
