@@ -123,7 +123,6 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .module_state import module_state
     from .native_pinned import native_pinned
     from .native_uploads import native_uploads
-    from .none_params import drop_none_params
     from .object_moves import object_moves
     from .parameter_uploads import parameter_uploads
     from .per_pass_storage import per_pass_storage
@@ -203,9 +202,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = kept_returns(built_per_pass(module_state(sites, index), index), index, catalog.callers)
     derived = tiers_of_derived(derive_sites(index, facts, catalog.tiers, sites, catalog.apis, catalog.callers), sites,
                                index, catalog.callers)
-    # no-op moves and host factories leave after derive: the constructions and their tiers read them as before
-    sites = drop_placed_return_moves(drop_none_params(sites, index, catalog.apis.py_device_contexts,
-                                                      catalog.apis.py_loader_engines), index)
+    # no-op moves leave after derive: the constructions and their tiers read them as before
+    sites = drop_placed_return_moves(sites, index)
     sites += per_test_holders(built_per_call(derived, index, catalog.callers), index)
     sites = native_uploads(weight_module_constructions(
         kept_submodules(sites, index, catalog.callers), index, catalog.callers), index)
