@@ -21,8 +21,7 @@ it does not resolve, every call by that name) passes for ``P``:
   bound only to one (``None`` is left alone: a factory given it is on the
   default device, and an unguarded `x.to(None)` keeps its site as in
   ``host_moves``; a guarded one is code in-tree calls skip but a user's
-  may run; round 29: ``host_params`` drops both where the parameter's own
-  default is ``None`` and every call leaves it so);
+  may run);
 - a tensor: ``x.cpu()``, ``torch.from_numpy(...)``, or a local of the
   caller every binding of which is such a call or a torch factory given no
   device that is no site there (no default-device context made it one),
@@ -177,23 +176,19 @@ class _HostArgs:
         return _host_local(caller, text, lambda callee: host_producer(caller, callee, self.index))
 
     def _handed_on(self, func: Func) -> bool:
+        """``func``'s name is read as a value (not called) in its own file or
+        a file calling or importing it: `map(f, xs)`, `target=f`, `{"k": f}`."""
         found = self.handed.get(func.id)
         if found is None:
-            found = read_as_value(self.index, func.name, func.path)
+            index = self.index
+            paths = {func.path} | {c.path for c, _ in index.calls_named(func.name)} | {
+                p for p in index.files if index.imported(p, func.name) is not None}
+            word = re.compile(rf"(?<![\w]){re.escape(func.name)}\b(?!\s*\()")
+            found = any(word.search(a.value) for p in paths for f in index.functions_in(p) for a in f.assigns) or \
+                any(word.search(text) for p in paths for f in index.functions_in(p) if f.table is not None
+                    for text in f.table.arglists)
             self.handed[func.id] = found
         return found
-
-
-def read_as_value(index: ProjectIndex, name: str, path: str) -> bool:
-    """``name`` (a function's or a class's) is read as a value (not called) in
-    ``path`` or a file calling or importing it: `map(f, xs)`, `target=f`,
-    `{"k": f}`, `partial(C, ...)`: it may be called by another name."""
-    paths = {path} | {c.path for c, _ in index.calls_named(name)} | {
-        p for p in index.files if index.imported(p, name) is not None}
-    word = re.compile(rf"(?<![\w]){re.escape(name)}\b(?!\s*\()")
-    return any(word.search(a.value) for p in paths for f in index.functions_in(p) for a in f.assigns) or \
-        any(word.search(text) for p in paths for f in index.functions_in(p) if f.table is not None
-            for text in f.table.arglists)
 
 
 def _source(api: str, call: Call) -> tuple[str, str] | None:
