@@ -41,7 +41,7 @@ STAGES = [("index", "build_index"), ("expand", "expand_skipped"), ("default_devi
           ("registered_members", "registered_members"), ("fixture_scoped", "fixture_scoped"), ("roles", "with_roles"),
           ("native_modules", "native_module_state"), ("kept_stores", "stored_later"),
           ("weight_inits", "weight_init_temporaries"), ("kept_submodules", "kept_submodules"),
-          ("keyed_caches", "keyed_caches"), ("weight_state", "weight_state"), ("helper_built", "helper_built"),
+          ("keyed_caches", "keyed_caches"), ("weight_state", "weight_state"),
           ("buffer_classes", "buffer_classes"), ("per_test_holders", "per_test_holders"),
           ("returned_once", "returned_once"), ("module_build_temps", "module_build_temps"),
           ("lookup_temps", "lookup_temps"), ("self_moves", "self_moves"), ("run_accumulators", "run_accumulators"),

@@ -28,11 +28,6 @@ calls the function and where the result goes decide, not the name. Pure.
   one keeps on its object together with caches (``self._ctx =
   Context(kv_cache=kv, noise_pool=pool)`` in ``streaming_reset``) lives
   with those caches until the next reset: request-scoped state, T3.
-- An object with persistent buffers (a derived site) built in a private
-  test helper that a test hands by name to a launcher
-  (``init_distributed(pp=2)(_test_engine)(...)``: once per test) and handed
-  on to a construction that keeps it (``PipelineBlock(p2p=p2p)``) lives for
-  the test: T2. Used and dropped in the helper, it stays per call.
 - A pinned host buffer (T5b, kept on an object) that a per-step function
   stores on an object it was handed and hands back (``batch.output = out``
   ... ``return batch`` in ``forward``) is re-made per call and handed out,
@@ -57,7 +52,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..catalog import CallerGlobs
-from ..globs import matcher, test_path
+from ..globs import matcher
 from ..model import Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
 
@@ -125,14 +120,10 @@ def _local(caller: Func, name: str) -> bool:
 
 def caller_lifetimes(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
     per_step = matcher(globs.per_step) if globs.per_step else None
-    persistent = {(s.path, s.span.line) for s in sites if s.via is None and s.tier is Tier.T2}
     out = []
     for site in sites:
-        via = site.via
-        if site.language is Language.PYTHON and via is not None and site.tier is Tier.T4:
+        if site.language is Language.PYTHON and site.via is not None and site.tier is Tier.T4:
             site = _returned_to_constructors_by_name(site, index)
-            if site.tier is Tier.T4 and (via.path, via.line) in persistent and test_path(site.path):
-                site = _kept_by_test_helper(site, index)
         elif site.language is Language.PYTHON and site.via is None:
             if site.tier is Tier.T2 and site.tier_reason.startswith(_INITIALISER):
                 site = _initialiser_by_callers(site, index)
@@ -349,19 +340,3 @@ def _bundled_with_caches(site: Site, index: ProjectIndex, per_step: Callable[[st
                 f"request-scoped state: handed to {callee}, which {func.qualname} keeps in {target} with the "
                 f"caches until the next reset; {site.tier_reason}"))
     return site
-
-
-def _kept_by_test_helper(site: Site, index: ProjectIndex) -> Site:
-    func = index.func(site.path, site.scope)
-    local = (site.target or "").strip()
-    if func is None or not func.name.startswith("_") or not local.isidentifier():
-        return site
-    word = re.compile(rf"(?<![\w.]){re.escape(func.name)}\b(?!\s*\()")
-    test = next((f for f in index.functions_in(func.path) if f.name.startswith("test") and f is not func
-                 and any(word.search(c.arglist) for c in f.calls)), None)
-    end = max((c.span.end_line for c in func.calls), default=site.span.line)
-    if test is None or not _handed_to_keeper(func, [local], site.span.line, end):
-        return site
-    return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
-        f"built once per test: {test.qualname} hands {func.qualname} to a launcher, and {local} is handed on to "
-        f"an object that keeps it; {site.tier_reason}"))

@@ -31,9 +31,10 @@ Names are evidence, not proof (DESIGN.md, "Lifetime tiers"):
 - a class constructed by a per-step function (``GradientAccumulator(...)``
   in ``TiledMLP.backward``) allocates its constructor's buffers per call;
 - an object with persistent buffers (a derived site) built in a function
-  that runs once (``main``, ``configure*``: ``[callers] once``; one test;
-  or reached only from those or from module level) lives for the run: T2,
-  and so does a buffer such a function keeps on its object (``self.x``).
+  that runs once (``main``, ``configure*``: ``[callers] once``, or reached
+  only from those or from module level) lives for the run: T2, and so does
+  a buffer such a function keeps on its object (``self.x``). A test runs
+  once per case, many in one process: no run-once function (docs/tiers.md 3).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..catalog import CallerGlobs
-from ..globs import matcher, test_path
+from ..globs import matcher
 from ..model import Language, Site, SiteKind, Tier
 from .built_per_pass import class_factories, default_fill
 from .caller_lifetimes import NameMemo, attribute_caller
@@ -114,8 +115,8 @@ def _direct(site: Site, ctx: _Ctx) -> Site:
 def tiers_of_derived(derived: Sequence[Site], direct: Sequence[Site], index: ProjectIndex,
                      globs: CallerGlobs) -> list[Site]:
     """A derived site (an object whose constructor keeps device memory)
-    built in a function that runs once (``main``, ``configure*``, one test,
-    or only reached from those) or returned to constructors only (a
+    built in a function that runs once (``main``, ``configure*``, or only
+    reached from those) or returned to constructors only (a
     ``static`` factory a layer's ``__init__`` calls) holds that memory for
     the run or the object: T2, not per call; one built in the constructor
     of an object a per-step function builds is per call (T4)."""
@@ -130,7 +131,7 @@ def tiers_of_derived(derived: Sequence[Site], direct: Sequence[Site], index: Pro
         func = index.func(site.path, site.scope)
         if site.tier is Tier.T4 and (via.path, via.line) in persistent and func is not None:
             outer = index.func(site.path, site.scope.removesuffix(".<lambda>"))  # a lambda handed to a builder
-            once = _runs_once(func, ctx, tests=True) or (outer is not None and _runs_once(outer, ctx, tests=True))
+            once = _runs_once(func, ctx) or (outer is not None and _runs_once(outer, ctx))
             if once:
                 site = dataclasses.replace(site, tier=Tier.T2, tier_reason=(
                     f"built once: {once}; {site.api} keeps {via.api} ({via.path}:{via.line}) for the run"))
@@ -385,7 +386,7 @@ def _reached_from_load(site: Site, ctx: _Ctx) -> Site:
 
 def _kept_once(site: Site, ctx: _Ctx) -> Site:
     """A buffer kept on the object (``self.x``) by a function that runs once
-    (``main``, ``configure*``, one test, or reached only from those) lives
+    (``main``, ``configure*``, or reached only from those) lives
     as long as the object: T2 (DESIGN.md: kept in ``self.x`` ->
     persistent). Its temporaries stay per call."""
     if site.language is not Language.PYTHON:
@@ -393,21 +394,19 @@ def _kept_once(site: Site, ctx: _Ctx) -> Site:
     func = ctx.index.func(site.path, site.scope)
     if func is None or func.scope is None or func.scope.role not in _FUNCTION_ROLES:
         return site
-    once = _runs_once(func, ctx, tests=True)
+    once = _runs_once(func, ctx)
     if not once:
         return site
     return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
         f"kept in {site.kept} by a function that runs once ({once}): persistent; {site.tier_reason}"))
 
 
-def _runs_once(func: Func, ctx: _Ctx, tests: bool) -> str:
-    """Why ``func`` runs once per process (or once per test), or ""."""
+def _runs_once(func: Func, ctx: _Ctx) -> str:
+    """Why ``func`` runs once per process, or "" (a test is no such function)."""
     if ctx.per_step is not None and ctx.per_step(func.name):
         return ""
     if ctx.once is not None and ctx.once(func.name):
         return f"{func.qualname} runs once"
-    if tests and test_path(func.path) and not func.name.startswith("_") and _stepped(func, ctx) is None:
-        return f"test code: {func.qualname} runs once per test"
     proven, roots = _chain(func, ctx, "once")
     if not proven:
         return ""

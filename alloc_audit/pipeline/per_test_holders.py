@@ -1,25 +1,24 @@
-"""Stage 5, after the derived sites' callers: plain holder objects a test
-builds for itself (issue 11, round 16).
+"""Stage 5, after the derived sites' callers: objects a test builds for
+itself (issue 11, rounds 16, 29, 30).
 
-Input: derived sites tiered by ``tiers_of_derived`` and the project index.
-Output: the same sites, a few re-tiered T4 with a reason naming the class.
+Input: derived sites tiered by ``tiers_of_derived`` and ``built_per_call``,
+and the project index. Output: the same sites, a few re-tiered T4 with a
+reason naming the test.
 
-An object with device buffers built in a test function is "built once"
-(once per test: T2) when it is set-up state the test shares with what it
-drives: a model, a module. A plain class of test code (no base but ``object``, no methods but
-dunders) whose constructor fills attributes with tensors is a holder of the
-test's inputs: bound to a local of one test, never returned, it dies when the
-test ends, like the test's other inputs: per call (T4; DESIGN.md,
-"Lifetime tiers": dropped -> scratch). A torch module or any class with a
-base keeps the tier ``tiers_of_derived`` gave it.
+A test function (``test*``: the runner calls it once per test case, many
+cases in one process) that builds a project class, no torch module, into a
+local that it neither returns, yields (a fixture), aliases nor hands to a
+container or a keeping call, drops the object when it returns: the object
+and whatever it holds (a constructor's T2, a pooled T3 slab) live for one
+test, T4 (docs/tiers.md, section 3). A loop of the test that steps the
+object (an optimizer stepped 100 times) runs inside that one call and
+changes nothing. A torch module keeps its tier (its weights are T1 whoever
+builds them, docs/tiers.md section 2). Pure.
 
-Round 29: any project class that is no torch module, built by a test
-function itself (``test*``: the runner calls it once per test) into a local
-that the test neither returns, yields (a fixture), aliases nor hands to a
-container, and that no loop of the test reads after it is built (an
-optimizer stepped 100 times is set-up state the test reuses: it keeps its
-tier), is per call too: the object and whatever it holds (a pooled slab, T3,
-included) die when the test returns. Pure.
+    def test_pool():
+        pool = KvPool(blocks=64, device="cuda")   # T4: dies with the test
+    def make_pool():
+        return KvPool(blocks=64, device="cuda")   # kept by the caller: not this pass
 """
 
 from __future__ import annotations
@@ -33,8 +32,6 @@ from .default_device import is_module
 from .index import ClassInfo, Func, ProjectIndex
 from .names import has_name
 from .retier import Decision, retier
-
-ONCE_PER_TEST = "runs once per test"  # the reason classify_callers gives a test function
 
 
 def per_test_holders(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
@@ -50,16 +47,11 @@ def per_test_holders(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
         if func is None or not local.isidentifier() or any(has_name(r.value, local, ".", "([.")
                                                            for r in func.returns):
             return None
-        holder = _plain_class(site, index) if site.tier is Tier.T2 and ONCE_PER_TEST in site.tier_reason else None
-        if holder is not None:
-            return Tier.T4, (f"per test: {holder.name} is a plain holder (no base class) of device tensors, bound "
-                             f"to the local {local} of {func.qualname} and dropped when the test ends; "
-                             f"was: {site.tier_reason}")
         built = _built_by_test(site, func, local, index, modules) if site.kind is SiteKind.DEVICE else None
         if built is None:
             return None
         return Tier.T4, (f"per test: {func.qualname} builds {built.name} (no torch module) into the local {local}, "
-                         "used by no loop of the test and neither returned nor kept: it dies, with what it holds, "
+                         "neither returned nor kept: it dies, with what it holds, "
                          f"when the test returns; was: {site.tier_reason}")
 
     return retier(sites, eligible, decide)
@@ -74,7 +66,7 @@ def _built_by_test(site: Site, func: Func, local: str, index: ProjectIndex,
                    modules: dict[str, bool]) -> ClassInfo | None:
     """The project class (no torch module) a test function (``test*``, not a
     generator) builds into ``local``, when nothing after the build keeps the
-    object (an alias, a container, a keeping call) and no loop reads it."""
+    object (an alias, a container, a keeping call)."""
     scope = func.scope
     if scope is None or scope.yields or not func.name.startswith("test") or "<" in func.qualname:
         return None
@@ -83,34 +75,11 @@ def _built_by_test(site: Site, func: Func, local: str, index: ProjectIndex,
         return None
     line = site.span.end_line
     word = re.compile(rf"\b{re.escape(local)}\b")
-    loops = [b.span for b in func.blocks if b.kind == "loop" and b.span.end_line > line]
-    for a in func.assigns:
-        if a.line > line and word.search(a.value) and (
-                a.value.strip() == local or any(s.contains_line(a.line) for s in loops)):
-            return None  # aliased (`other = obj`), or read in a loop
+    if any(a.line > line and a.value.strip() == local for a in func.assigns):
+        return None  # aliased (`other = obj`)
     for c in func.calls:
         if c.span.line <= line or not (word.search(c.arglist) or word.match(c.callee)):
             continue
-        if _KEEPS.search(c.callee) or any(s.contains_line(c.span.line) for s in loops) \
-                or re.search(rf"[\[{{][^\]}}]*\b{re.escape(local)}\b", c.arglist):
-            return None  # handed to a container (`jit(m, transforms=[t])`), or used by a loop of the test
+        if _KEEPS.search(c.callee) or re.search(rf"[\[{{][^\]}}]*\b{re.escape(local)}\b", c.arglist):
+            return None  # handed to a container (`jit(m, transforms=[t])`) or a keeping call
     return classes[0]
-
-
-def _plain_class(site: Site, index: ProjectIndex) -> ClassInfo | None:
-    """The class the site constructs, when its constructor holds the
-    underlying allocation, it has no base but ``object``, it is defined in
-    test code and has no methods but dunders (a holder of inputs, not a
-    wrapper with a workspace it plans and runs with)."""
-    via = site.via
-    if via is None:
-        return None
-    name = site.api.rsplit(".", 1)[-1]
-    for func in index.functions_in(via.path):
-        owner = func.owner
-        if (func.scope is not None and func.scope.role == "constructor" and owner is not None
-                and owner.name == name and func.scope.span.contains_line(via.line)):
-            holder = all(b in ("object", "") for b in owner.bases) and test_path(via.path) and all(
-                m.startswith("__") for m in owner.methods)
-            return owner if holder else None
-    return None

@@ -98,7 +98,6 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .fixture_scoped import fixture_scoped
     from .grown_params import grown_params
     from .guarded_setup import guarded_setup
-    from .helper_built import helper_built
     from .hook_closures import hook_closures
     from .hooked_state import hooked_state
     from .host_args import drop_host_args
@@ -134,7 +133,6 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .registered_members import registered_members
     from .released_entries import released_entries
     from .removed_hooks import removed_hooks
-    from .repeated_test_calls import repeated_test_calls
     from .repinned_members import repinned_members
     from .reset_members import reset_members
     from .returned_once import returned_once
@@ -194,7 +192,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = drop_host_param_moves(drop_host_returns(drop_cpu_locals(sites, index), index), index)
     sites = drop_host_args(sites, index)
     sites = drop_gpu_return_moves(drop_same_device_moves(sites, index), index)
-    sites = repeated_test_calls(tiers_from_callers(sites, index, catalog.callers), index)
+    sites = tiers_from_callers(sites, index, catalog.callers)
     sites = dropped_objects(built_per_call(sites, index, catalog.callers), index)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers,
                          catalog.apis.py_non_retaining)
@@ -213,7 +211,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = grown_params(lazy_members(sites, index), index)
     sites = weight_state(keyed_caches(guarded_setup(run_once(self_moves(sites, index), index), index), index), index)
     sites = kept_accumulators(run_accumulators(sites, index, catalog.callers), index, catalog.callers)
-    sites = helper_built(kept_results(sites, index, catalog.callers), index)
+    sites = kept_results(sites, index, catalog.callers)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = closure_kept(returned_once(sites, index, catalog.callers), index, catalog.callers)
     sites = adopted_weights(module_build_temps(sites, index), index)
