@@ -67,6 +67,7 @@ from ..catalog import CallerGlobs
 from ..globs import matcher, test_path
 from ..model import Assign, Language, Site, SiteKind, Tier
 from .built_per_pass import class_factories
+from .fixture_scoped import shared_fixture
 from .index import ClassInfo, Func, ProjectIndex
 from .names import has_name, has_word, starts_with_word
 from .retier import Decision, retier
@@ -169,6 +170,7 @@ def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
         return ""
     named = []
     pending: list[ClassInfo] = []
+    tests: list[Func] = []
     owner = ctors[0].owner
     value = _value_copy(owner, index) if owner is not None and per_call is not None else ""
     for builder in builders:
@@ -186,8 +188,11 @@ def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
                 continue
             named.append(f"{builder.qualname} of a per-call {builder.owner.name}")
             continue
-        if _own_copy(builder, owner, index) or test_path(builder.path):
-            continue  # `return Keypoints(self.tensor[item])` in `Keypoints.__getitem__`, or a test: no evidence
+        if _own_copy(builder, owner, index):
+            continue  # `return Keypoints(self.tensor[item])` in `Keypoints.__getitem__`: no evidence
+        if test_path(builder.path):
+            tests.append(builder)  # no evidence beside other builders; alone, a test's object lives one case
+            continue
         stepper = _stepper(builder, index, per_step)
         if builder.scope.role not in _PLAIN or keeps(builder, owner, index, per_call, stepper is not None) \
                 or _result_kept(builder, index):
@@ -201,12 +206,34 @@ def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
             named.append(builder.qualname if stepper is builder else f"{builder.qualname} <- {stepper.qualname}")
     if value and not named and not pending:
         named.append("tests only")
+    elif (per_call is not None and not named and not pending and tests and owner is not None
+          and all(test_path(p) for p in owner.paths) and all(_per_test(t, index) for t in tests)):
+        more = f", +{len(tests) - 1} more" if len(tests) > 1 else ""
+        named.append(f"only tests build it ({tests[0].qualname}{more}), an object per test case")
     if not named or (unbuilt is not None and not all(unbuilt(sub) for sub in pending)):
         return ""
     if value:
         named[0] = f"a value class ({value} returns a new {owner.name if owner else 'object'}): {named[0]}"
     shown = ", ".join(named[:3]) + (f", +{len(named) - 3} more" if len(named) > 3 else "")
     return shown
+
+
+# set-up a test runner runs once for many tests (unittest's and pytest's class and module set-up)
+_SHARED_SET_UP = frozenset({"setUpClass", "setup_class", "setUpModule", "setup_module"})
+
+
+def _per_test(builder: Func, index: ProjectIndex) -> bool:
+    """A function of test code that builds an object for one test case: a
+    test, a helper or a function-scoped fixture, not module-level code nor
+    a class's or module's set-up, nor a fixture shared by a wider scope
+    (docs/tiers.md, section 3). Asked for classes of test code only: a
+    production class only tests build is code the tree does not use, judged
+    as a user would build it (its constructor's tier)."""
+    scope = builder.scope
+    if scope is None or scope.role not in _PLAIN or builder.name in _SHARED_SET_UP or shared_fixture(builder, index):
+        return False
+    callers = (index.funcs.get(fid) for fid, d in index.callers_within([builder], 1).items() if d == 1)
+    return not any(c is not None and c.name in _SHARED_SET_UP for c in callers)  # a helper of a class's set-up
 
 
 def _value_copy(owner: ClassInfo, index: ProjectIndex) -> str:

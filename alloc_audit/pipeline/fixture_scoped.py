@@ -30,12 +30,12 @@ def fixture_scoped(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
         func = index.func(site.path, site.scope)
         if func is None or func.scope is None or func.scope.role != "function" or not returned_value(site, func):
             return None
-        if _shared_fixture(func, index):
+        if shared_fixture(func, index):
             return Tier.T2, (f"set up once: {func.qualname} is a pytest fixture shared by the tests of its "
                              f"scope, and returns it; was: {site.tier_reason}")
         dist = index.callers_within([func], 1)
         callers = [index.funcs[fid] for fid, d in sorted(dist.items()) if d == 1 and fid in index.funcs]
-        if not callers or not all(_shared_fixture(c, index) for c in callers):
+        if not callers or not all(shared_fixture(c, index) for c in callers):
             return None
         return Tier.T2, (f"set up once: {func.qualname} returns it, called only by pytest fixtures shared by "
                          f"the tests of their scope ({', '.join(c.qualname for c in callers[:2])}); "
@@ -57,7 +57,7 @@ def returned_value(site: Site, func: Func) -> bool:
     return any(has_name(r.value, target, ".", "([.") for r in func.returns)
 
 
-def _shared_fixture(func: Func, index: ProjectIndex) -> bool:
+def shared_fixture(func: Func, index: ProjectIndex) -> bool:
     """Decorated ``@pytest.fixture(scope=...)`` with a scope wider than a
     test: the decorator's call sits in the enclosing scope, just above the
     ``def`` (within one line per decorator)."""
