@@ -36,6 +36,7 @@ level. One function's text decides it, whatever else the scan holds.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable
 from typing import Any
@@ -44,7 +45,6 @@ _PY_TEST = re.compile(r"^\(*\s*(not\s+)?([A-Za-z_]\w*)\s*\)*$|^\(*\s*([A-Za-z_]\
 _CPP_TEST = re.compile(r"^\(\s*(!\s*)?\(*\s*([A-Za-z_]\w*)\s*\)*\s*\)$")
 _PY_LITERALS = frozenset({"true", "false", "none", "integer"})
 _CPP_LITERALS = frozenset({"true", "false", "null", "number_literal", "nullptr"})
-_PY_FUNCTIONS = frozenset({"function_definition"})
 _CPP_FUNCTIONS = frozenset({"function_definition", "lambda_expression"})
 # where a name is bound (Python) when the occurrence is in the node's left part
 _PY_BINDERS = frozenset({"augmented_assignment", "for_statement", "for_in_clause", "named_expression"})
@@ -55,6 +55,12 @@ _PY_BINDING_PARENTS = frozenset({
     "dictionary_splat_pattern", "case_pattern", "keyword_pattern", "with_item", "except_clause",
     "import_from_statement", "import_statement"})
 _PY_PACKING = frozenset({"tuple", "list", "parenthesized_expression", "expression_list"})
+# a binding of a literal in the text (`%s` the name): a cheap test before the function's nodes are walked
+# (a word character, `.` or `>` before the name makes it another name or a member)
+_PY_BINDS = re.compile(rb"\b([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=[ \t]*(?:True|False|None|\d)")
+_CPP_BINDS = re.compile(rb"\b([A-Za-z_]\w*)[ \t]*=[ \t]*(?:true|false|nullptr|NULL|\d)")
+_WORD = re.compile(rb"[A-Za-z_$][\w$]*")
+_BEFORE = frozenset(bytes([c]) for c in b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.>")
 _CPP_LOOPS = frozenset({"for_statement", "for_range_loop", "while_statement", "do_statement"})
 
 
@@ -64,12 +70,16 @@ class ConstantBranches:
     ``if``). ``ancestry`` is the extractor's ``Ancestry`` (``Node.parent``
     walks down from the root on every call)."""
 
-    def __init__(self, source: bytes, ifs: list[Any], ancestry: Any, cpp: bool = False) -> None:
+    def __init__(self, source: bytes, ifs: list[Any], functions: list[Any], ancestry: Any, cpp: bool = False) -> None:
         self.src = source
         self.cpp = cpp
         self.parent_of: Callable[[Any], Any | None] = ancestry.parent
         self.ancestors_of: Callable[[Any], list[Any]] = ancestry.ancestors
-        self._names: dict[int, dict[str, list[Any]]] = {}  # function start -> name -> its identifier nodes
+        self.functions = sorted(functions, key=lambda n: n.start_byte)  # the file's function (and lambda) nodes
+        self._starts = [n.start_byte for n in self.functions]
+        self._seen: dict[tuple[int, str], list[Any]] = {}  # (function start, name) -> its identifier nodes
+        self._binds: dict[str, list[int]] | None = None  # name -> where the file's text binds it to a literal
+        self._words: dict[int, dict[bytes, list[int]]] = {}  # function start -> its words -> where they start
         self.dead: list[Any] = []
         for node in ifs:
             self.dead += self._dead_parts(node)
@@ -134,11 +144,17 @@ class ConstantBranches:
     def _constant(self, if_node: Any, name: str) -> str | None:
         """The one literal every binding of ``name`` in the function holding
         ``if_node`` binds; None if there is none or anything else binds it."""
-        kinds = _CPP_FUNCTIONS if self.cpp else _PY_FUNCTIONS
-        func = next((a for a in self.ancestors_of(if_node) if a.type in kinds), None)
+        func = self._function_of(if_node)
         if func is None:
-            return None
-        occurrences = self._occurrences(func).get(name, [])
+            return None  # module level
+        if self._binds is None:  # where the file's text binds a name to a literal, found in one pass
+            self._binds = {}
+            for m in (_CPP_BINDS if self.cpp else _PY_BINDS).finditer(self.src):
+                if m.start() == 0 or self.src[m.start() - 1:m.start()] not in _BEFORE:
+                    self._binds.setdefault(m.group(1).decode("utf-8", "replace"), []).append(m.start())
+        if not any(func.start_byte <= at < func.end_byte for at in self._binds.get(name, ())):
+            return None  # no `NAME = literal` in the function's text: nothing to walk
+        occurrences = self._occurrences(func, name)
         if self.cpp and not any(self._declared_here(occ) for occ in occurrences):
             return None  # a member or a global: other functions set it
         literals: set[str] = set()
@@ -151,18 +167,36 @@ class ConstantBranches:
             literals.add(bound)
         return literals.pop() if len(literals) == 1 else None
 
-    def _occurrences(self, func: Any) -> dict[str, list[Any]]:
-        found = self._names.get(func.start_byte)
+    def _function_of(self, node: Any) -> Any | None:
+        """The innermost function holding ``node`` (a nested one starts after the one it is in)."""
+        at = bisect.bisect_right(self._starts, node.start_byte)
+        for func in reversed(self.functions[:at]):
+            if node.end_byte <= func.end_byte:
+                return func
+        return None
+
+    def _occurrences(self, func: Any, name: str) -> list[Any]:
+        """The identifier nodes spelling ``name`` in ``func``, found in its text (once per function and name)."""
+        key = (func.start_byte, name)
+        found = self._seen.get(key)
         if found is None:
-            found = self._names[func.start_byte] = {}
-            stack = [func]
-            while stack:
-                node = stack.pop()
-                if node.type == "identifier":
-                    found.setdefault(self._text(node), []).append(node)
-                elif node.child_count:
-                    stack.extend(node.children)
+            found = self._seen[key] = self._find(func, name)
         return found
+
+    def _find(self, func: Any, name: str) -> list[Any]:
+        words = self._words.get(func.start_byte)
+        if words is None:  # the function's words by spelling, found in one pass
+            words = self._words[func.start_byte] = {}
+            for m in _WORD.finditer(self.src, func.start_byte, func.end_byte):
+                words.setdefault(m.group(0), []).append(m.start())
+        out = []
+        key = name.encode()
+        for at in words.get(key, ()):
+            node = func.descendant_for_byte_range(at, at + len(key))
+            if node is not None and node.type == "identifier" and node.start_byte == at \
+                    and node.end_byte == at + len(key):
+                out.append(node)
+        return out
 
     def _literal(self, node: Any | None, kinds: frozenset[str]) -> str | None:
         if node is None or node.type not in kinds:

@@ -95,7 +95,8 @@ class CppExtractor:
         cpp_sites.calls(self, get("call", []), calls, sites)
         cpp_sites.news(self, get("new", []), calls, sites)
         # calls and sites in a branch on a function-local constant that cannot run (constant_branches)
-        branches = constant_branches.ConstantBranches(self.src.data, get("if", []), self.up, cpp=True)
+        functions = get("def", []) + get("lambda", [])
+        branches = constant_branches.ConstantBranches(self.src.data, get("if", []), functions, self.up, cpp=True)
         if branches.ranges:
             dead = [self.src.span(n) for n in branches.dead]
             calls = [c for c in calls if not any(d.contains(c.span) for d in dead)]

@@ -128,7 +128,7 @@ class PythonExtractor:
         self.host_locals = python_statements.host_locals(assigns, {
             (self.scope_name(self.containers.innermost(start)), name) for start, name in self.rhs_targets.items()})
         # calls in a branch on a function-local constant that cannot run (constant_branches)
-        branches = constant_branches.ConstantBranches(self.src.data, get("if", []), self.up)
+        branches = constant_branches.ConstantBranches(self.src.data, get("if", []), get("def", []), self.up)
         call_nodes = [n for n in get("call", []) if not branches.holds(n)] if branches.ranges else get("call", [])
         calls, sites = python_sites.calls(self, call_nodes, get("with", []))
         returns = python_statements.returns(self, get("return", []))
