@@ -94,3 +94,30 @@ def _strip_comments(text: str) -> str:
 
 def call_args(call: Call, cpp: bool = False) -> tuple[Arg, ...]:
     return split_args(call.arglist, cpp)
+
+
+def pointer_target(arg: str) -> str:
+    """What a native out-parameter argument names: `(void**)&p`,
+    `reinterpret_cast<void**>(&this->p)`, `&p` -> `p`; a plain
+    pointer-to-pointer `pp` -> `*pp` (what it points at is filled)."""
+    a = arg.strip()
+    for _ in range(4):
+        m = re.fullmatch(r"\(\s*[\w:<>\s\*&]+\)\s*(.*)", a, re.S) or re.fullmatch(
+            r"(?:reinterpret_cast|static_cast|const_cast)\s*<[^>]*>\s*\((.*)\)", a, re.S
+        )
+        if m is None:
+            break
+        a = m.group(1).strip()
+    if a.startswith("(") and a.endswith(")"):
+        a = a[1:-1].strip()
+    if a.startswith("&"):
+        a = a[1:].strip()
+        if a.startswith("(") and a.endswith(")"):
+            a = a[1:-1].strip()
+        return _without_this(a)
+    return "*" + _without_this(a)
+
+
+def _without_this(a: str) -> str:
+    a = a.replace(" ", "")
+    return a[6:] if a.startswith("this->") else a

@@ -149,3 +149,19 @@ def test_lone_macro_line_kept_as_the_last_template_argument() -> None:
     data = b"f(kernel<\n    float,\n    EMIT_RELU\n  >, attr);\nCUTLASS_PRAGMA_UNROLL\nfor (;;) {}\n"
     masked = parse_source(data, Language.CUDA, (), (), True).source
     assert masked == data.replace(b"CUTLASS_PRAGMA_UNROLL", b" " * 21)
+
+
+@pytest.mark.parametrize("line", [b"    disallowed_tokens: list[int] or None\n", b"    x: dict[str, int] or None = None\n"])
+def test_subscripted_annotation_or_none_reads_as_a_union(line: bytes) -> None:
+    # exllama v1's generator.py: a subscript then `or` is an error to the grammar (`int or None` is not)
+    data = b"class Settings:\n" + line + b"    beams: int or None\n\n    def f(self):\n        return a[0] or b\n"
+    parsed = parse_source(data, Language.PYTHON)
+    assert error_summary(parsed) is None
+    assert parsed.source.replace(b"|  None", b"or None") == data  # same length, the `or` only
+
+
+def test_annotation_repair_leaves_expressions_after_a_keyword() -> None:
+    data = b"if x:\n    pass\nelse: a[0] or b\nclass C:\n    y: list[int] or None\n"
+    parsed = parse_source(data, Language.PYTHON)
+    assert error_summary(parsed) is None
+    assert b"else: a[0] or b" in parsed.source

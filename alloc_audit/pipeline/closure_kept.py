@@ -54,7 +54,7 @@ def closure_kept(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs)
         if not runner:
             return None
         closures = _returned_closures(func, index)
-        reader = next((c for c in closures if _reads_free(c, local)), None)
+        reader = next((c for c in closures if reads_free(c, local)), None)
         if reader is None:
             return None
         if per_step is not None:
@@ -92,7 +92,7 @@ def _returned_closures(func: Func, index: ProjectIndex) -> list[Func]:
             if f.qualname.startswith(prefix) and "." not in f.qualname[len(prefix):] and f.name in returned]
 
 
-def _reads_free(closure: Func, name: str) -> bool:
+def reads_free(closure: Func, name: str) -> bool:
     """``closure`` reads ``name`` of the enclosing function: not its own
     parameter, never bound in it, and named in a call, a value or a return."""
     params = closure.scope.params if closure.scope is not None else ()

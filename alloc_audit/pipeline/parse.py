@@ -70,10 +70,13 @@ def parse_source(data: bytes, lang: Language, attribute_macros: tuple[str, ...] 
         if tree.root_node.has_error:
             # `return a, *rest` (valid since Python 3.8) is an error to the
             # grammar; the star blanked (`return a,  rest`) reads the same to
-            # the census, at the same positions
+            # the census, at the same positions. So is an annotation `x:
+            # list[int] or None` (a subscript, then `or`: the grammar reads the
+            # subscript as a generic type, which takes no `or`); as `x:
+            # list[int] |  None` it is the union it means
             repaired = data
-            for _ in range(8):  # one star per line and pass
-                again = _RETURN_STARRED.sub(rb"\1 ", repaired)
+            for _ in range(8):  # one star (one `] or`) per line and pass
+                again = _ANNOTATION_OR.sub(rb"\1| ", _RETURN_STARRED.sub(rb"\1 ", repaired))
                 if again == repaired:
                     break
                 repaired = again
@@ -124,6 +127,11 @@ def parse_source(data: bytes, lang: Language, attribute_macros: tuple[str, ...] 
 
 # a starred element after a comma on a `return`/`yield` line
 _RETURN_STARRED = re.compile(rb"(?m)(^[ \t]*(?:return|yield)[ \t][^\n#]*?,[ \t]*)\*(?=[\w(\[])")
+# an annotation statement (`name: T[...] or None`, no `=` before the `or`) whose type is a
+# subscript followed by `or`; no keyword heads it (`else: a[0] or b` is no annotation)
+_ANNOTATION_OR = re.compile(rb"(?m)(^[ \t]*(?!(?:else|try|finally|lambda|except|case|match|with|for|while|if|elif"
+                            rb"|def|class|return|yield|assert|del|print|global|nonlocal|async|await)\b)"
+                            rb"[A-Za-z_]\w*[ \t]*:[ \t]*[^\n=#:]*\][ \t]+)or(?=[ \t])")
 
 # a directive with its `\\`-continued lines (`#if defined(X) && \\` + condition)
 _DIRECTIVE = re.compile(rb"(?m)^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|endif)\b(?:[^\n]*\\\n)*[^\n]*")

@@ -144,6 +144,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .script_intermediates import script_intermediates
     from .self_moves import self_moves
     from .setup_members import setup_members
+    from .setup_uploads import setup_uploads
     from .slab_caches import slab_caches
     from .stateless_modules import drop_stateless_moves
     from .swapped_storage import swapped_storage
@@ -209,7 +210,8 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = per_pass_storage(pinned_containers(released_entries(sites, index), index), index)
     sites = returned_scratch(weight_fills(sites, index, catalog.callers), index)
     sites = grown_params(lazy_members(sites, index), index)
-    sites = weight_state(keyed_caches(guarded_setup(run_once(self_moves(sites, index), index), index), index), index)
+    sites = setup_uploads(run_once(self_moves(sites, index), index), index)
+    sites = weight_state(keyed_caches(guarded_setup(sites, index), index), index)
     sites = kept_accumulators(run_accumulators(sites, index, catalog.callers), index, catalog.callers)
     sites = kept_results(sites, index, catalog.callers)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)

@@ -27,6 +27,14 @@ are. One it uses only outside loops (a warm-up input, a one-shot
 forward), rebinds after the site (outside a sibling branch of the site's
 ``if``), or makes inside the loop stays per call, and so does a read-only
 local of a function the entry point calls (it dies when that returns).
+
+Round 30: an entry point with no loop of its own that binds a buffer a
+function nested in it reads (a free name), and hands that function by
+name to calls that run it again and again (two calls or more, or a project
+function calling the parameter it arrives in inside a loop:
+``def bwd(): op(x, dx)`` ... ``_do_bench(bwd, warmup, rep)``), reuses the
+buffer on every run of the closure: T2. A buffer the closure does not
+read, or a closure handed to one call that runs it once, stays per call.
 """
 
 from __future__ import annotations
@@ -34,9 +42,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from ..arglists import split_args
 from ..catalog import CallerGlobs
 from ..globs import matcher
-from ..model import Block, Site, Tier
+from ..model import Block, Call, Site, Tier
+from .closure_kept import reads_free
 from .index import Func, ProjectIndex
 from .index.values import rebound_between
 from .loop_calls import script_entry
@@ -65,13 +75,20 @@ def run_accumulators(sites: Sequence[Site], index: ProjectIndex, globs: CallerGl
 def _decide(site: Site, index: ProjectIndex, once: Callable[[str], bool], per_step: Callable[[str], bool],
             memo: dict[str, bool]) -> Decision | None:
     func = index.func(site.path, site.scope)
-    if func is None or func.scope is None or not any(b.kind == "loop" for b in func.blocks):
+    if func is None or func.scope is None:
         return None
     line = site.span.line
     if func.in_loop(line):
         return None  # made per pass of a loop
     name = _bound_name(site, func)
     if name is None:
+        return None
+    if not any(b.kind == "loop" for b in func.blocks):
+        rerun = _rerun_closure(func, name, site, index) if _entry_point(func, index) else ""
+        if rerun and not _rebound_later(func, name, site) \
+                and _runs_once(func, index, once, per_step, _DEPTH, frozenset(), memo):
+            return Tier.T2, (f"made once in the entry point {func.qualname} and read by {rerun}: kept for the "
+                             f"run; was: {site.tier_reason}")
         return None
     loops = [b for b in func.blocks if b.kind == "loop" and b.span.line > line]
     update = next((u for u in _updates(func, name) if any(b.span.contains_line(u) for b in loops)), None)
@@ -132,6 +149,39 @@ def _entry_point(func: Func, index: ProjectIndex) -> bool:
     callers = [index.funcs[fid] for fid, d in index.callers_within([func], 1).items()
                if d == 1 and fid in index.funcs and fid != func.id]
     return not callers or script_entry(func, callers)
+
+
+def _rerun_closure(func: Func, name: str, site: Site, index: ProjectIndex) -> str:
+    """Round 30: a function nested in ``func`` that reads ``name`` (a free
+    name) and that ``func`` hands by name, after the site, to calls that
+    run it again and again: two calls or more, or a project function that
+    calls the parameter it arrives in inside a loop (a benchmark's
+    ``_do_bench(bwd, warmup, rep)``); "" if none. The closure's runs reuse
+    the one buffer, as a loop of the entry point would."""
+    prefix = f"{func.qualname}."
+    for closure in index.functions_in(func.path):
+        if not closure.qualname.startswith(prefix) or "." in closure.qualname[len(prefix):] \
+                or not reads_free(closure, name):
+            continue
+        handed = [c for c in func.calls if c.span.line > site.span.line
+                  and any(a.text.strip() == closure.name for a in split_args(c.arglist))]
+        if len(handed) > 1:
+            return f"the nested {closure.name}, which it hands to {len(handed)} calls ({handed[0].callee}, ...)"
+        for call in handed:
+            for callee in index.resolve(func, call):
+                if _loops_parameter(callee, call, closure.name):
+                    return f"the nested {closure.name}, which {callee.qualname} calls in a loop"
+    return ""
+
+
+def _loops_parameter(callee: Func, call: Call, name: str) -> bool:
+    """``callee`` calls, inside one of its loops, the parameter that ``call`` hands ``name`` in."""
+    params = callee.scope.params if callee.scope is not None else ()
+    args = split_args(call.arglist)
+    at = next((i for i, a in enumerate(args) if a.keyword is None and a.text.strip() == name), None)
+    keyword = next((a.keyword for a in args if a.keyword is not None and a.text.strip() == name), None)
+    param = keyword if keyword is not None else params[at] if at is not None and at < len(params) else None
+    return bool(param) and any(c.callee == param and callee.in_loop(c.span.line) for c in callee.calls)
 
 
 def _read_in(func: Func, name: str, loops: list[Block]) -> int | None:

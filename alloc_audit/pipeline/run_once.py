@@ -49,6 +49,11 @@ twice) and a loop of it after the allocation hands the buffer to a call on
 every pass (a benchmark's warm-up and timing loops): it is kept through
 the function's whole work and freed only at its end (the judges'
 convention: buffers a run-once function makes and its loop keeps using).
+
+Round 30: a derived site of a helper that fills its out-parameter
+(``device_malloc(&w, n)`` over ``cudaMalloc((void**)ptr, ...)``) carries
+the argument as its target (``w``, index/factories.py), so the rules above
+read it as they read ``cudaMalloc(&w, n)``.
 """
 
 from __future__ import annotations
@@ -274,7 +279,7 @@ def _set_up_loop(func: Func, line: int, target: str, index: ProjectIndex) -> str
         if call.span.line <= line or not inner.contains_line(call.span.line) or not word.search(call.arglist):
             continue
         owner = _OBJECT.match(call.callee)
-        if owner is not None and owner.group(1) not in declared and _keeps_argument(func, call, word, index):
+        if owner is not None and owner.group(1) not in declared and keeps_argument(func, call, word, index):
             return f"hands it to {call.callee}, which keeps it"
     for a in func.assigns:
         if a.line > line and inner.contains_line(a.line) and a.op == "=" and word.fullmatch(a.value.strip()) \
@@ -284,7 +289,7 @@ def _set_up_loop(func: Func, line: int, target: str, index: ProjectIndex) -> str
     return ""
 
 
-def _keeps_argument(func: Func, call: Call, word: re.Pattern[str], index: ProjectIndex) -> bool:
+def keeps_argument(func: Func, call: Call, word: re.Pattern[str], index: ProjectIndex) -> bool:
     """The method ``call`` hands the pointer to keeps it: a container's
     insertion (``push_back``), or a project method that stores the
     parameter it arrives in (``out_[i] = p``, ``outs_.push_back(p)``); an

@@ -29,7 +29,7 @@ from ...model import (
     Site,
 )
 from ..parse import language
-from . import common, cpp_meta, cpp_sites, cpp_statements, dead_code
+from . import common, constant_branches, cpp_meta, cpp_sites, cpp_statements, dead_code
 from .common import Containers, Source
 from .cpp_names import declared_name, function_declarator, strip_templates, unwrap_type
 
@@ -94,6 +94,13 @@ class CppExtractor:
         cpp_statements.member_inits(self, get("finit", []), assigns)
         cpp_sites.calls(self, get("call", []), calls, sites)
         cpp_sites.news(self, get("new", []), calls, sites)
+        # calls and sites in a branch on a function-local constant that cannot run (constant_branches)
+        functions = get("def", []) + get("lambda", [])
+        branches = constant_branches.ConstantBranches(self.src.data, get("if", []), functions, self.up, cpp=True)
+        if branches.ranges:
+            dead = [self.src.span(n) for n in branches.dead]
+            calls = [c for c in calls if not any(d.contains(c.span) for d in dead)]
+            sites = [s for s in sites if not any(d.contains(s.span) for d in dead)]
         meta = self.registered()[0]
         if meta:  # a Meta-key kernel allocates meta tensors: no memory
             sites = [s for s in sites if _function(s.scope) not in meta]

@@ -9,7 +9,7 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING, Any
 
-from ...arglists import split_top_level
+from ...arglists import pointer_target, split_top_level
 from ...catalog import ApiSpec
 from ...model import Arg, Assign, Call, Site, SiteKind
 from . import common, cpp_host
@@ -21,27 +21,6 @@ if TYPE_CHECKING:
     from .cpp import CppExtractor
 
 ARGLIST_CAP = 400
-
-def _strip_address(arg: str) -> str:
-    """`(void**)&p`, `reinterpret_cast<void**>(&this->p)`, `&p` -> `p`; a
-    plain pointer-to-pointer parameter `pp` -> `*pp`."""
-    a = arg.strip()
-    for _ in range(4):
-        m = re.fullmatch(r"\(\s*[\w:<>\s\*&]+\)\s*(.*)", a, re.S) or re.fullmatch(
-            r"(?:reinterpret_cast|static_cast|const_cast)\s*<[^>]*>\s*\((.*)\)", a, re.S
-        )
-        if m is None:
-            break
-        a = m.group(1).strip()
-    if a.startswith("(") and a.endswith(")"):
-        a = a[1:-1].strip()
-    if a.startswith("&"):
-        a = a[1:].strip()
-        if a.startswith("(") and a.endswith(")"):
-            a = a[1:-1].strip()
-        return strip_this(a)
-    return "*" + strip_this(a)
-
 
 def strip_this(a: str) -> str:
     a = a.replace(" ", "")
@@ -300,7 +279,7 @@ def add_site(ext: CppExtractor, sites: list[Site], node: Any, spec: ApiSpec, sco
     if spec.target.startswith("arg:"):
         index = int(spec.target[4:])
         if index < len(args):
-            target = _strip_address(args[index].text)
+            target = pointer_target(args[index].text)
             if kind is SiteKind.RELEASE:
                 target = target.lstrip("*")
     sites.append(ext.at.site(node, spec.api, kind, scope, span, ", ".join(size_parts) if size_parts else None,

@@ -25,6 +25,7 @@ from ...model import (
 from ..parse import language
 from . import (
     common,
+    constant_branches,
     dead_code,
     python_empty,
     python_fake,
@@ -126,7 +127,10 @@ class PythonExtractor:
         assigns = python_statements.assigns(self, get("assign", []), get("augassign", []), get("del", []))
         self.host_locals = python_statements.host_locals(assigns, {
             (self.scope_name(self.containers.innermost(start)), name) for start, name in self.rhs_targets.items()})
-        calls, sites = python_sites.calls(self, get("call", []), get("with", []))
+        # calls in a branch on a function-local constant that cannot run (constant_branches)
+        branches = constant_branches.ConstantBranches(self.src.data, get("if", []), get("def", []), self.up)
+        call_nodes = [n for n in get("call", []) if not branches.holds(n)] if branches.ranges else get("call", [])
+        calls, sites = python_sites.calls(self, call_nodes, get("with", []))
         returns = python_statements.returns(self, get("return", []))
         sites = python_kept.mark_kept(self, sites, assigns, returns, calls)
         # factories without a device: host tensors, unless a default-device

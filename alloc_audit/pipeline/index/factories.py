@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from ...arglists import split_args
+from ...arglists import pointer_target, split_args
 from ...model import Call, Language, Site, SiteKind, Tier, Via
 from .calls import CallGraph
 from .memo import Memo
@@ -263,6 +263,7 @@ class Factories:
     def _derive(self, func: Func, call: Call, depth: int) -> Site | None:
         cls = self._constructed_class(func, call)
         reach: Reach | None = None
+        filler: Func | None = None  # the factory whose own allocation is the reach (it may fill an out-parameter)
         if cls is not None:
             reach = self._overloads.allocates(cls, func, call, depth)
             if reach is not None and not cls.defined_once:
@@ -286,6 +287,7 @@ class Factories:
                     continue
                 reach = self.factory_allocation(target, depth)
                 if reach is not None:
+                    filler = target if not reach.hops else None
                     break
         if reach is None:
             return None
@@ -301,7 +303,7 @@ class Factories:
             shape=tuple(a.text for a in split_args(call.arglist, func.language is not Language.PYTHON)
                         if a.keyword is None),
             device=under.device,
-            target=call.target,
+            target=call.target or _filled_argument(filler, under, call),
             stmt_line=call.span.line,
             via=Via(under.api, under.path, under.span.line),
             kept="local" if self._scalar(reach) else "",
@@ -316,6 +318,26 @@ class Factories:
             if func is not None and (hop.call.span.line, hop.call.span.col) in _to_scalar(func):
                 return True
         return False
+
+
+def _filled_argument(factory: Func | None, site: Site, call: Call) -> str | None:
+    """What a call of a native factory that fills its out-parameter with its
+    own allocation (``cudaMalloc((void**)ptr, n)``, the site's target
+    ``*ptr``) binds: the argument in that parameter's place, as an
+    allocation's out-argument reads (``device_malloc(&buf, n)`` -> ``buf``);
+    None when the site fills no parameter (or the factory is Python's)."""
+    if factory is None or factory.language is Language.PYTHON:
+        return None
+    filled = (site.target or "").strip()
+    params = factory.scope.params if factory.scope is not None else ()
+    names = [p.lstrip("*&").strip() for p in params]
+    if not filled.startswith("*") or filled[1:] not in names:
+        return None
+    args = split_args(call.arglist, True)
+    at = names.index(filled[1:])
+    if at >= len(args) or args[at].keyword is not None:
+        return None
+    return pointer_target(args[at].text) or None
 
 
 def _sites_on_lines(symbols: Symbols, lines: frozenset[tuple[str, int]]) -> set[str]:
