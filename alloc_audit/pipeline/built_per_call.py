@@ -361,7 +361,7 @@ def keeps(func: Func, owner: ClassInfo, index: ProjectIndex,
             return True  # `self.state = State(...)`, `cls.wrappers[d] = Wrapper(...)`
         if not target:
             if any(a.line == call.span.line for a in stores) or any(
-                    c.span.line == call.span.line and c.target and not c.target.strip().isidentifier() for c in calls):
+                    c.span.line == call.span.line and c.target and not _plain_locals(c.target) for c in calls):
                 return True  # `self._fb = Fb(...).to(device)`
             continue
         if any(a.line > call.span.line and starts_with_word(a.value.strip(), target) for a in stores) or any(
@@ -372,6 +372,11 @@ def keeps(func: Func, owner: ClassInfo, index: ProjectIndex,
                 func, c)) is not None and (held is owner or per_call is None or not per_call(held)) for c in calls):
             return True
     return False
+
+
+def _plain_locals(target: str) -> bool:
+    """``x`` or ``logits, _``: a call's result unpacked into plain locals, no store."""
+    return all(t.strip().isidentifier() for t in target.strip().strip("()").split(","))
 
 
 def _replaced_slot(func: Func, store: Assign) -> bool:

@@ -9,8 +9,9 @@ loop", "hands it straight to a call and drops it"), or "" when any of its
 constructions may outlive the pass.
 
 True: ``blen = BatchLenInfo(lens, dev)`` in the body of a decode loop, the
-local rebound by the next pass; ``model(ids, BatchLenInfo(lens, dev))``,
-bound nowhere. False: ``beams.append(Beam(...))`` (a container keeps it),
+local rebound by the next pass (``kv = (Cache(a) if a else None)`` too);
+``logits, _ = model(ids, BatchLenInfo(lens, dev))``, bound nowhere.
+False: ``beams.append(Beam(...))`` (a container keeps it),
 ``setattr(model, name, Probe())`` (a call whose name says it may keep
 what it is handed), ``ws = Workspace(n)`` before the loop (kept for the
 run), ``[Cache(...) for _ in layers]`` (a comprehension builds a list),
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import re
 
+from ..model import Call
 from .index import ClassInfo, Func, ProjectIndex
 from .names import has_name
 
@@ -61,9 +63,9 @@ def rebuilt_per_pass(builder: Func, owner: ClassInfo, index: ProjectIndex) -> st
     loops = [b for b in builder.blocks if b.kind == "loop"]
     looped = False
     for call in built:
-        target = (call.target or "").strip()
         line = call.span.line
         in_loop = any(b.span.contains_line(line) for b in loops)
+        target = (call.target or "").strip() or _bound_by(builder, call)
         if target:
             if not in_loop or not _NAME.fullmatch(target):
                 return ""
@@ -72,13 +74,28 @@ def rebuilt_per_pass(builder: Func, owner: ClassInfo, index: ProjectIndex) -> st
                     for c in builder.calls):
                 return ""
         else:
-            # an argument of a call that uses it and returns: the nearest call around it
+            # an argument of a call that uses it and returns: the calls around it
             around = [c for c in builder.calls if c is not call and c.span.contains(call.span)]
-            outer = min(around, key=lambda c: (c.span.end_line - c.span.line, c.span.end_col - c.span.col),
-                        default=None)
-            if outer is None or any(_keeping_call(c.callee) or index.constructed_class(builder, c)
-                                    is not None or (c.target is not None and not c.target.strip().isidentifier())
-                                    for c in around) or any(r.line == line for r in builder.returns):
+            if not around or any(_keeping_call(c.callee) or index.constructed_class(builder, c) is not None
+                                 or not _locals(c.target) for c in around) or any(r.line == line
+                                                                                  for r in builder.returns):
                 return ""
         looped = looped or in_loop
     return "rebuilds it in each pass of a loop" if looped else "hands it straight to a call and drops it"
+
+
+def _locals(target: str | None) -> bool:
+    """A call's result bound nowhere or to plain locals (``logits, _ = model(...)``)."""
+    return target is None or all(_NAME.fullmatch(t.strip()) for t in target.strip("()").split(","))
+
+
+def _bound_by(builder: Func, call: Call) -> str:
+    """The plain local an assignment binds the construction to when the facts
+    keep no target for it (``kv = (Cache(a) if a else None)``), or ""."""
+    text = re.compile(rf"(?<![\w.]){re.escape(call.callee.rsplit('.', 1)[-1])}\(")  # the import may be resolved
+    for a in builder.assigns:
+        if a.op == "=" and a.line <= call.span.line <= a.line + 3 and text.search(a.value) and len(a.targets) == 1 \
+                and _NAME.fullmatch(a.targets[0].strip()):
+            return a.targets[0].strip()
+    return ""
+
