@@ -55,7 +55,20 @@ Transitively (round 20): a class built only in the constructor of a class
 built per call (``self.buffers = Buffers(...)`` in ``Metadata.__init__``,
 and ``Metadata`` built every step) is per call too, and so are the buffers
 of an initialiser method called only where its object is built
-(``self.buffers.allocate()`` in that constructor). Pure.
+(``self.buffers.allocate()`` in that constructor).
+
+Round 30 (docs/tiers.md §1, §3, §5): a builder that makes the object anew
+in each pass of a loop, into a local the next pass rebinds (``blen =
+BatchLenInfo(...)`` in a decode loop), or hands it straight to a call and
+binds it nowhere (``model(ids, BatchLenInfo(...))``), keeps it one pass:
+per call, also when the builder is a run-once ``main`` or no per-step
+function reaches it (a benchmark's loop). Not when the object is added to
+a container (``beams.append(Beam(...))``), returned, stored, handed to a
+project class's constructor, built in a comprehension, or bound outside
+every loop (``ws = Workspace(n)`` before the loop: kept for the run). A
+class the pool pattern names (``BatchedKvCache``: T3 by its name) is per
+call on the same evidence: the name says pool, the builders say one batch.
+Pure.
 """
 
 from __future__ import annotations
@@ -70,6 +83,7 @@ from .built_per_pass import class_factories
 from .fixture_scoped import shared_fixture
 from .index import ClassInfo, Func, ProjectIndex
 from .names import has_name, has_word, starts_with_word
+from .rebuilt_objects import rebuilt_per_pass
 from .retier import Decision, retier
 
 _CONSTRUCTOR = "constructor "  # the reason of the constructor pattern (rules/tiers.toml)
@@ -79,6 +93,10 @@ PINNED_PER_CALL = "pinned per call: "  # this pass's reason for a pinned site
 # the reasons of the pinned constructor and initialiser patterns
 _PINNED = ("persistent pinned host buffer created in ", "persistent pinned host buffer created by initialiser ")
 _PLAIN = frozenset({"function", "method"})
+# round 30: the pool class pattern's reason (a class named a KV cache or a pool, rules/tiers.toml); docs/tiers.md
+# §3: a class every construction of which is per call keeps its buffers per call whatever its name says
+_POOL_PATTERN = "pooled: "
+_POOL_CONSTRUCTOR = " owns a fixed slab (constructor)"
 _ENTRY = re.compile(r"([A-Za-z_]\w*)\[[^\]]*\]")  # `chunks[i]`
 _CLASS_NAME = re.compile(r"[A-Z]\w*[a-z]\w*")  # `Instances`, not a constant's name
 _NAME = re.compile(r"[A-Za-z_]\w*")
@@ -127,7 +145,10 @@ def built_per_call(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlob
             return False
         if site.kind is SiteKind.PINNED_HOST:  # pinned in the constructor, re-made with each object
             return site.tier is Tier.T5B and site.tier_reason.startswith(_PINNED)
-        return site.tier is Tier.T2 and site.kind is SiteKind.DEVICE and site.tier_reason.startswith(_REASONS)
+        return site.kind is SiteKind.DEVICE and (
+            site.tier is Tier.T2 and site.tier_reason.startswith(_REASONS)
+            or site.tier is Tier.T3 and site.tier_reason.startswith(_POOL_PATTERN) and site.tier_reason.endswith(
+                _POOL_CONSTRUCTOR))
 
     def decide(site: Site) -> Decision | None:
         func = index.func(site.path, site.scope)
@@ -197,6 +218,9 @@ def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
         if builder.scope.role not in _PLAIN or keeps(builder, owner, index, per_call, stepper is not None) \
                 or _result_kept(builder, index):
             return ""
+        if stepper is None and (how := rebuilt_per_pass(builder, owner, index)):
+            named.append(f"{builder.qualname} ({how})")
+            continue
         if stepper is None and not _only_tests_call(builder, index):
             if not value or _ONCE.fullmatch(builder.name):
                 return ""
@@ -364,7 +388,7 @@ def keeps(func: Func, owner: ClassInfo, index: ProjectIndex,
             return True  # `self.state = State(...)`, `cls.wrappers[d] = Wrapper(...)`
         if not target:
             if any(a.line == call.span.line for a in stores) or any(
-                    c.span.line == call.span.line and c.target and not c.target.strip().isidentifier() for c in calls):
+                    c.span.line == call.span.line and c.target and not _plain_locals(c.target) for c in calls):
                 return True  # `self._fb = Fb(...).to(device)`
             continue
         if any(a.line > call.span.line and starts_with_word(a.value.strip(), target) for a in stores) or any(
@@ -375,6 +399,11 @@ def keeps(func: Func, owner: ClassInfo, index: ProjectIndex,
                 func, c)) is not None and (held is owner or per_call is None or not per_call(held)) for c in calls):
             return True
     return False
+
+
+def _plain_locals(target: str) -> bool:
+    """``x`` or ``logits, _``: a call's result unpacked into plain locals, no store."""
+    return all(t.strip().isidentifier() for t in target.strip().strip("()").split(","))
 
 
 def _replaced_slot(func: Func, store: Assign) -> bool:

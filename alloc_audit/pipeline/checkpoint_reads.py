@@ -18,6 +18,16 @@ handed to another call may be load-time scratch (a scale a requantisation
 consumes) and a function a per-step function calls (within 2 calls)
 streams per step: both unchanged. A copy in the ``map_location`` lambda
 of ``torch.load`` is a load path too: T1.
+
+Round 30 (docs/tiers.md §2, "a constructor that reads a checkpoint and
+uploads what it read makes weights"): a constructor's copy (T2 until here)
+counts as well, kept on the object, returned, or stored into an entry of a
+local container the constructor builds its layers from (``tensors[key] =
+t.to(dev)``; ``ExLlama(config)``); and the device temporaries that such a
+constructor drops (a rope table's ``torch.arange`` operand, a local it does
+not keep) are the load path's temporaries: T1. A constructor that reads a
+file and uploads something the read does not flow into (an input, a
+workspace) keeps its tiers.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from .index import Func, ProjectIndex
 _CHECKPOINT_DEPTH = 3  # calls down from a function to a checkpoint read
 _STEP_DEPTH = 2  # calls up to a per-step function that makes it a per-step stream
 _COPIES = frozenset({"Tensor.to", "Tensor.cuda"})
-_FUNCTION_ROLES = frozenset({"function", "method"})
+_FUNCTION_ROLES = frozenset({"function", "method", "constructor"})
 
 
 @dataclass
@@ -51,12 +61,49 @@ def checkpoint_uploads(sites: Sequence[Site], index: ProjectIndex, globs: Caller
     if not globs.checkpoint:
         return sites
     ctx = _Ctx(index, matcher(globs.checkpoint), matcher(globs.per_step) if globs.per_step else None)
-    return [_checkpoint_upload(site, ctx) if _candidate(site) else site for site in sites]
+    out = []
+    loaders: dict[tuple[str, str], Site] = {}  # constructors whose upload of a checkpoint read this pass told
+    for site in sites:
+        found = _checkpoint_upload(site, ctx) if _candidate(site) else site
+        if found is not site and _constructor(found, index):
+            loaders.setdefault((found.path, found.scope), found)
+        out.append(found)
+    sites = out
+    if not loaders:
+        return sites
+    return [_load_temporary(site, loaders[(site.path, site.scope)]) if (site.path, site.scope) in loaders
+            and _temporary(site) else site for site in sites]
+
+
+_UPLOAD = "weight upload: "
+_ENTRY = re.compile(r"[A-Za-z_][\w.]*\[[^\]]*\]")  # `tensors[key]`, `target.lora_a[self]`: a container's entry
 
 
 def _candidate(site: Site) -> bool:
-    return (site.tier is Tier.T4 and site.api in _COPIES and site.kind is SiteKind.DEVICE and site.via is None
-            and site.language is Language.PYTHON and (site.kept == "return" or site.kept.startswith("self.")))
+    if not (site.api in _COPIES and site.kind is SiteKind.DEVICE and site.via is None
+            and site.language is Language.PYTHON):
+        return False
+    kept = site.kept
+    if site.tier is Tier.T4:
+        return kept == "return" or kept.startswith("self.")
+    return site.tier is Tier.T2 and (kept == "return" or kept.startswith("self.") or bool(_ENTRY.fullmatch(kept)))
+
+
+def _constructor(site: Site, index: ProjectIndex) -> bool:
+    func = index.func(site.path, site.scope)
+    return func is not None and func.scope is not None and func.scope.role == "constructor"
+
+
+def _temporary(site: Site) -> bool:
+    """A direct Python device site the function does not keep: a local it drops or an operand."""
+    return (site.language is Language.PYTHON and site.kind is SiteKind.DEVICE and site.via is None
+            and site.tier in (Tier.T2, Tier.T4) and site.kept in ("", "local"))
+
+
+def _load_temporary(site: Site, upload: Site) -> Site:
+    return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+        f"load-path temporary: {site.scope} reads a checkpoint and uploads weights ({upload.api} at line "
+        f"{upload.span.line}); what it drops is load-time; was: {site.tier_reason}"))
 
 
 def _mapped(site: Site) -> bool:
@@ -110,7 +157,7 @@ def _checkpoint_upload(site: Site, ctx: _Ctx) -> Site:
     if not read:
         return site
     return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
-        f"weight upload: {func.qualname} reads checkpoint tensors ({read}) and uploads what it "
+        f"{_UPLOAD}{func.qualname} reads checkpoint tensors ({read}) and uploads what it "
         f"{'returns' if kept == 'return' else 'keeps in ' + kept}; {site.tier_reason}"))
 
 

@@ -35,6 +35,16 @@ the slab's allocation too when none of those layers is given a device
 (``nn.Linear(d, d)``: the weights are made on the host, moved or loaded by
 another site); a layer given ``device=`` keeps it T1.
 
+Round 30 (docs/tiers.md §1): the entries of such a list are the slab too
+when any function of the project writes an entry of that member on another
+object in place (``new = cache.key_states[i].narrow(2, p, n)`` then
+``new.copy_(k)``; ``cache.k[i][:, a:b] = x``; ``index_copy_``) or hands an
+entry to a call outside torch (``ext.q4_attn(..., cache.key_states[i])``):
+the constructor's per-layer tensors are T3 (``ExLlamaCache``), unless
+another class (outside the cache's family) keeps a member of that name, so
+the text may name another object's. Entries only read (``stats.means[i] *
+2``) are no evidence.
+
 Left alone: a class whose name says no cache and that writes no position
 range (the graph runner's static inputs, written by a prefix slice copy every
 step, are T2 set-up buffers); a member only read, or written whole (a rope
@@ -75,6 +85,14 @@ def slab_caches(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
         return (site.language is Language.PYTHON and site.kind is SiteKind.DEVICE and site.via is None
                 and site.tier in (Tier.T2, Tier.T4))
 
+    written: dict[tuple[str, str], str] = {}
+
+    def outside(owner: ClassInfo, member: str) -> str:
+        key = (owner.key, member)
+        if key not in written:
+            written[key] = _written_outside(owner, member, index)
+        return written[key]
+
     def decide(site: Site) -> Decision | None:
         found = _member(site, index)
         if found is None:
@@ -82,6 +100,8 @@ def slab_caches(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
         owner, member, role, named, listed = found
         if named:
             how = filled(owner, member) or (_handed(owner, member, site.scope, index) if listed else "")
+            if not how and listed and role == "constructor" and site.tier is Tier.T2:
+                how = outside(owner, member)
         else:
             # a kept member of a long-lived object (T2); a buffer of an object built per call (T4 by then:
             # a generation's own decode state) lives one request and is no slab requests share
@@ -193,6 +213,55 @@ def _handed(owner: ClassInfo, member: str, scope: str, index: ProjectIndex) -> s
                             a.strip().startswith(entry) for a in c.arglist.split(",")):
                         return f"{cls.name}.{name} passes its entries to {c.callee} (line {c.span.line})"
     return ""
+
+
+_INPLACE = ("copy_", "index_copy_", "index_put_", "scatter_", "masked_scatter_")
+
+
+def _written_outside(owner: ClassInfo, member: str, index: ProjectIndex) -> str:
+    """Where a function writes the entries of ``member`` of another object in
+    place ("" when none does, or when a class outside ``owner``'s family keeps
+    a member of that name too, so the text may mean another object): a view
+    of an entry bound to a local that is then filled (``k =
+    cache.key_states[i].narrow(2, p, n)`` ... ``k.copy_(keys)``), an entry
+    filled or assigned a range directly (``cache.k[i][:, a:b] = x``), or an
+    entry handed to a call outside torch (a kernel writing it:
+    ``ext.attn(q, cache.key_states[i], ...)``). Round 30, docs/tiers.md §1."""
+    entry = re.compile(rf"(?<![\w.])(?!self\.)[A-Za-z_][\w.]*\.{re.escape(member)}\[")
+    kept = re.compile(rf"^self\.{re.escape(member)}\b")
+    family = {owner.key} | {c.key for n in index.subclass_names(owner.name) for c in index.classes_named(n)}
+    found = ""
+    for func in index.functions():
+        if func.language is not Language.PYTHON:
+            continue
+        if func.owner is not None and func.owner.key not in family and any(
+                kept.match(t.strip()) for a in func.assigns for t in a.targets):
+            return ""  # another class keeps a member of that name
+        if found:
+            continue
+        views: set[str] = set()
+        for c in func.calls:
+            if entry.match(c.callee):
+                if c.target and _NAME.fullmatch(c.target):
+                    views.add(c.target)
+                if c.callee.endswith(_INPLACE):
+                    found = f"{func.qualname} fills an entry in place (line {c.span.line})"
+                    break
+            elif "." in c.callee and not c.callee.startswith(("self.", "torch.")) and any(
+                    entry.match(a.strip()) and a.strip().endswith("]") for a in c.arglist.split(",")):
+                found = f"{func.qualname} passes an entry to {c.callee} (line {c.span.line})"
+                break
+        if found:
+            continue
+        for c in func.calls:
+            head, _, method = c.callee.rpartition(".")
+            if head in views and method in _INPLACE:
+                found = f"{func.qualname} fills a view of an entry in place (line {c.span.line})"
+                break
+        for a in func.assigns:
+            if not found and a.op != "del" and any(entry.match(t.strip()) and ":" in t for t in a.targets):
+                found = f"{func.qualname} writes a range of an entry (line {a.line})"
+    return found
 
 
 def _positional(owner: ClassInfo, member: str) -> str:
