@@ -80,9 +80,9 @@ from ..catalog import CallerGlobs
 from ..globs import matcher, test_path
 from ..model import Assign, Language, Site, SiteKind, Tier
 from .built_per_pass import class_factories
-from .fixture_scoped import shared_fixture
 from .index import ClassInfo, Func, ProjectIndex
 from .names import has_name, has_word, starts_with_word
+from .per_test_holders import builds_per_test
 from .rebuilt_objects import rebuilt_per_pass
 from .retier import Decision, retier
 
@@ -231,7 +231,7 @@ def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
     if value and not named and not pending:
         named.append("tests only")
     elif (per_call is not None and not named and not pending and tests and owner is not None
-          and all(test_path(p) for p in owner.paths) and all(_per_test(t, index) for t in tests)):
+          and all(test_path(p) for p in owner.paths) and all(builds_per_test(t, index) for t in tests)):
         more = f", +{len(tests) - 1} more" if len(tests) > 1 else ""
         named.append(f"only tests build it ({tests[0].qualname}{more}), an object per test case")
     if not named or (unbuilt is not None and not all(unbuilt(sub) for sub in pending)):
@@ -240,24 +240,6 @@ def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
         named[0] = f"a value class ({value} returns a new {owner.name if owner else 'object'}): {named[0]}"
     shown = ", ".join(named[:3]) + (f", +{len(named) - 3} more" if len(named) > 3 else "")
     return shown
-
-
-# set-up a test runner runs once for many tests (unittest's and pytest's class and module set-up)
-_SHARED_SET_UP = frozenset({"setUpClass", "setup_class", "setUpModule", "setup_module"})
-
-
-def _per_test(builder: Func, index: ProjectIndex) -> bool:
-    """A function of test code that builds an object for one test case: a
-    test, a helper or a function-scoped fixture, not module-level code nor
-    a class's or module's set-up, nor a fixture shared by a wider scope
-    (docs/tiers.md, section 3). Asked for classes of test code only: a
-    production class only tests build is code the tree does not use, judged
-    as a user would build it (its constructor's tier)."""
-    scope = builder.scope
-    if scope is None or scope.role not in _PLAIN or builder.name in _SHARED_SET_UP or shared_fixture(builder, index):
-        return False
-    callers = (index.funcs.get(fid) for fid, d in index.callers_within([builder], 1).items() if d == 1)
-    return not any(c is not None and c.name in _SHARED_SET_UP for c in callers)  # a helper of a class's set-up
 
 
 def _value_copy(owner: ClassInfo, index: ProjectIndex) -> str:

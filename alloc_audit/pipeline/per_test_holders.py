@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from ..globs import test_path
 from ..model import Language, Site, SiteKind, Tier
 from .default_device import is_module
+from .fixture_scoped import shared_fixture
 from .index import ClassInfo, Func, ProjectIndex
 from .names import has_name
 from .retier import Decision, retier
@@ -83,3 +84,24 @@ def _built_by_test(site: Site, func: Func, local: str, index: ProjectIndex,
         if _KEEPS.search(c.callee) or re.search(rf"[\[{{][^\]}}]*\b{re.escape(local)}\b", c.arglist):
             return None  # handed to a container (`jit(m, transforms=[t])`) or a keeping call
     return classes[0]
+
+
+# set-up a test runner runs once for many tests (unittest's and pytest's class and module set-up)
+_SHARED_SET_UP = frozenset({"setUpClass", "setup_class", "setUpModule", "setup_module"})
+
+
+def builds_per_test(builder: Func, index: ProjectIndex) -> bool:
+    """A function of test code that builds an object for one test case: a
+    test, a helper or a function-scoped fixture, not module-level code nor
+    a class's or module's set-up, nor a fixture shared by a wider scope
+    (docs/tiers.md, section 3). ``built_per_call`` asks it for classes of
+    test code only: a production class only tests build is code the tree
+    does not use, judged as a user would build it (its constructor's
+    tier)."""
+    scope = builder.scope
+    if scope is None or scope.role not in ("function", "method") or builder.name in _SHARED_SET_UP:
+        return False
+    if shared_fixture(builder, index):
+        return False
+    callers = (index.funcs.get(fid) for fid, d in index.callers_within([builder], 1).items() if d == 1)
+    return not any(c is not None and c.name in _SHARED_SET_UP for c in callers)  # a helper of a class's set-up
