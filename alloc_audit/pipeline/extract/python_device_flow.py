@@ -283,7 +283,7 @@ class Flow:
         """The head of the next pass: a token made inside the body is another device's on the next pass."""
         out: Env = {}
         for key in head.keys() | end.keys():
-            a, b = head.get(key), end.get(key)
+            a, b = self.implicit(head, key), self.implicit(end, key)
             if a == b and a is not None:
                 out[key] = a
             elif b is None or a is None and not key.isidentifier():
@@ -482,7 +482,7 @@ class Flow:
             return a
         out: Env = {}
         for key in a.keys() | b.keys():
-            x, y = a.get(key), b.get(key)
+            x, y = self.implicit(a, key), self.implicit(b, key)
             if x is None or y is None:
                 present = x if x is not None else y
                 if key.isidentifier() and key not in self.params and present is not None:
@@ -492,6 +492,20 @@ class Flow:
             else:
                 out[key] = self.join_val(x, y, key, node)
         return out
+
+    def implicit(self, env: Env, key: str) -> Val | None:
+        """``key``'s value in ``env``, also when no statement bound it yet: a parameter's or a free name's
+        own, an attribute chain's, the default device; None for a local not bound on this path."""
+        if key in env:
+            return env[key]
+        if key == "<default>":
+            return Val(DEFAULT)
+        if key.isidentifier():
+            return None if key in self.bound and key not in self.params else self.lookup(key, env)
+        try:
+            return self.dev(ast.parse(key, mode="eval").body, env)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
 
     def join_val(self, x: Val, y: Val, key: str, node: ast.AST) -> Val:
         if x == y:
@@ -524,8 +538,15 @@ class Flow:
 
     # ------------------------------------------------------------ expressions
     def resolve(self, func: ast.expr) -> str:
-        text = ast.unparse(func) if isinstance(func, (ast.Name, ast.Attribute)) else ""
-        return self.ext.resolve_text(text) if text else ""
+        """The dotted name a chain of names spells, an import alias at its head resolved (`F.pad`:
+        `torch.nn.functional.pad`); empty for anything else (`torch.cat(xs).flatten`)."""
+        parts: list[str] = []
+        while isinstance(func, ast.Attribute):
+            parts.append(func.attr)
+            func = func.value
+        if not isinstance(func, ast.Name):
+            return ""
+        return self.ext.resolve_text(".".join([func.id, *reversed(parts)]))
 
     def lookup(self, name: str, env: Env) -> Val:
         if name in env:
@@ -801,6 +822,8 @@ class Flow:
             return Val(self.cuda(node), receiver.uniform)
         if attr in ("cpu", "pin_memory"):
             return Val(HOST, receiver.uniform)
+        if attr in ("eval", "train") and not node.keywords and len(node.args) <= 1:
+            return receiver  # `model.eval()`: a module returns itself
         if attr in ("item", "tolist", "numpy", "size", "dim", "numel", "element_size", "data_ptr", "stride",
                     "nelement", "is_contiguous", "is_pinned", "get_device", "storage_offset", "nbytes"):
             return _SCALAR_VAL
@@ -882,13 +905,16 @@ def _flow(ext: PythonExtractor, node: Any) -> tuple[Flow, ast.Call] | None:
     if built is None:
         return None
     flow, calls, row0, shifts = built
-    row, col = node.start_point
-    line = row - row0 + 1
-    found = calls.get((line, col - shifts.get(line, 0)))
+    (row, col), (end_row, end_col) = node.start_point, node.end_point
+    line, end = row - row0 + 1, end_row - row0 + 1
+    if line == 1 and body is not None:
+        return None  # a call in the `def` line (a default value): runs where the function is defined
+    # a chain's calls start together (`torch.empty_like(x).contiguous()`): the end tells them apart
+    found = calls.get((line, col - shifts.get(line, 0), end, end_col - shifts.get(end, 0)))
     return (flow, found) if found is not None else None
 
 
-def _build(ext: PythonExtractor, body: Any) -> tuple[Flow, dict[tuple[int, int], ast.Call], int, dict[int, int]] | None:
+def _build(ext: PythonExtractor, body: Any) -> tuple[Flow, dict[tuple[int, int, int, int], ast.Call], int, dict[int, int]] | None:
     data = ext.src.data
     if body is None:
         start, end, row0, indent = 0, len(data), 0, 0
@@ -919,11 +945,11 @@ def _build(ext: PythonExtractor, body: Any) -> tuple[Flow, dict[tuple[int, int],
         flow = Flow(ext, fn, params, dtypes, source)
     except RecursionError:
         return None
-    calls: dict[tuple[int, int], ast.Call] = {}
+    calls: dict[tuple[int, int, int, int], ast.Call] = {}
     for n in ast.walk(fn):
-        if isinstance(n, ast.Call):
-            # a tree-sitter column counts bytes, as `col_offset` does; the first line was not cut
-            calls.setdefault((n.lineno, n.col_offset + (indent if n.lineno == 1 and body is not None else 0)), n)
+        if isinstance(n, ast.Call) and n.end_lineno is not None and n.end_col_offset is not None:
+            # a tree-sitter column counts bytes, as `col_offset` does
+            calls.setdefault((n.lineno, n.col_offset, n.end_lineno, n.end_col_offset), n)
     return flow, calls, row0, shifts
 
 
