@@ -22,8 +22,7 @@ list built from ``[]`` by ``append``/``extend``/``insert``/``xs[i] = v`` or
 written out has the token of its elements when they share one.
 
 The walk is an abstract interpretation: branches join (a name bound to
-different tokens on two paths gets a fresh token at the join, so nothing
-derived before the join equals it), a loop is run to a fixpoint and every
+different tokens on two paths gets a fresh token), a loop is run to a fixpoint and every
 token made inside its body is new on each pass (joined at the loop head),
 ``break``/``continue``/``return``/``raise`` end a path, a ``try`` body may
 stop anywhere, a ``with`` of an unknown manager (``deepspeed.zero.Init()``)
@@ -36,11 +35,13 @@ token is ``E``'s, or ``E`` is the host or ``None``. True: ``inp =
 inps[i].to(dev)`` then ``f(inp.to(dev))``; ``torch.stack([F.pad(torch.ones(n,
 device=d), p) for ...]).to(d)``. False: ``x = y.to(d)`` in one branch of an
 ``if``, then ``x.to(d)``; ``x.to(other)``; ``f(x).to(d)``; ``x.to(d,
-copy=True)``. ``copied_device``: a ``*_like`` / ``new_*`` / ``device=x.device``
-of a value whose token is ``host`` allocates no device memory; of one whose
-token is ``default``, where the default device is. True: ``m = x.cpu() * 2;
+copy=True)``; a dtype beside the device (a cast copies). ``host_copy`` /
+``host_device``: a ``*_like`` / ``new_*`` / ``device=x.device`` of a value
+whose token is ``host`` allocates no device memory. True: ``m = x.cpu() * 2;
 torch.zeros_like(m)``. False: ``m = x.cpu() * y`` (``y`` of unknown device).
-Pure.
+
+Cost (issue 15): functions (module top levels) of at most 150 lines, where
+the text above spells a move or a device (a host producer, for a copy). Pure.
 """
 
 from __future__ import annotations
