@@ -55,7 +55,6 @@ from .python_device_calls import _Bindings
 from .python_device_values import (
     _ADDS,
     _DTYPE,
-    _DTYPES,
     _LINES,
     _LOOP_PASSES,
     _NO_PLACEMENT,
@@ -70,6 +69,7 @@ from .python_device_values import (
     _asked,
     _Calls,
     _Loop,
+    params_of,
 )
 
 if TYPE_CHECKING:
@@ -385,7 +385,7 @@ def _build(ext: PythonExtractor, body: Any, hosts: bool) -> tuple[Flow, _Calls, 
         if not tree.body or not isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
             return None
         fn = tree.body[0]
-    params, dtypes = _params(fn)
+    params, dtypes = params_of(fn)
     try:
         flow = Flow(ext, fn, params, dtypes, source, hosts)
     except RecursionError:
@@ -393,22 +393,6 @@ def _build(ext: PythonExtractor, body: Any, hosts: bool) -> tuple[Flow, _Calls, 
     # a tree-sitter column counts bytes, as `col_offset` does
     return flow, flow.calls, row0, shifts
 
-
-def _params(fn: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
-    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return frozenset(), frozenset()
-    a = fn.args
-    every = [*a.posonlyargs, *a.args, *a.kwonlyargs, *(x for x in (a.vararg, a.kwarg) if x is not None)]
-    defaults = dict(zip([x.arg for x in [*a.posonlyargs, *a.args]][::-1], a.defaults[::-1], strict=False))
-    defaults.update({x.arg: d for x, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None})
-    dtypes = set()
-    for x in every:
-        note = ast.unparse(x.annotation) if x.annotation is not None else ""
-        default = ast.unparse(defaults[x.arg]) if x.arg in defaults else ""
-        if re.fullmatch(r"(?:Optional\[)?torch\.dtype\]?(?:\s*\|\s*None)?", note) or \
-                default.startswith("torch.") and default[6:] in _DTYPES:
-            dtypes.add(x.arg)
-    return frozenset(x.arg for x in every), frozenset(dtypes)
 
 
 def _before(ext: PythonExtractor, node: Any) -> bytes:
@@ -423,6 +407,16 @@ _PLACES = (b".to(", b".cuda(", b"device=", b"device =", b".device")
 _HOSTS = (b"cpu", b"from_numpy", b"frombuffer", b"return_tensors", b"pin_memory")
 
 
+_CASTS = frozenset({"type", "float", "half", "bfloat16", "double", "int", "long", "short", "bool", "byte", "to"})
+
+
+def _cast_next(flow: Flow, call: ast.Call) -> bool:
+    """The move's result is cast at once (`B.to(d).type(t)`): the line allocates (the cast copies), so the
+    move stays its site."""
+    attr = flow.parents.get(id(call))
+    return isinstance(attr, ast.Attribute) and attr.attr in _CASTS and isinstance(flow.parents.get(id(attr)), ast.Call)
+
+
 def noop_move(ext: PythonExtractor, node: Any) -> bool:
     """``x.to(E)`` / ``x.cuda()`` (the tree-sitter call ``node``) copies nothing onto a device: ``x`` is
     already where ``E`` is, or ``E`` is the host or ``None``."""
@@ -434,7 +428,7 @@ def noop_move(ext: PythonExtractor, node: Any) -> bool:
         return False
     flow, call = found
     func = call.func
-    if not isinstance(func, ast.Attribute) or func.attr not in ("to", "cuda"):
+    if not isinstance(func, ast.Attribute) or func.attr not in ("to", "cuda") or _cast_next(flow, call):
         return False
     env = flow.env_at(call)
     if env is None:

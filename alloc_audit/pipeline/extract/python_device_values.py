@@ -372,3 +372,20 @@ class _Values:
 
     def is_dtype(self, node: ast.expr, env: Env) -> bool:
         return self.dev(node, env).token == _DTYPE
+
+
+def params_of(fn: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return frozenset(), frozenset()
+    a = fn.args
+    every = [*a.posonlyargs, *a.args, *a.kwonlyargs, *(x for x in (a.vararg, a.kwarg) if x is not None)]
+    defaults = dict(zip([x.arg for x in [*a.posonlyargs, *a.args]][::-1], a.defaults[::-1], strict=False))
+    defaults.update({x.arg: d for x, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is not None})
+    dtypes = set()
+    for x in every:
+        note = ast.unparse(x.annotation) if x.annotation is not None else ""
+        default = ast.unparse(defaults[x.arg]) if x.arg in defaults else ""
+        if re.fullmatch(r"(?:Optional\[)?torch\.dtype\]?(?:\s*\|\s*None)?", note) or \
+                default.startswith("torch.") and default[6:] in _DTYPES:
+            dtypes.add(x.arg)
+    return frozenset(x.arg for x in every), frozenset(dtypes)
