@@ -17,6 +17,7 @@ from ...model import Arg, CallTable, Site, SiteKind
 from . import common, python_host
 from .common import Source, zero_elements
 from .dead_code import after_exit
+from .python_device_flow import host_copy, host_device, noop_move
 from .python_empty import empty_guarded
 from .python_fake import in_fake_scope
 from .python_host import default_expression, default_source, host_source, on_current_gpu, to_one_device
@@ -263,7 +264,7 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
             copied = copied_source(node, spec.api, positional, lambda n: ext.src.text(n, 400)) \
                 if mode == "inherit" else None
             if copied is not None:  # `torch.zeros_like(x)`, `x.new_zeros(n)`: where `x` is
-                if host_source(ext, node, copied):
+                if host_source(ext, node, copied) or host_copy(ext, node, spec.api.startswith("torch.")):
                     return None  # `torch.zeros_like(enc["input_ids"])` of a tokenizer's output: a host tensor
                 if spec.api.startswith("torch.") and ext.empty_guard_file and empty_guarded(ext, node, copied):
                     return None  # `empty_like(A)` under `if A.numel() == 0:`: zero elements, no memory
@@ -280,8 +281,8 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
                 return None  # `device=sample.device` of a tensor made on the host in the function
             if source is not None and default_source(ext, node, source.group(1)):
                 device = DEFAULT_DEVICE  # `device=x.device` of `x = torch.randn(n)`: the default device
-            if under_cpu_branch(ext.src, node, dev_text.strip()):
-                return None
+            if under_cpu_branch(ext.src, node, dev_text.strip()) or host_device(ext, node, device, dev_text):
+                return None  # round 30: also `device=d` of a host `d` (python_device_flow)
     elif mode == "to-args":
         if any(k not in _TO_KEYWORDS for k in kwargs):
             return None  # `engine.to(device, model=True, optimizer=True)`: another class's own `to`
@@ -290,8 +291,7 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
         if receiver is not None and common.zero_element_receiver(ext.src.text(receiver, 120)):
             return None  # `torch.empty(0, 4).to(device)`: zero elements, nothing copied
         own = f"{ext.src.text(receiver, 80)}.device" if receiver is not None else ""
-        # `x.to(x.device)` stays where it is: no copy
-        wanted = [c for c in (*positional[:1], kwargs.get("device", "")) if c != own]
+        wanted = [c for c in (*positional[:1], kwargs.get("device", "")) if c != own]  # `x.to(x.device)`: no copy
         device = source_device(ext, node, wanted, _copy_device(wanted))  # `y.to(x.device)`: where `x` was made
         if device is None or (wanted and under_cpu_branch(ext.src, node, wanted[0].strip())):
             return None
@@ -299,15 +299,15 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
         if receiver is not None and target_device is not None \
                 and on_current_gpu(ext, node, ext.src.text(receiver, 80), target_device):
             return None  # `x.to("cuda")` / `x.to(device)` of a tensor the function already put there: no copy
-        if receiver is not None and target_device is not None \
-                and on_device_of(ext, node, ext.src.text(receiver, 400), target_device):
-            return None  # `(x == pad).to(x.device)`: made from `x`, already where `x` is
+        if receiver is not None and (target_device is not None and on_device_of(
+                ext, node, ext.src.text(receiver, 400), target_device) or noop_move(ext, node)):
+            return None  # `(x == pad).to(x.device)`: made from `x`, already where `x` is (round 30: python_device_flow)
     elif mode == "cuda":
         device = "cuda"
         fn = node.children[0]
         receiver = fn.child_by_field_name("object") if fn.type == "attribute" else None
         if receiver is not None and not positional and set(kwargs) <= {"non_blocking"} \
-                and on_current_gpu(ext, node, ext.src.text(receiver, 80)):
+                and (on_current_gpu(ext, node, ext.src.text(receiver, 80)) or noop_move(ext, node)):
             return None  # `x.cuda()` of a tensor the function already put there: no copy
     shape, size = _shape(spec.shape, positional, kwargs)
     if zero_elements(spec.api, shape) or storage_alias(spec.api, positional, kwargs):
