@@ -99,8 +99,7 @@ class PythonExtractor:
         self.kept_memo = python_kept.SourceIndex()
         self.at = common.SiteAt(path, Language.PYTHON, _STATEMENT_PARENTS, tree.root_node.has_error, self.up.parent)
         self.host_locals: frozenset[tuple[str, str]] = frozenset()  # (scope, name) of "cpu" locals: python_statements
-        # the file may register fake/meta impls or enter a FakeTensorMode (python_fake)
-        self.fake_file = python_fake.may_have_fake_scopes(source)
+        self.fake_file = python_fake.may_have_fake_scopes(source)  # fake/meta impls, a FakeTensorMode (python_fake)
         self.host_kernel_file = python_host_kernel.may_have_host_kernels(source)
         self.gpus_hidden = python_host_tests.gpus_hidden_file(source)  # `CUDA_VISIBLE_DEVICES = ""` at import
         self.empty_guard_file = python_empty.may_have_empty_guards(source)
