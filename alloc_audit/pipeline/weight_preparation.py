@@ -118,6 +118,8 @@ class _Ctx:
     live: dict[str, list[Call]] = field(default_factory=dict)
     patched: frozenset[str] | None = None  # names some file binds as an attribute (``_constants``)
     modules: dict[str, bool] = field(default_factory=dict)  # ``default_device.is_module``'s memo
+    all_callers: dict[str, list[Func]] = field(default_factory=dict)  # ``callers_of``'s answers
+    outputs: dict[str, set[str]] = field(default_factory=dict)  # ``_hands_forward_output``: a caller's outputs
 
 
 def weight_preparation(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
@@ -353,7 +355,7 @@ def _stepped(func: Func, ctx: _Ctx) -> bool:
     for _ in range(_DEPTH):
         nxt = []
         for f in frontier:
-            for c in callers_of(f, ctx.index):
+            for c in _callers_of(f, ctx):
                 if c.id in seen or test_path(c.path):
                     continue
                 if _runs_step(c, ctx):
@@ -408,7 +410,7 @@ def _callers(func: Func, ctx: _Ctx) -> list[Func]:
     if held is not None:
         return held
     found = ctx.callers[func.id] = []
-    for c in callers_of(func, ctx.index):
+    for c in _callers_of(func, ctx):
         if test_path(c.path):
             continue
         if func.owner is not None and c.owner is not None:
@@ -416,6 +418,14 @@ def _callers(func: Func, ctx: _Ctx) -> list[Func]:
             if calls and all(other_member(c, k.callee, func, ctx.index) for k in calls):
                 continue
         found.append(c)
+    return found
+
+
+def _callers_of(func: Func, ctx: _Ctx) -> list[Func]:
+    """``conversion_paths.callers_of``, once per function (``_stepped`` walks up from many)."""
+    found = ctx.all_callers.get(func.id)
+    if found is None:
+        found = ctx.all_callers[func.id] = callers_of(func, ctx.index)
     return found
 
 
@@ -489,9 +499,11 @@ def _hands_forward_output(caller: Func, func: Func, ctx: _Ctx) -> bool:
     (``out = self._module_forward(x, module)``): ``func`` then works on the
     calibration forward's output (a loss), per call."""
     index = ctx.index
-    outputs = {c.target.strip() for c in _live_calls(caller, ctx) if c.target and (
-        _calls_held(caller, c.callee, index) or ctx.per_step(last_name(c.callee)) or any(
-            g.scope is not None and _forward_on_args(g, ctx) for g in index.resolve(caller, c)))}
-    outputs.discard("")
+    outputs = ctx.outputs.get(caller.id)  # the caller's alone: asked again for each function it calls
+    if outputs is None:
+        outputs = ctx.outputs[caller.id] = {c.target.strip() for c in _live_calls(caller, ctx) if c.target and (
+            _calls_held(caller, c.callee, index) or ctx.per_step(last_name(c.callee)) or any(
+                g.scope is not None and _forward_on_args(g, ctx) for g in index.resolve(caller, c)))}
+        outputs.discard("")
     return bool(outputs) and any(
         any(has_word(c.arglist, o) for o in outputs) for c in caller.calls if func in index.resolve(caller, c))

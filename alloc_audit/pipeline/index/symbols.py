@@ -158,6 +158,10 @@ class Symbols:
         self.cpp_functions: dict[str, list[Func]] = {}  # simple name -> free functions
         self._unattached: list[Func] = []
         self._subclasses: dict[str, list[ClassInfo]] | None = None
+        # once the index is settled (no name lookup is noted any more, no file comes), the base classes of
+        # a class and its methods by name, asked by every tier pass (perf-r30): the tables no longer change
+        self._settled_bases: dict[ClassInfo, list[ClassInfo]] = {}
+        self._settled_methods: dict[tuple[ClassInfo, str], list[Func]] = {}
         # lookups by name are noted here: the memos of the index keep what
         # files added later cannot change (see ``memo``)
         self.deps = Deps()
@@ -184,6 +188,8 @@ class Symbols:
         leaves, the classes they define or extend and their bases' names,
         the native free functions they add."""
         touched: set[str] = set()
+        self._settled_bases.clear()
+        self._settled_methods.clear()
         new_paths = sorted(p for p in files if p not in self.files)
         for path in new_paths:
             self.files[path] = files[path]
@@ -371,6 +377,14 @@ class Symbols:
         return self.symbol_lookups.get((dotted, near))
 
     def base_classes(self, cls: ClassInfo, depth: int = 0) -> list[ClassInfo]:
+        if depth == 0 and self.deps.settled:
+            found = self._settled_bases.get(cls)
+            if found is None:
+                found = self._settled_bases[cls] = self._base_classes(cls, 0)
+            return list(found)
+        return self._base_classes(cls, depth)
+
+    def _base_classes(self, cls: ClassInfo, depth: int) -> list[ClassInfo]:
         out: list[ClassInfo] = []
         self._note_native(cls)
         if depth > 8:
@@ -379,7 +393,7 @@ class Symbols:
             found = self.class_by_name(base, cls)
             if found is not None and found is not cls:
                 out.append(found)
-                out += self.base_classes(found, depth + 1)
+                out += self._base_classes(found, depth + 1)
         return out
 
     def class_by_name(self, name: str, context: ClassInfo | Func | None = None) -> ClassInfo | None:
@@ -406,6 +420,15 @@ class Symbols:
         return self.cpp_class(name)
 
     def method_lookup(self, cls: ClassInfo, name: str) -> list[Func]:
+        if self.deps.settled:
+            key = (cls, name)
+            found = self._settled_methods.get(key)
+            if found is None:
+                found = self._settled_methods[key] = self._method_lookup(cls, name)
+            return found if found else []  # a fresh empty list, as before
+        return self._method_lookup(cls, name)
+
+    def _method_lookup(self, cls: ClassInfo, name: str) -> list[Func]:
         self._note_native(cls)
         found = cls.methods.get(name)
         if found:

@@ -1,0 +1,56 @@
+"""perf-r30: ``parse.mask_macros`` tries the macro pattern only where a match
+can start (``_mask_starts``); it must blank exactly what ``regex.sub`` of
+the whole pattern blanks: on generated sources (the catalogue's macro
+names, wildcard names, `#define`, nested parentheses, lone macro lines
+before `)`/`>` and at the ends, bytes that are not ASCII), and on the C++
+and CUDA fixtures."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from alloc_audit.catalog import load_catalog
+from alloc_audit.config import load_config
+from alloc_audit.pipeline import parse
+
+FIXTURES = Path(__file__).parent / "fixtures"
+_APIS = load_catalog(load_config(FIXTURES, None)).apis
+_OPTIONS = [
+    (tuple(_APIS.attribute_macros), tuple(_APIS.specifier_macros), True),
+    (tuple(_APIS.attribute_macros), tuple(_APIS.specifier_macros), False),
+    (("__align__", "*STATIC_ASSERT", "A*B"), ("__*_bounds_*__", "HD", "X"), True),
+    ((), (), True),
+    (("__align__",), (), False),
+]
+_PIECES = ("__align__", "__launch_bounds__", "STATIC_ASSERT", "MY_STATIC_ASSERT", "_STATIC_CHECK", "__host__",
+           "__device__", "CUTLASS_HOST_DEVICE", "C10_HOST_DEVICE", "__x_bounds_y__", "__bounds__", "AxB", "AB",
+           "HD", "HDX", "X", "define ", "#define ", "define\t", "(", ")", "((", "))", "(a, (b))", ";", " ;", "\n",
+           "\r\n", " ", "\t", "x", "int", "FOO_BAR", "FOO", "_", ",", ">", "<", "é", "MAX_N", "\n)", "\n>",
+           "void f()", "{", "}", "0x1F", "9_A")
+
+
+def _same(data: bytes, options: list[tuple[tuple[str, ...], tuple[str, ...], bool]] = _OPTIONS) -> None:
+    for am, sm, lone in options:
+        regex = parse._mask_regex(am, sm, lone)
+        want = regex.sub(parse._blank, data) if regex is not None else data
+        assert parse.mask_macros(data, am, sm, lone) == want, (data, am, sm, lone)
+
+
+def test_generated_sources_blank_as_the_whole_pattern() -> None:
+    rng = random.Random(30)
+    for _ in range(400):
+        _same("".join(rng.choice(_PIECES) for _ in range(rng.randint(0, 40))).encode())
+
+
+def test_fixture_sources_blank_as_the_whole_pattern() -> None:
+    paths = [p for p in sorted(FIXTURES.rglob("*")) if p.suffix in (".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp")]
+    assert paths
+    for path in paths:
+        _same(path.read_bytes(), _OPTIONS[:1])  # the catalogue's names
+
+
+def test_a_name_with_other_bytes_searches_the_whole_pattern() -> None:
+    assert parse._mask_starts(("a.b",), (), True) is None
+    assert parse._mask_starts(("*",), (), False) is None
+    assert parse.mask_macros(b"x a.b(1) y", ("a.b",), (), False) == b"x        y"
