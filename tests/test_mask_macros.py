@@ -3,7 +3,9 @@ can start (``_mask_starts``); it must blank exactly what ``regex.sub`` of
 the whole pattern blanks: on generated sources (the catalogue's macro
 names, wildcard names, `#define`, nested parentheses, lone macro lines
 before `)`/`>` and at the ends, bytes that are not ASCII), and on the C++
-and CUDA fixtures."""
+and CUDA fixtures. And ``nesting_problem``'s byte gate (no tab, no form
+feed, no run of 100 spaces: no line the pattern can find) refuses what the
+pattern alone refused."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 
 from alloc_audit.catalog import load_catalog
 from alloc_audit.config import load_config
+from alloc_audit.model import Language
 from alloc_audit.pipeline import parse
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -54,3 +57,25 @@ def test_a_name_with_other_bytes_searches_the_whole_pattern() -> None:
     assert parse._mask_starts(("a.b",), (), True) is None
     assert parse._mask_starts(("*",), (), False) is None
     assert parse.mask_macros(b"x a.b(1) y", ("a.b",), (), False) == b"x        y"
+
+
+def _deep(data: bytes) -> str | None:
+    """``nesting_problem`` as it was before its byte gate (perf-r30)."""
+    from alloc_audit.pipeline.parse import _DEEP_LINE
+    if _DEEP_LINE.search(data) is None:
+        return None
+    return parse.nesting_problem(data + b"\t", Language.PYTHON)  # a tab: the gate lets it through
+
+
+def test_nesting_gate_refuses_what_the_line_pattern_finds() -> None:
+    rng = random.Random(31)
+    blanks = (b" ", b"\t", b"\f", b" " * 7, b"\n", b"x\n", b"#", b"    ")
+    for _ in range(300):
+        data = b"".join(rng.choice(blanks) for _ in range(rng.randint(0, 60)))
+        assert parse.nesting_problem(data, Language.PYTHON) == _deep(data)
+    stairs = b"".join(b" " * i + b"x\n" for i in range(110))
+    for indent in (b" ", b"\t", b"\f"):
+        steps = b"".join(indent * i + b"x\n" for i in range(110))
+        assert parse.nesting_problem(steps, Language.PYTHON) == _deep(steps) is not None
+    assert parse.nesting_problem(stairs, Language.PYTHON) is not None
+    assert parse.nesting_problem(b" " * 99 + b"x\n", Language.PYTHON) is None
