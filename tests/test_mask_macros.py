@@ -1,4 +1,4 @@
-"""perf-r30: ``parse.mask_macros`` tries the macro pattern only where a match
+"""perf-r30: ``parse_mask.mask_macros`` tries the macro pattern only where a match
 can start (``_mask_starts``); it must blank exactly what ``regex.sub`` of
 the whole pattern blanks: on generated sources (the catalogue's macro
 names, wildcard names, `#define`, nested parentheses, lone macro lines
@@ -15,7 +15,7 @@ from pathlib import Path
 from alloc_audit.catalog import load_catalog
 from alloc_audit.config import load_config
 from alloc_audit.model import Language
-from alloc_audit.pipeline import parse
+from alloc_audit.pipeline import parse, parse_mask
 
 FIXTURES = Path(__file__).parent / "fixtures"
 _APIS = load_catalog(load_config(FIXTURES, None)).apis
@@ -35,9 +35,9 @@ _PIECES = ("__align__", "__launch_bounds__", "STATIC_ASSERT", "MY_STATIC_ASSERT"
 
 def _same(data: bytes, options: list[tuple[tuple[str, ...], tuple[str, ...], bool]] = _OPTIONS) -> None:
     for am, sm, lone in options:
-        regex = parse._mask_regex(am, sm, lone)
-        want = regex.sub(parse._blank, data) if regex is not None else data
-        assert parse.mask_macros(data, am, sm, lone) == want, (data, am, sm, lone)
+        regex = parse_mask._mask_regex(am, sm, lone)
+        want = regex.sub(parse_mask._blank, data) if regex is not None else data
+        assert parse_mask.mask_macros(data, am, sm, lone) == want, (data, am, sm, lone)
 
 
 def test_generated_sources_blank_as_the_whole_pattern() -> None:
@@ -54,9 +54,9 @@ def test_fixture_sources_blank_as_the_whole_pattern() -> None:
 
 
 def test_a_name_with_other_bytes_searches_the_whole_pattern() -> None:
-    assert parse._mask_starts(("a.b",), (), True) is None
-    assert parse._mask_starts(("*",), (), False) is None
-    assert parse.mask_macros(b"x a.b(1) y", ("a.b",), (), False) == b"x        y"
+    assert parse_mask._mask_starts(("a.b",), (), True) is None
+    assert parse_mask._mask_starts(("*",), (), False) is None
+    assert parse_mask.mask_macros(b"x a.b(1) y", ("a.b",), (), False) == b"x        y"
 
 
 def _deep(data: bytes) -> str | None:

@@ -78,6 +78,7 @@ from .index import ClassInfo, Func, ProjectIndex, last_name
 from .names import has_word, value_arguments
 from .prep_shapes import (
     builds_module,
+    calls_held,
     installed_state,
     live_calls,
     other_member,
@@ -232,7 +233,7 @@ def _runs_forward(func: Func, ctx: _Ctx) -> bool:
     found = ctx.forward.get(func.id)
     if found is None:
         found = ctx.forward[func.id] = _runs_step(func, ctx) or any(
-            _calls_held(func, c.callee, ctx.index) for c in _live_calls(func, ctx))
+            calls_held(func, c.callee, ctx.index) for c in _live_calls(func, ctx))
     return found
 
 
@@ -262,7 +263,7 @@ def _forward_on_args(func: Func, ctx: _Ctx, depth: int = 2) -> bool:
         scope = func.scope
         params = {p.lstrip("*") for p in (scope.params if scope is not None else ())} - {"self", "cls"}
         found = _runs_step(func, ctx) or any(
-            c.callee in params or (_calls_held(func, c.callee, ctx.index) and any(
+            c.callee in params or (calls_held(func, c.callee, ctx.index) and any(
                 has_word(c.arglist, p) for p in params)) for c in _live_calls(func, ctx)) or (depth > 1 and any(
                     any(has_word(call.arglist, p) for p in params) and any(
                         g.scope is not None and _forward_on_args(g, ctx, depth - 1) for g in targets)
@@ -279,25 +280,6 @@ def _live_calls(func: Func, ctx: _Ctx) -> list[Call]:
             ctx.patched = patched_names(ctx.index)
         found = ctx.live[func.id] = live_calls(func, unpatched_constants(ctx.index, func.path, ctx.patched))
     return found
-
-
-def _calls_held(func: Func, callee: str, index: ProjectIndex) -> bool:
-    """``callee`` is a value ``func`` holds: a parameter or local
-    (``layer(x)``), or a ``self.x`` its class binds and does not define as
-    a method."""
-    if callee.isidentifier():
-        scope = func.scope
-        return (scope is not None and callee in scope.params) or any(callee in a.targets for a in func.assigns) \
-            or any((c.target or "").strip() == callee for c in func.calls)
-    return callee.startswith("self.") and callee[5:].isidentifier() and func.owner is not None \
-        and not index.method_lookup(func.owner, callee[5:]) and _held(func.owner, callee)
-
-
-def _held(owner: ClassInfo, member: str) -> bool:
-    """The class binds ``self.x`` somewhere (a module or callable it holds),
-    not an inherited method (``self.register_buffer``)."""
-    return any(member in a.targets for ms in owner.methods.values() for m in ms for a in m.assigns) or any(
-        (c.target or "").strip() == member for ms in owner.methods.values() for m in ms for c in m.calls)
 
 
 def _root(func: Func, ctx: _Ctx) -> bool:
@@ -502,7 +484,7 @@ def _hands_forward_output(caller: Func, func: Func, ctx: _Ctx) -> bool:
     outputs = ctx.outputs.get(caller.id)  # the caller's alone: asked again for each function it calls
     if outputs is None:
         outputs = ctx.outputs[caller.id] = {c.target.strip() for c in _live_calls(caller, ctx) if c.target and (
-            _calls_held(caller, c.callee, index) or ctx.per_step(last_name(c.callee)) or any(
+            calls_held(caller, c.callee, index) or ctx.per_step(last_name(c.callee)) or any(
                 g.scope is not None and _forward_on_args(g, ctx) for g in index.resolve(caller, c)))}
         outputs.discard("")
     return bool(outputs) and any(
