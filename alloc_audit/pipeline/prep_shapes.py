@@ -25,7 +25,9 @@ one function or class that pass reads, kept apart from it.
 
 And two facts ``weight_preparation`` has read since round 27:
 ``builds_module`` (``setattr(parent, name, QLinear(...))``) and
-``other_member`` (a call by name through a member bound to another class).
+``other_member`` (a call by name through a member bound to another class),
+and ``calls_held`` (a call of a value the function holds: a parameter, a
+local, a member its class binds; moved here in round 30 for size).
 
 Pure.
 """
@@ -179,3 +181,22 @@ def other_member(caller: Func, callee: str, func: Func, index: ProjectIndex) -> 
                 or not index.method_lookup(cls, func.name):
             return False
     return True
+
+
+def calls_held(func: Func, callee: str, index: ProjectIndex) -> bool:
+    """``callee`` is a value ``func`` holds: a parameter or local
+    (``layer(x)``), or a ``self.x`` its class binds and does not define as
+    a method."""
+    if callee.isidentifier():
+        scope = func.scope
+        return (scope is not None and callee in scope.params) or any(callee in a.targets for a in func.assigns) \
+            or any((c.target or "").strip() == callee for c in func.calls)
+    return callee.startswith("self.") and callee[5:].isidentifier() and func.owner is not None \
+        and not index.method_lookup(func.owner, callee[5:]) and _held(func.owner, callee)
+
+
+def _held(owner: ClassInfo, member: str) -> bool:
+    """The class binds ``self.x`` somewhere (a module or callable it holds),
+    not an inherited method (``self.register_buffer``)."""
+    return any(member in a.targets for ms in owner.methods.values() for m in ms for a in m.assigns) or any(
+        (c.target or "").strip() == member for ms in owner.methods.values() for m in ms for c in m.calls)

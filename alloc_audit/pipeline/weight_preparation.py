@@ -78,6 +78,7 @@ from .index import ClassInfo, Func, ProjectIndex, last_name
 from .names import has_word, value_arguments
 from .prep_shapes import (
     builds_module,
+    calls_held,
     installed_state,
     live_calls,
     other_member,
@@ -118,6 +119,8 @@ class _Ctx:
     live: dict[str, list[Call]] = field(default_factory=dict)
     patched: frozenset[str] | None = None  # names some file binds as an attribute (``_constants``)
     modules: dict[str, bool] = field(default_factory=dict)  # ``default_device.is_module``'s memo
+    all_callers: dict[str, list[Func]] = field(default_factory=dict)  # ``callers_of``'s answers
+    outputs: dict[str, set[str]] = field(default_factory=dict)  # ``_hands_forward_output``: a caller's outputs
 
 
 def weight_preparation(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
@@ -230,7 +233,7 @@ def _runs_forward(func: Func, ctx: _Ctx) -> bool:
     found = ctx.forward.get(func.id)
     if found is None:
         found = ctx.forward[func.id] = _runs_step(func, ctx) or any(
-            _calls_held(func, c.callee, ctx.index) for c in _live_calls(func, ctx))
+            calls_held(func, c.callee, ctx.index) for c in _live_calls(func, ctx))
     return found
 
 
@@ -260,7 +263,7 @@ def _forward_on_args(func: Func, ctx: _Ctx, depth: int = 2) -> bool:
         scope = func.scope
         params = {p.lstrip("*") for p in (scope.params if scope is not None else ())} - {"self", "cls"}
         found = _runs_step(func, ctx) or any(
-            c.callee in params or (_calls_held(func, c.callee, ctx.index) and any(
+            c.callee in params or (calls_held(func, c.callee, ctx.index) and any(
                 has_word(c.arglist, p) for p in params)) for c in _live_calls(func, ctx)) or (depth > 1 and any(
                     any(has_word(call.arglist, p) for p in params) and any(
                         g.scope is not None and _forward_on_args(g, ctx, depth - 1) for g in targets)
@@ -277,25 +280,6 @@ def _live_calls(func: Func, ctx: _Ctx) -> list[Call]:
             ctx.patched = patched_names(ctx.index)
         found = ctx.live[func.id] = live_calls(func, unpatched_constants(ctx.index, func.path, ctx.patched))
     return found
-
-
-def _calls_held(func: Func, callee: str, index: ProjectIndex) -> bool:
-    """``callee`` is a value ``func`` holds: a parameter or local
-    (``layer(x)``), or a ``self.x`` its class binds and does not define as
-    a method."""
-    if callee.isidentifier():
-        scope = func.scope
-        return (scope is not None and callee in scope.params) or any(callee in a.targets for a in func.assigns) \
-            or any((c.target or "").strip() == callee for c in func.calls)
-    return callee.startswith("self.") and callee[5:].isidentifier() and func.owner is not None \
-        and not index.method_lookup(func.owner, callee[5:]) and _held(func.owner, callee)
-
-
-def _held(owner: ClassInfo, member: str) -> bool:
-    """The class binds ``self.x`` somewhere (a module or callable it holds),
-    not an inherited method (``self.register_buffer``)."""
-    return any(member in a.targets for ms in owner.methods.values() for m in ms for a in m.assigns) or any(
-        (c.target or "").strip() == member for ms in owner.methods.values() for m in ms for c in m.calls)
 
 
 def _root(func: Func, ctx: _Ctx) -> bool:
@@ -353,7 +337,7 @@ def _stepped(func: Func, ctx: _Ctx) -> bool:
     for _ in range(_DEPTH):
         nxt = []
         for f in frontier:
-            for c in callers_of(f, ctx.index):
+            for c in _callers_of(f, ctx):
                 if c.id in seen or test_path(c.path):
                     continue
                 if _runs_step(c, ctx):
@@ -408,7 +392,7 @@ def _callers(func: Func, ctx: _Ctx) -> list[Func]:
     if held is not None:
         return held
     found = ctx.callers[func.id] = []
-    for c in callers_of(func, ctx.index):
+    for c in _callers_of(func, ctx):
         if test_path(c.path):
             continue
         if func.owner is not None and c.owner is not None:
@@ -416,6 +400,14 @@ def _callers(func: Func, ctx: _Ctx) -> list[Func]:
             if calls and all(other_member(c, k.callee, func, ctx.index) for k in calls):
                 continue
         found.append(c)
+    return found
+
+
+def _callers_of(func: Func, ctx: _Ctx) -> list[Func]:
+    """``conversion_paths.callers_of``, once per function (``_stepped`` walks up from many)."""
+    found = ctx.all_callers.get(func.id)
+    if found is None:
+        found = ctx.all_callers[func.id] = callers_of(func, ctx.index)
     return found
 
 
@@ -489,9 +481,11 @@ def _hands_forward_output(caller: Func, func: Func, ctx: _Ctx) -> bool:
     (``out = self._module_forward(x, module)``): ``func`` then works on the
     calibration forward's output (a loss), per call."""
     index = ctx.index
-    outputs = {c.target.strip() for c in _live_calls(caller, ctx) if c.target and (
-        _calls_held(caller, c.callee, index) or ctx.per_step(last_name(c.callee)) or any(
-            g.scope is not None and _forward_on_args(g, ctx) for g in index.resolve(caller, c)))}
-    outputs.discard("")
+    outputs = ctx.outputs.get(caller.id)  # the caller's alone: asked again for each function it calls
+    if outputs is None:
+        outputs = ctx.outputs[caller.id] = {c.target.strip() for c in _live_calls(caller, ctx) if c.target and (
+            calls_held(caller, c.callee, index) or ctx.per_step(last_name(c.callee)) or any(
+                g.scope is not None and _forward_on_args(g, ctx) for g in index.resolve(caller, c)))}
+        outputs.discard("")
     return bool(outputs) and any(
         any(has_word(c.arglist, o) for o in outputs) for c in caller.calls if func in index.resolve(caller, c))

@@ -141,7 +141,7 @@ class CutOff(Generic[K, V]):
     the lookup asked for). The value must be all a caller takes from it.
     An entry computed inside another notes names, not a token."""
 
-    __slots__ = ("_deps", "_compute", "_prefix", "_memo", "_tokens", "_running")
+    __slots__ = ("_deps", "_compute", "_prefix", "_memo", "_tokens", "_running", "_settled")
 
     def __init__(self, deps: Deps, compute: Callable[[K], V], prefix: str) -> None:
         self._deps = deps
@@ -150,10 +150,18 @@ class CutOff(Generic[K, V]):
         self._memo: Memo[K, V] = Memo(deps)
         self._tokens: dict[K, str] = {}
         self._running = 0
+        # once settled (nothing will be added), values alone: no names, no tokens (``clear`` empties it)
+        self._settled: dict[K, V] = {}
 
     def get(self, key: K) -> V:
         deps = self._deps
-        if deps.settled or self._running:  # nothing will be added; or inside an entry: its names are the entry's
+        if deps.settled:  # nothing will be added: the value, once
+            settled = self._settled
+            if key in settled:
+                return settled[key]
+            value = settled[key] = self._compute(key)
+            return value
+        if self._running:  # inside an entry: its names are the entry's
             return self._compute(key)
         memo = self._memo
         if key in memo.values:
@@ -193,3 +201,4 @@ class CutOff(Generic[K, V]):
     def clear(self) -> None:
         self._memo.clear()
         self._tokens = {}
+        self._settled = {}

@@ -7,11 +7,14 @@ the bases, the constructors of a class, a Python dotted name)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ...model import Assign, Block, Call, CallTable, FileFacts, Language, Return, Scope, Site, Span, With
 from .memo import CutOff, Deps
+from .symbol_parts import shared_dirs as _shared_dirs
+from .symbol_parts import statements_into_functions as _statements_into_functions
 
 _CONSTRUCTOR_NAMES = ("__init__", "__post_init__", "__new__")
 
@@ -158,6 +161,8 @@ class Symbols:
         self.cpp_functions: dict[str, list[Func]] = {}  # simple name -> free functions
         self._unattached: list[Func] = []
         self._subclasses: dict[str, list[ClassInfo]] | None = None
+        # settled (no file comes): a class's bases (name None) and methods by name, once (perf-r30)
+        self._settled: dict[tuple[ClassInfo, str | None], list[Any]] = {}
         # lookups by name are noted here: the memos of the index keep what
         # files added later cannot change (see ``memo``)
         self.deps = Deps()
@@ -184,6 +189,7 @@ class Symbols:
         leaves, the classes they define or extend and their bases' names,
         the native free functions they add."""
         touched: set[str] = set()
+        self._settled.clear()
         new_paths = sorted(p for p in files if p not in self.files)
         for path in new_paths:
             self.files[path] = files[path]
@@ -370,7 +376,16 @@ class Symbols:
             return _find_symbol(self, dotted, depth, near)
         return self.symbol_lookups.get((dotted, near))
 
+    def _once(self, key: tuple[ClassInfo, str | None], compute: Callable[..., list[Any]], *args: Any) -> list[Any]:
+        if key not in self._settled:
+            self._settled[key] = compute(*args)
+        return self._settled[key]
+
     def base_classes(self, cls: ClassInfo, depth: int = 0) -> list[ClassInfo]:
+        settled = depth == 0 and self.deps.settled
+        return list(self._once((cls, None), self._base_classes, cls, 0)) if settled else self._base_classes(cls, depth)
+
+    def _base_classes(self, cls: ClassInfo, depth: int) -> list[ClassInfo]:
         out: list[ClassInfo] = []
         self._note_native(cls)
         if depth > 8:
@@ -379,7 +394,7 @@ class Symbols:
             found = self.class_by_name(base, cls)
             if found is not None and found is not cls:
                 out.append(found)
-                out += self.base_classes(found, depth + 1)
+                out += self._base_classes(found, depth + 1)
         return out
 
     def class_by_name(self, name: str, context: ClassInfo | Func | None = None) -> ClassInfo | None:
@@ -406,6 +421,11 @@ class Symbols:
         return self.cpp_class(name)
 
     def method_lookup(self, cls: ClassInfo, name: str) -> list[Func]:
+        if self.deps.settled:  # a fresh empty list, as before
+            return self._once((cls, name), self._method_lookup, cls, name) or []
+        return self._method_lookup(cls, name)
+
+    def _method_lookup(self, cls: ClassInfo, name: str) -> list[Func]:
         self._note_native(cls)
         found = cls.methods.get(name)
         if found:
@@ -461,40 +481,8 @@ def _touched_class(cls: ClassInfo) -> str:
     return cls.name if cls.language is not Language.PYTHON else "class:" + cls.name
 
 
-def _statements_into_functions(symbols: Symbols, path: str) -> None:
-    """A new file's calls, sites and statements into its functions."""
-    facts = symbols.files[path]
-    table = symbols.by_path[path]
-    func_for = symbols._func_for
-    calls = facts.calls
-    for i, scope_name in enumerate(calls.scopes):
-        func = func_for(table, path, scope_name, facts)
-        func.table = calls
-        func.call_ix.append(i)
-    for site in facts.sites:
-        func_for(table, path, site.scope, facts).sites.append(site)
-    for assign in facts.assigns:
-        func_for(table, path, assign.scope, facts).assigns.append(assign)
-    for ret in facts.returns:
-        func_for(table, path, ret.scope, facts).returns.append(ret)
-    for block in facts.blocks:
-        func_for(table, path, block.scope, facts).blocks.append(block)
-    for w in facts.withs:
-        func_for(table, path, w.scope, facts).withs.append(w)
-
-
 def sites_of(func: Func) -> str:
     """What a memo notes when it reads the sites of a function (``add_sites``
     touches it): the function's id (``path::qualname``, the string the
     function holds: no copy per memo entry)."""
     return func.id
-
-
-def _shared_dirs(a: str, b: str) -> int:
-    """How many leading directories two relative paths share."""
-    n = 0
-    for x, y in zip(a.split("/")[:-1], b.split("/")[:-1]):
-        if x != y:
-            break
-        n += 1
-    return n

@@ -1,0 +1,42 @@
+"""Two pieces of ``symbols``, apart for its size: a new file's calls, sites
+and statements filed into its functions, and how many leading directories
+two paths share (``Symbols.module_path``'s choice between vendored copies)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .symbols import Symbols
+
+
+def statements_into_functions(symbols: Symbols, path: str) -> None:
+    """A new file's calls, sites and statements into its functions."""
+    facts = symbols.files[path]
+    table = symbols.by_path[path]
+    func_for = symbols._func_for
+    calls = facts.calls
+    for i, scope_name in enumerate(calls.scopes):
+        func = func_for(table, path, scope_name, facts)
+        func.table = calls
+        func.call_ix.append(i)
+    for site in facts.sites:
+        func_for(table, path, site.scope, facts).sites.append(site)
+    for assign in facts.assigns:
+        func_for(table, path, assign.scope, facts).assigns.append(assign)
+    for ret in facts.returns:
+        func_for(table, path, ret.scope, facts).returns.append(ret)
+    for block in facts.blocks:
+        func_for(table, path, block.scope, facts).blocks.append(block)
+    for w in facts.withs:
+        func_for(table, path, w.scope, facts).withs.append(w)
+
+
+def shared_dirs(a: str, b: str) -> int:
+    """How many leading directories two relative paths share."""
+    n = 0
+    for x, y in zip(a.split("/")[:-1], b.split("/")[:-1]):
+        if x != y:
+            break
+        n += 1
+    return n
