@@ -53,6 +53,8 @@ def starts_with_word(text: str, name: str) -> bool:
     return text.startswith(name) and _boundary(text, len(name))
 
 
+IDENTIFIER = re.compile(r"[A-Za-z_]\w*")  # a Python or C++ name: one pattern for the passes that test or list names
+
 # `value_arguments`: a dotted name that starts a line or follows `,`/`(`/`=`, then blanks and `,`/`)`/the
 # line's end: the maximal run of word characters and dots there, taken only when it is such a name
 _VALUE_RUN = re.compile(r"[,(=\n][ \t]*([A-Za-z_][\w.]*)[ \t]*(?=[,)\n]|\Z)")

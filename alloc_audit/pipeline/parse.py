@@ -31,7 +31,7 @@ from .parse_macros import (
     ends_statement,
     guarded_statement_macros,
 )
-from .parse_mask import _blank, mask_macros
+from .parse_mask import blank, mask_macros
 
 
 @cache
@@ -107,7 +107,7 @@ def parse_source(data: bytes, lang: Language, attribute_macros: tuple[str, ...] 
         if best.root_node.has_error:
             # conditionals that cut through a statement (`} else\n#endif\n{`):
             # every branch kept, the directive lines blanked
-            flat = _DIRECTIVE.sub(_blank, repaired)
+            flat = _DIRECTIVE.sub(blank, repaired)
             if flat != repaired:
                 third = _parser(Language.CUDA).parse(flat)
                 third_errors = error_bytes(third.root_node)

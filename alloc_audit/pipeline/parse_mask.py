@@ -37,14 +37,14 @@ def _mask_regex(attribute_macros: tuple[str, ...], specifier_macros: tuple[str, 
     return re.compile(flags + b"|".join(p.replace(b"(?m)", b"") for p in parts))
 
 
-def _blank(match: re.Match[bytes]) -> bytes:
+def blank(match: re.Match[bytes]) -> bytes:
     text = match.group(0)
     return bytes(c if c in (10, 13) else 32 for c in text)
 
 
 def mask_macros(data: bytes, attribute_macros: tuple[str, ...], specifier_macros: tuple[str, ...],
                 lone_macro_lines: bool) -> bytes:
-    """``_mask_regex``'s matches blanked: ``regex.sub(_blank, data)``, tried
+    """``_mask_regex``'s matches blanked: ``regex.sub(blank, data)``, tried
     only where a match can start (``_mask_starts``; perf-r30: the pattern's
     leading look-behinds and ``\\w*`` names made ``re`` try every byte, ~150 ns
     a byte, a second of aphrodite's native files)."""
@@ -54,7 +54,7 @@ def mask_macros(data: bytes, attribute_macros: tuple[str, ...], specifier_macros
         return data
     starts = _mask_starts(am, sm, lone_macro_lines)
     if starts is None:
-        return regex.sub(_blank, data)
+        return regex.sub(blank, data)
     words, lines = starts
     found: set[int] = set()
     if words is not None:
@@ -73,7 +73,7 @@ def mask_macros(data: bytes, attribute_macros: tuple[str, ...], specifier_macros
             continue
         match = regex.match(data, at)
         if match is not None:
-            out += (data[done:at], _blank(match))
+            out += (data[done:at], blank(match))
             done = match.end()
     if not out:
         return data

@@ -24,9 +24,7 @@ import re
 
 from ..model import Call
 from .index import ClassInfo, Func, ProjectIndex
-from .names import has_name
-
-_NAME = re.compile(r"[A-Za-z_]\w*")
+from .names import IDENTIFIER, has_name
 
 _CONTAINER_ADDS = frozenset({"append", "extend", "insert", "add", "put", "put_nowait", "setdefault", "update",
                              "appendleft", "push"})
@@ -67,7 +65,7 @@ def rebuilt_per_pass(builder: Func, owner: ClassInfo, index: ProjectIndex) -> st
         in_loop = any(b.span.contains_line(line) for b in loops)
         target = (call.target or "").strip() or _bound_by(builder, call)
         if target:
-            if not in_loop or not _NAME.fullmatch(target):
+            if not in_loop or not IDENTIFIER.fullmatch(target):
                 return ""
             if any(has_name(r.value, target, not_after=".") for r in builder.returns) or any(
                     c.span.line > line and _keeping_call(c.callee) and has_name(c.arglist, target, not_after="[.")
@@ -86,7 +84,7 @@ def rebuilt_per_pass(builder: Func, owner: ClassInfo, index: ProjectIndex) -> st
 
 def _locals(target: str | None) -> bool:
     """A call's result bound nowhere or to plain locals (``logits, _ = model(...)``)."""
-    return target is None or all(_NAME.fullmatch(t.strip()) for t in target.strip("()").split(","))
+    return target is None or all(IDENTIFIER.fullmatch(t.strip()) for t in target.strip("()").split(","))
 
 
 def _bound_by(builder: Func, call: Call) -> str:
@@ -95,7 +93,7 @@ def _bound_by(builder: Func, call: Call) -> str:
     text = re.compile(rf"(?<![\w.]){re.escape(call.callee.rsplit('.', 1)[-1])}\(")  # the import may be resolved
     for a in builder.assigns:
         if a.op == "=" and a.line <= call.span.line <= a.line + 3 and text.search(a.value) and len(a.targets) == 1 \
-                and _NAME.fullmatch(a.targets[0].strip()):
+                and IDENTIFIER.fullmatch(a.targets[0].strip()):
             return a.targets[0].strip()
     return ""
 

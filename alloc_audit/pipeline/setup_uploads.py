@@ -34,11 +34,11 @@ from collections.abc import Sequence
 from ..arglists import split_args
 from ..model import Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
+from .names import IDENTIFIER
 from .retier import Decision, retier
 
 _COPY = re.compile(r"(?:cuda|hip)\w*[Cc]py\w*")
 _LEAF = re.compile(r"::|\.|->")
-_NAME = re.compile(r"[A-Za-z_]\w*")
 _MEMBER_OF = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\.|->)")  # `param.w`, `p->w`: a member of the local `param`
 _RECEIVER = re.compile(r"([A-Za-z_]\w*)\s*(?:\.|->)\s*\w+$")  # `layer->infer`: the object a method runs on
 # reading a file: the host data a program uploads as its weights (`fopen`/`fscanf`, `std::ifstream`)
@@ -73,7 +73,7 @@ def _to_device(call_callee: str, arglist: str) -> bool:
 
 
 def _names(text: str) -> list[str]:
-    return _NAME.findall(text)
+    return IDENTIFIER.findall(text)
 
 
 def _filled(func: Func, name: str, index: ProjectIndex) -> str:

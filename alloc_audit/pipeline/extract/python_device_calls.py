@@ -165,7 +165,7 @@ class _CallValues(_Values):
         return Val(self.fresh("call", node))
 
 
-class _Bindings(_CallValues):
+class Bindings(_CallValues):
     """What bindings and joins do to the environment."""
 
     parents: dict[int, ast.AST]

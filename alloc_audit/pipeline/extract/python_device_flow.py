@@ -51,7 +51,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from .common import enclosing
-from .python_device_calls import _Bindings
+from .python_device_calls import Bindings
 from .python_device_values import (
     _ADDS,
     _DTYPE,
@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from .python import PythonExtractor
 
 
-class Flow(_Bindings):
+class Flow(Bindings):
     """The device tokens of one function's locals before each of its statements."""
 
     def __init__(self, ext: PythonExtractor, fn: ast.AST, params: frozenset[str], dtypes: frozenset[str],
