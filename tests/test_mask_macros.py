@@ -36,7 +36,7 @@ _PIECES = ("__align__", "__launch_bounds__", "STATIC_ASSERT", "MY_STATIC_ASSERT"
 def _same(data: bytes, options: list[tuple[tuple[str, ...], tuple[str, ...], bool]] = _OPTIONS) -> None:
     for am, sm, lone in options:
         regex = parse_mask._mask_regex(am, sm, lone)
-        want = regex.sub(parse_mask._blank, data) if regex is not None else data
+        want = regex.sub(parse_mask.blank, data) if regex is not None else data
         assert parse_mask.mask_macros(data, am, sm, lone) == want, (data, am, sm, lone)
 
 
