@@ -32,11 +32,11 @@ from ..arglists import split_args
 from ..globs import test_path
 from ..model import Call, Site, Tier
 from .index import Func, ProjectIndex
+from .names import IDENTIFIER
 from .retier import Decision, python_device_site, retier
 
 _LAMBDA = "<lambda>"
 _ASSIGN = re.compile(r"\bassign\s*=\s*True\b")
-_NAME = re.compile(r"[A-Za-z_]\w*")
 _LOADER = re.compile(r"(?:^|\.)(?:_?load_state_dict|load_\w*state_dict|set_\w*state_dict)$")
 
 
@@ -82,7 +82,7 @@ def _assigned(site: Site, index: ProjectIndex) -> Decision | None:
     """The site's local is handed, later in the function, to a module's
     ``load_state_dict(..., assign=True)`` (in the state dict it passes)."""
     name = site.target
-    if name is None or not _NAME.fullmatch(name):
+    if name is None or not IDENTIFIER.fullmatch(name):
         return None
     func = index.func(site.path, site.scope)
     if func is None or not any(c.endswith("load_state_dict") for c in func.callees):
@@ -102,7 +102,7 @@ def _takes(call: Call, name: str, site: Site, func: Func) -> bool:
         return False
     args = split_args(call.arglist)
     state = next((a.text for a in args if a.keyword in (None, "state_dict")), "")
-    return name in _NAME.findall(state)
+    return name in IDENTIFIER.findall(state)
 
 
 def _loaded(site: Site, index: ProjectIndex) -> Decision | None:
@@ -112,7 +112,7 @@ def _loaded(site: Site, index: ProjectIndex) -> Decision | None:
     if test_path(site.path):
         return None  # a test's state for one check (the judges: its own tier), not a load path
     handed = site.kept.startswith("handed:") and _LOADER.search(site.kept[len("handed:"):]) is not None
-    if name is None or not _NAME.fullmatch(name) or (site.kept != "local" and not handed):
+    if name is None or not IDENTIFIER.fullmatch(name) or (site.kept != "local" and not handed):
         return None
     func = index.func(site.path, site.scope)
     if func is None or not any(_LOADER.search(c) for c in func.callees):

@@ -81,7 +81,7 @@ from ..globs import matcher, test_path
 from ..model import Assign, Language, Site, SiteKind, Tier
 from .built_per_pass import class_factories
 from .index import ClassInfo, Func, ProjectIndex
-from .names import has_name, has_word, starts_with_word
+from .names import IDENTIFIER, has_name, has_word, starts_with_word
 from .per_test_holders import builds_per_test
 from .rebuilt_objects import rebuilt_per_pass
 from .retier import Decision, retier
@@ -99,7 +99,6 @@ _POOL_PATTERN = "pooled: "
 _POOL_CONSTRUCTOR = " owns a fixed slab (constructor)"
 _ENTRY = re.compile(r"([A-Za-z_]\w*)\[[^\]]*\]")  # `chunks[i]`
 _CLASS_NAME = re.compile(r"[A-Z]\w*[a-z]\w*")  # `Instances`, not a constant's name
-_NAME = re.compile(r"[A-Za-z_]\w*")
 _SLOT = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")  # `cache.curr_lens`, no entry
 _SELF_TYPE = frozenset({"self.__class__", "type(self)"})  # a copy of the object's own class
 _ONCE = re.compile(r"_?main|_?run|cli|_?setup\w*|_?build\w*|_?init\w*|configure\w*")  # run-once entry points
@@ -392,7 +391,7 @@ def _replaced_slot(func: Func, store: Assign) -> bool:
     """``store`` binds a plain name to attribute slots (``a.b = x``, no entry,
     no augmented assignment) outside every ``if`` of ``func``: each call
     overwrites what the last one stored."""
-    if store.op != "=" or not _NAME.fullmatch(store.value.strip()) or not all(
+    if store.op != "=" or not IDENTIFIER.fullmatch(store.value.strip()) or not all(
             _SLOT.fullmatch(t.strip()) for t in store.targets):
         return False
     return not any(b.kind == "if" and b.span.contains_line(store.line) for b in func.blocks)

@@ -65,10 +65,10 @@ from ..globs import matcher, test_path
 from ..model import Language, Site, Tier
 from .hook_closures import registered_closure
 from .index import Func, ProjectIndex
+from .move_apis import TENSOR_MOVES
 from .retier import Decision, python_device_site, retier
 
 _OFFLINE = "which quantises the weights offline"  # the reason a quantiser's entry gives (``_entry``)
-_MOVES = frozenset({"Tensor.to", "Tensor.cuda"})
 _DEPTH = 4  # calls up from a function outside a conversion module to one inside (or a load root)
 _CALLABLE = frozenset({"function", "method", "lambda"})
 _PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod", "no_grad", "inference_mode", "wraps", "lru_cache",
@@ -103,7 +103,7 @@ def conversion_paths(sites: Sequence[Site], index: ProjectIndex, globs: CallerGl
         if func is None:
             return None
         root = _on_path(outermost(func, index), ctx, _DEPTH, frozenset())
-        if root is None or (_OFFLINE in root and site.api in _MOVES):
+        if root is None or (_OFFLINE in root and site.api in TENSOR_MOVES):
             return None  # a quantiser's move may carry calibration data into a calibration forward (T4)
         return Tier.T1, (f"weight conversion: {site.scope} runs only while weights are converted or packed "
                          f"offline ({root}), a load-tier temporary; was: {site.tier_reason}")

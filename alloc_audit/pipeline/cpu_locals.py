@@ -26,8 +26,8 @@ from ..arglists import split_args
 from ..model import Call, Language, Site
 from .index import Func, ProjectIndex
 from .index.values import bind_edge, off_device
+from .move_apis import TO_MOVES
 
-_MOVES = frozenset({"Tensor.to", "Module.to"})
 _CUT = 390  # the extractor keeps the first 400 bytes of an argument list
 _CPU = re.compile(r"""(?:torch\.device\(\s*)?["']cpu["']\s*\)?""")
 
@@ -53,11 +53,11 @@ class _HostDevices:
         func, call = found_call
         if func.scope is None:
             return False
-        if "device" not in call.arglist and site.api not in _MOVES:
+        if "device" not in call.arglist and site.api not in TO_MOVES:
             return False
         args = list(split_args(call.arglist))
         named = next((a for a in args if a.keyword == "device"), None)
-        if named is None and site.api in _MOVES:
+        if named is None and site.api in TO_MOVES:
             named = args[0] if args and args[0].keyword is None else None
         name = named.text.strip() if named is not None else ""
         if not name.isidentifier():

@@ -18,6 +18,7 @@ from .host_vias import drop_host_vias
 from .index import ProjectIndex
 from .kept_returns import RETURNED_KEPT
 from .lifetimes import weight_storage
+from .move_apis import MOVES
 from .native_modules import native_module_state
 from .off_device import drop_off_device
 from .untaken import drop_untaken
@@ -51,7 +52,6 @@ def _with_branch(site: Site, branches: Mapping[tuple[str, int, int], str]) -> Si
     return dataclasses.replace(site, tier_reason=f"{site.tier_reason}; {note}") if note else site
 
 
-_MOVES = frozenset({"Tensor.to", "Tensor.cuda", "Module.to", "Module.cuda"})
 
 
 def _upload(site: Site) -> bool:
@@ -60,7 +60,7 @@ def _upload(site: Site) -> bool:
     in a layer, not a load-time temporary or a copy named by a
     ``load*`` function only (every layer that loads its weights would
     make its construction a derived site)."""
-    return (site.tier is Tier.T1 and site.via is None and site.api in _MOVES
+    return (site.tier is Tier.T1 and site.via is None and site.api in MOVES
             and site.tier_reason.startswith("weight upload"))
 
 

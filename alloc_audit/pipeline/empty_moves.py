@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from ..model import Language, Site
 from .extract.common import zero_element_receiver
 from .index import Func, ProjectIndex
+from .move_apis import TENSOR_MOVES
 
-_MOVES = frozenset({"Tensor.to", "Tensor.cuda"})
 _LITERAL = r"torch\.(?:tensor|Tensor|[A-Z][a-z]*Tensor)"
 _EMPTY = re.compile(_LITERAL + r"\((?:\s*[\[(]\s*[\])]\s*(?:,[^()]*)?)?\)\.(?:to|cuda)")
 _NAMED = re.compile(r"([A-Za-z_]\w*)\.(?:to|cuda)")
@@ -28,7 +28,7 @@ _EMPTY_ARGS = re.compile(r"\s*[\[(]\s*[\])]\s*(?:,.*)?", re.S)
 
 
 def drop_empty_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
-    return [s for s in sites if not (s.api in _MOVES and s.via is None and s.language is Language.PYTHON
+    return [s for s in sites if not (s.api in TENSOR_MOVES and s.via is None and s.language is Language.PYTHON
                                      and _empty(s, index))]
 
 

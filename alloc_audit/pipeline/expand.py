@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..model import Language
+from .move_apis import MODULE_MOVES
 
 if TYPE_CHECKING:
     from ..pack import RulePack
@@ -330,9 +331,6 @@ def expansion_wants(index: ProjectIndex, roots: Callable[[ProjectIndex], list[Fu
                  frozenset(filter(keep, native)))
 
 
-_MOVES = ("Module.to", "Module.cuda")
-
-
 def moved_classes(index: ProjectIndex) -> set[str]:
     """The modules that could define the class of a Python module a move
     builds right there (``ROIAlign(...).to(device)``) when it is not
@@ -346,7 +344,7 @@ def moved_classes(index: ProjectIndex) -> set[str]:
         if func.language is not Language.PYTHON or not func.sites:
             continue
         for site in func.sites:
-            if site.api not in _MOVES or site.via is not None:
+            if site.api not in MODULE_MOVES or site.via is not None:
                 continue
             call = receiver_builder(func, site)
             if call is not None and not index.resolve(func, call.callee):

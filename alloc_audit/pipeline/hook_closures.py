@@ -26,10 +26,10 @@ from collections.abc import Sequence
 
 from ..model import Site, Tier
 from .index import Func, ProjectIndex, last_name
+from .names import IDENTIFIER
 from .retier import Decision, python_device_site, retier
 
 _REGISTER = re.compile(r"register\w*hook\w*")
-_NAME = re.compile(r"[A-Za-z_]\w*")
 _BY_NAME = ("initialiser ", "constructor ")  # classify's name-based reasons (rules/tiers.toml)
 _DEPTH = 3  # enclosing functions searched for the registration
 
@@ -74,7 +74,7 @@ def registered_closure(path: str, scope: str, index: ProjectIndex) -> tuple[str,
             if not _is_function(holder):
                 break
             call = next((c for c in holder.calls if _REGISTER.fullmatch(last_name(c.callee))
-                         and names & set(_NAME.findall(c.arglist))), None)
+                         and names & set(IDENTIFIER.findall(c.arglist))), None)
             if call is not None:
                 return closure.qualname, holder.qualname, call.span.line
     return None

@@ -53,6 +53,7 @@ from .cpu_locals import only_off_device
 from .host_returns import host_producer
 from .index import Func, ProjectIndex
 from .index.values import bind_edge, call_params, off_device
+from .move_apis import TO_MOVES
 
 _DEPTH = 3  # callers followed up for a parameter handed on
 _DEVICE_OF = re.compile(r"([A-Za-z_]\w*)\.device")
@@ -71,7 +72,6 @@ _HOST_FACTORY = re.compile(r"torch\.(?:rand|randn|randint|randperm|zeros|ones|em
 _PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod", "property", "lru_cache", "cache", "no_grad",
                                "inference_mode", "wraps", "abstractmethod", "override", "torch.no_grad"})
 _DEVICE, _TENSOR = "device", "tensor"
-_MOVES = frozenset({"Tensor.to", "Module.to"})
 _CONSTRUCTORS = frozenset({"__init__", "__post_init__", "__new__"})
 
 
@@ -173,7 +173,7 @@ class _HostArgs:
             return host_view(caller, text, lambda callee: host_producer(caller, callee, self.index), _DEPTH)
         if text in caller.scope.params:
             return self._host_name(caller, text, _TENSOR, depth)
-        return _host_local(caller, text, lambda callee: host_producer(caller, callee, self.index))
+        return host_local(caller, text, lambda callee: host_producer(caller, callee, self.index))
 
     def _handed_on(self, func: Func) -> bool:
         """``func``'s name is read as a value (not called) in its own file or
@@ -196,7 +196,7 @@ def _source(api: str, call: Call) -> tuple[str, str] | None:
     whether it is a device or a tensor."""
     args = split_args(call.arglist)
     device = next((a.text.strip() for a in args if a.keyword == "device"), None)
-    if api in _MOVES and device is None:
+    if api in TO_MOVES and device is None:
         positional = [a for a in args if a.keyword is None]
         device = positional[0].text.strip() if len(positional) == 1 and len(args) <= 2 else None
     if device is not None:
@@ -242,7 +242,7 @@ def _rebound(func: Func, name: str) -> bool:
         or any((item.target or "").strip() == name for w in func.withs for item in w.items)
 
 
-def _host_local(func: Func, name: str, produced: Callable[[str], bool], depth: int = _DEPTH) -> bool:
+def host_local(func: Func, name: str, produced: Callable[[str], bool], depth: int = _DEPTH) -> bool:
     """Every binding of local ``name`` is a host call (`x.cpu()`,
     `torch.from_numpy(a)`, a call given `return_tensors="pt"` -- a
     tokenizer's or processor's output, built on the host --, a project
@@ -292,7 +292,7 @@ def _tokenized(call: Call) -> bool:
 
 def host_view(func: Func, text: str, produced: Callable[[str], bool], depth: int) -> bool:
     """``text`` is an entry or attribute (no call) of a local of ``func``
-    bound only to host values (``_host_local``), which the function never
+    bound only to host values (``host_local``), which the function never
     stores into, moves in place (`enc.to(device)` moves a tokenizer's
     output's entries), or hands whole to a call (that may store into it)."""
     view = _VIEW.fullmatch(text.strip())
@@ -307,7 +307,7 @@ def host_view(func: Func, text: str, produced: Callable[[str], bool], depth: int
             or root in c.arglist and any(a.text.strip() == root for a in split_args(c.arglist))
             for c in func.calls):
         return False
-    return _host_local(func, root, produced, depth)
+    return host_local(func, root, produced, depth)
 
 
 def _registered(func: Func) -> bool:

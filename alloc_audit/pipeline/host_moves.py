@@ -25,18 +25,18 @@ from ..arglists import split_args
 from ..model import Call, Language, Site, Tier
 from .index import Func, ProjectIndex, Reach
 from .index.values import NONE, Env, Value, bind_edge, off_device
+from .move_apis import TO_MOVES
 from .off_device import attr_value
 
 _SELF_ATTR = re.compile(r"self\.([A-Za-z_]\w*)")
 _ATTR_DEPTH = 4
-_MOVES = frozenset({"Tensor.to", "Module.to"})
 _DEPTH = 3
 
 
 def drop_host_moves(derived: Sequence[Site], index: ProjectIndex) -> list[Site]:
     out = []
     for site in derived:
-        if site.via is None or site.via.api not in _MOVES or site.language is not Language.PYTHON \
+        if site.via is None or site.via.api not in TO_MOVES or site.language is not Language.PYTHON \
                 or _stays_on_host(site, index) == "":
             out.append(site)
     return out
@@ -70,7 +70,7 @@ def _bind(index: ProjectIndex, caller: Func, call: Call, target: Func, env: Env)
 
 def _on_host(reach: Reach, start: Func, env: Env, index: ProjectIndex) -> str:
     site = reach.site
-    if site.api not in _MOVES:
+    if site.api not in TO_MOVES:
         return ""
     funcs, start_env = [start], env
     for i, hop in enumerate(reach.hops):
@@ -123,6 +123,6 @@ def _own_attr(name: str, start: Func, env: Env, reach: Reach, index: ProjectInde
 def edge_stays_on_host(site: Site, caller: Func, call: Call, func: Func, index: ProjectIndex) -> str:
     """Why the move ``site`` in ``func`` moves nothing to the device when
     ``call`` in ``caller`` runs it, or ""."""
-    if site.api not in _MOVES:
+    if site.api not in TO_MOVES:
         return ""
     return _on_host(Reach(site, ()), func, _bind(index, caller, call, func, {}), index)

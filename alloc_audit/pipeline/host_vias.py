@@ -59,14 +59,14 @@ from ..catalog import CallerGlobs
 from ..model import Arg, Language, Site, SiteKind
 from .checkpoint_reads import CheckpointReader
 from .cpu_locals import only_off_device
-from .extract.python_host_defaults import _NO_PLACEMENT
-from .host_args import _host_local
+from .extract.python_host_defaults import NO_PLACEMENT
+from .host_args import host_local
 from .index import Func, ProjectIndex, Reach
+from .move_apis import TO_MOVES
 from .via_roots import (
     _DEPTH,
     _DEVICE,
     _FACTORY,
-    _MOVES,
     _NONE,
     _OF_INPUT,
     _SAME,
@@ -149,7 +149,7 @@ class _Placed:
             self._ids = frozenset(hooks) | frozenset(place_functions(self.index, found,
                                                                      host_bodies(self.index, self.contexts)))
             self._dynamic = any(
-                not _NO_PLACEMENT.match(item.callee + "(") and not _NOT_PLACING.match(item.callee) and any(
+                not NO_PLACEMENT.match(item.callee + "(") and not _NOT_PLACING.match(item.callee) and any(
                     w.body.contains(c.span) and c.target and f.scope is not None and c.callee in f.scope.params
                     for c in f.calls)
                 for f in self.index.functions() if f.withs for w in f.withs for item in w.items)
@@ -180,7 +180,7 @@ def _host_call(site: Site, index: ProjectIndex, memo: dict[tuple[str, int, bool]
                 continue
             if reached.site.kind is not SiteKind.DEVICE:
                 return False  # pinned host memory is a site wherever the data is
-            move = reached.site.api in _MOVES
+            move = reached.site.api in TO_MOVES
             if not _host_roots(index, caller, start, reached, i, args, memo, placed, move, False) and not (
                     move and _host_roots(index, caller, start, reached, i, args, memo, placed, False, True)):
                 return False
@@ -254,7 +254,7 @@ def _host_node(caller: Func, node: ast.expr, kind: str, move: bool, depth: int) 
             return False
         if kind == _DEVICE:
             return bool(only_off_device(caller, node.id))
-        if _host_local(caller, node.id, lambda callee: False):
+        if host_local(caller, node.id, lambda callee: False):
             return True
         # every binding a display, a literal or a call that makes a host tensor (`torch.tensor(data)`),
         # none a site (a default-device context) nor a `with` target

@@ -37,10 +37,10 @@ from ..model import Call, Site, Tier
 from .index import Func, ProjectIndex
 from .lazy_members import registration_of_member
 from .module_state import REGISTERS
+from .names import IDENTIFIER
 from .retier import Decision, python_device_site, retier
 
 RETURNED_KEPT = "returned and kept: "  # derive counts these as allocations of their callers
-_WORDS = re.compile(r"[A-Za-z_]\w*")
 _MEMBER = re.compile(r"self\.[A-Za-z_]\w*")
 _COPY = re.compile(r"\.(?:copy_|set_)$")
 # what a weight is called: `layer.weight`, `self.qweight.data`, `p.bias`
@@ -80,7 +80,7 @@ def _returned(site: Site, func: Func) -> bool:
     if any(a.line > line and local in a.targets for a in func.assigns) or \
             any(c.span.line > line and (c.target or "").strip() == local for c in func.calls):
         return False  # bound again (`n = n.int() // k`): what is returned is another tensor
-    named = {w for r in func.returns for w in _WORDS.findall(r.value)}
+    named = {w for r in func.returns for w in IDENTIFIER.findall(r.value)}
     if local in named:
         return True
     return any(len(a.targets) == 1 and a.targets[0] in named and a.line > site.span.line

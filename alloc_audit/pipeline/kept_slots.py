@@ -18,16 +18,15 @@ caller's data, a regrow to the caller's size). Pure.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from ..catalog import CallerGlobs
 from ..globs import matcher
 from ..model import Site, Tier
 from .index import ProjectIndex
+from .names import IDENTIFIER
 from .retier import Decision, python_device_site, retier
 
-_NAME = re.compile(r"[A-Za-z_]\w*")
 _LAZY = "created lazily"  # lazy_members' reason: the class rebuilds the slot only when it is missing
 
 
@@ -70,4 +69,4 @@ def _from_arguments(site: Site, index: ProjectIndex) -> bool:
     if func is None or func.scope is None or site.size is None:
         return True
     params = set(func.scope.params) - {"self"}
-    return any(word in params for word in _NAME.findall(site.size))
+    return any(word in params for word in IDENTIFIER.findall(site.size))

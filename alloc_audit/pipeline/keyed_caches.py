@@ -49,13 +49,13 @@ from ..arglists import split_args
 from ..globs import test_path
 from ..model import Language, Site, SiteKind, Span, Tier
 from .index import Func, ProjectIndex
+from .names import IDENTIFIER
 
 _EMPTY_DICT = re.compile(r"\{\s*\}|(?:collections\.)?(?:dict|OrderedDict|defaultdict\(\w*\))\(\s*\)")
 _SUBSCRIPT = re.compile(r"^([A-Za-z_][\w.]*)\[(.*)\]$")
 # `k not in C`, `C.get(k)`
 _MISSING = re.compile(r"^\(?\s*(.+?)\s+not\s+in\s+([A-Za-z_][\w.]*)\s*\)?\s*$")
 _PRESENT = re.compile(r"^\(?\s*(.+?)\s+in\s+([A-Za-z_][\w.]*)\s*\)?$")  # `k in C`
-_NAME = re.compile(r"[A-Za-z_]\w*")
 _HIT = re.compile(r"\(?\s*(?:(\w+)\s+is\s+not\s+None|(\w+))\s*\)?")
 _ABSENT = re.compile(r"\(?\s*\w+\s+is\s+None\s*\)?|\(?\s*not\s+\w+\s*\)?")
 
@@ -179,7 +179,7 @@ def _owner(container: str, func: Func, line: int, module_dicts: frozenset[str],
     bound = [a for a in func.assigns if a.targets == (container,) and a.line < line]
     if bound and bound[-1].value.strip().startswith(("self.", "cls.")):
         return f"{bound[-1].value.strip()}, held by the object"
-    root = _NAME.match(bound[-1].value.strip() if bound else container)
+    root = IDENTIFIER.match(bound[-1].value.strip() if bound else container)
     if root is not None and index is not None and memo is not None \
             and (handed := _module_dict_handed(func, root.group(0), index, memo)):
         return handed
@@ -245,7 +245,7 @@ def _missing_test(container: str, key: str, func: Func, line: int) -> str:
                 m.group(2) == container or _sibling(m.group(2), container, key, func, block.span)):
             return test
         if probes and _ABSENT.fullmatch(test) is not None \
-                and probes & set(_NAME.findall(test)):
+                and probes & set(IDENTIFIER.findall(test)):
             return test
     return ""
 

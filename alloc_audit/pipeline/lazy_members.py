@@ -42,6 +42,7 @@ from collections.abc import Sequence
 
 from ..model import Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
+from .move_apis import TENSOR_MOVES
 from .native_lazy import native_lazy_members
 
 _IF_KINDS = frozenset({"if", "elif", "else"})
@@ -97,7 +98,6 @@ def _lazy(site: Site, index: ProjectIndex) -> Site:
         f"the cached one is missing or stale: persistent ({site.tier_reason})"))
 
 
-_MOVES = frozenset({"Tensor.to", "Tensor.cuda"})
 _WEIGHTS = re.compile(r"\bself(?:\.\w+)*\.(?:weight|parameters\(\))")
 
 
@@ -111,7 +111,7 @@ def _module_moving_own(site: Site, func: Func, member: str, index: ProjectIndex)
     member otherwise (a table made with the model, only moved). Empty when
     the member is a cache the class rebuilds (``self.pe = pe`` when too
     short) or the object has no weights in sight: a lazily kept buffer."""
-    if site.api not in _MOVES or (site.target or "").strip() != member or func.table is None:
+    if site.api not in TENSOR_MOVES or (site.target or "").strip() != member or func.table is None:
         return ""
     table, pos = func.table, func.table.positions
     if not any(table.callees[i] in (f"{member}.to", f"{member}.cuda") for i in func.call_ix

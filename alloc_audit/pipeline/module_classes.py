@@ -46,11 +46,11 @@ from .default_device import is_module
 from .index import ClassInfo, Func, ProjectIndex, last_name
 from .module_params import module_parameter
 from .module_returns import returns_module
+from .names import IDENTIFIER
 
 _MOVES = {"Tensor.to": "Module.to", "Tensor.cuda": "Module.cuda"}
 _CASTS = re.compile(r"\.(?:(?:half|float|bfloat16|double|eval|train|requires_grad_|cpu|cuda)\(\s*(?:True|False)?\s*\)"
                     r"|(?:to|cuda)\([^()]*\))$")
-_NAME = re.compile(r"[A-Za-z_]\w*")
 
 
 Skipped = Callable[[str], list[bytes]]
@@ -223,7 +223,7 @@ def _constructed(index: ProjectIndex, func: Func, call: Call) -> ClassInfo | Non
     if callee in ("cls", "type(self)", "self.__class__"):
         return owner
     head, _, leaf = callee.partition(".")
-    if head in ("self", "cls") and _NAME.fullmatch(leaf) is not None:
+    if head in ("self", "cls") and IDENTIFIER.fullmatch(leaf) is not None:
         nested = f"{owner.qualname}.{leaf}"
         return next((c for c in index.classes_named(leaf) if c.qualname == nested), None)
     return None
@@ -258,9 +258,9 @@ def receiver_builder(func: Func, site: Site) -> Call | None:
     if receiver.endswith(")"):  # built right there: `UNet(**cfg).to(...)`
         built = [c for c in here if "(" not in c.callee and not c.callee.endswith((".to", ".cuda"))]
         return min(built, key=lambda c: len(c.callee)) if built else None
-    if receiver.startswith("self.") and _NAME.fullmatch(receiver[5:]) is not None and func.owner is not None:
+    if receiver.startswith("self.") and IDENTIFIER.fullmatch(receiver[5:]) is not None and func.owner is not None:
         return _member_builder(func, receiver)
-    if _NAME.fullmatch(receiver) is None:
+    if IDENTIFIER.fullmatch(receiver) is None:
         return None
     above = [c for c in (table[i] for i in func.call_ix if table.targets[i] == receiver and pos[4 * i] < site.span.line)
              if "(" not in c.callee and not c.callee.startswith(receiver + ".")]

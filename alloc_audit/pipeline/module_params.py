@@ -18,20 +18,19 @@ tensor copy. Pure.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 from ..arglists import split_args
 from ..model import Call, Site
 from .index import Func, ProjectIndex, last_name
 from .module_returns import returns_module
+from .names import IDENTIFIER
 
 Builds = Callable[[Func, Call], bool]
 Named = Callable[[str], bool]
 MemberBuilder = Callable[[Func, str, str], "Call | None"]
 
 _SELF_PARAMS = frozenset({"self", "cls"})
-_NAME = re.compile(r"[A-Za-z_]\w*")
 # a helper called from more places than this is a general utility: not followed
 _MAX_CALLERS = 12
 
@@ -100,11 +99,11 @@ def _bound_before(caller: Func, text: str, line: int, helper: str,
     construction its class binds it to (a call of ``helper``, which hands
     back what it is handed, aside); None when a plain assignment binds it
     after that call or nothing tells."""
-    if text.startswith("self.") and _NAME.fullmatch(text[5:]) is not None and caller.owner is not None:
+    if text.startswith("self.") and IDENTIFIER.fullmatch(text[5:]) is not None and caller.owner is not None:
         member = member_builder(caller, text, helper)
         return (member, None) if member is not None else None
     table = caller.table
-    if _NAME.fullmatch(text) is None or table is None:
+    if IDENTIFIER.fullmatch(text) is None or table is None:
         return None
     pos = table.positions
     above = [(c, _element(table.targets[i] or "", text)) for i in caller.call_ix if pos[4 * i] < line
@@ -126,7 +125,7 @@ def _element(target: str, name: str) -> int | None:
     if target == name:
         return None
     names = [t.strip().strip("()") for t in target.split(",")]
-    return names.index(name) if name in names and all(_NAME.fullmatch(n) for n in names) else -1
+    return names.index(name) if name in names and all(IDENTIFIER.fullmatch(n) for n in names) else -1
 
 
 def _returns_module_element(index: ProjectIndex, caller: Func, call: Call, element: int, builds: Builds,

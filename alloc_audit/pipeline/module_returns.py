@@ -18,10 +18,10 @@ from collections.abc import Callable
 
 from ..model import Call
 from .index import Func, ProjectIndex
+from .names import IDENTIFIER
 
 # a return value that opens with a call: `Name(` / `pkg.Name(`
 _CALL_HEAD = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
-_NAME = re.compile(r"[A-Za-z_]\w*")
 
 Builds = Callable[[Func, Call], bool]
 Declared = Callable[[Func, str], bool]
@@ -52,7 +52,8 @@ def _hands_back_module(index: ProjectIndex, target: Func, builds: Builds, declar
         return False
     for ret in values:
         value = ret.value.strip()
-        made = _returned_call(target, ret.line, value) if _NAME.fullmatch(value) is None else _bound_call(target, value)
+        bound = IDENTIFIER.fullmatch(value) is not None
+        made = _bound_call(target, value) if bound else _returned_call(target, ret.line, value)
         if made is None:
             return False
         if not (builds(target, made) or returns_module(index, target, made, builds, declared, depth - 1)):

@@ -62,14 +62,13 @@ from ..model import Call, Site, Tier
 from .index import Func, ProjectIndex
 from .index.values import rebound_between
 from .lifetimes import weight_storage
-from .names import has_word
+from .names import IDENTIFIER, has_word
 from .retier import Decision, python_device_site, retier
 
 _PARTIAL = frozenset({"partial", "functools.partial"})
 # `nn.Parameter` and the parameter classes named for it (`bmt.DistributedParameter(w)`)
 REGISTERS = re.compile(r"(?:^|\.)(?:register_buffer|register_parameter|(?:[A-Z]\w*)?Parameter)$|_parameter(?:_|$)")
 _ON_MODULE = re.compile(r"(?:^|\.)register_(?:buffer|parameter)$")
-_LOCAL = re.compile(r"[A-Za-z_]\w*")
 # puts its argument on a module
 _STATE = re.compile(r"(?:^|\.)(?:register_(?:buffer|parameter)|(?:[A-Z]\w*)?Parameter)$")
 _MEMBER = re.compile(r"self\.[A-Za-z_]\w*")  # a member the same function registers slices of
@@ -100,12 +99,12 @@ def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
         made = _expression_local(site, func)
         local = made or (site.target or "")
         call = _registration_of(func, _registering(func, registering), local, site.span.end_line) \
-            if _LOCAL.fullmatch(local) or _MEMBER.fullmatch(local) else None
+            if IDENTIFIER.fullmatch(local) or _MEMBER.fullmatch(local) else None
         if call is not None:
             how = f"{made} (made from it)" if made else local
             return Tier.T1, (f"module state: {how} is registered by {call.callee} in {site.scope}; "
                              f"was: {site.tier_reason}")
-        if not site.tier_reason.startswith(_PER_CALL) and _LOCAL.fullmatch(local):
+        if not site.tier_reason.startswith(_PER_CALL) and IDENTIFIER.fullmatch(local):
             flow = _flows_into_registration(func, _registering(func, registering), local,
                                             site.stmt_line or site.span.line)
             if flow is not None and _builds_module(func, index):
@@ -119,7 +118,7 @@ def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
                                  f"({kept}); was: {site.tier_reason}")
         if made:
             return None
-        stored = _stored_as_weight(func, local, site.span.end_line) if _LOCAL.fullmatch(local) else ""
+        stored = _stored_as_weight(func, local, site.span.end_line) if IDENTIFIER.fullmatch(local) else ""
         if stored:
             return Tier.T1, f"module state: {local} becomes {stored} in {site.scope}; was: {site.tier_reason}"
         found = _registered_by(site, func, index)
@@ -182,7 +181,7 @@ def _chain(func: Func, local: str, after: int) -> list[str]:
             continue
         for target in targets:
             for name in (t.strip() for t in target.split(",")):
-                if _LOCAL.fullmatch(name) and name not in chain:
+                if IDENTIFIER.fullmatch(name) and name not in chain:
                     chain.append(name)
     return chain
 
@@ -238,7 +237,7 @@ def _returned_registered(func: Func, local: str, after: int, reaching: list[tupl
         names = [t.strip("() ") for t in _bound_to(caller, call).split(",")]
         name = names[position] if position is not None and len(names) > position else \
             names[0] if position is None and len(names) == 1 else ""
-        if found is None and _LOCAL.fullmatch(name):  # the local itself (moved, cast), not what is computed from it
+        if found is None and IDENTIFIER.fullmatch(name):  # the local itself (moved, cast), not what is computed from it
             found = _registration_of(caller, registering, name, call.span.end_line)
         if found is None:
             return ""
@@ -283,11 +282,11 @@ def _expression_local(site: Site, func: Func) -> str:
         return ""
     line = site.stmt_line or site.span.line
     for a in func.assigns:
-        if a.line == line and a.op == "=" and len(a.targets) == 1 and _LOCAL.fullmatch(a.targets[0].strip()):
+        if a.line == line and a.op == "=" and len(a.targets) == 1 and IDENTIFIER.fullmatch(a.targets[0].strip()):
             return a.targets[0].strip()
     # `data = w.to(device).full_tensor()`: the outer call holds the target
     for c in func.calls:
-        if c.span.line == line and c.target and _LOCAL.fullmatch(c.target.strip()):
+        if c.span.line == line and c.target and IDENTIFIER.fullmatch(c.target.strip()):
             return c.target.strip()
     return ""
 

@@ -28,9 +28,9 @@ from collections.abc import Sequence
 
 from ..model import Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
+from .names import IDENTIFIER
 from .retier import Decision, retier
 
-_NAME = re.compile(r"[A-Za-z_]\w*")
 # the name a store's target starts from: `s_registry[id]`, `*out`, `out.tokens`, `this->x_`
 _ROOT = re.compile(r"\s*[*&(]*\s*(this\s*->\s*)?([A-Za-z_]\w*)")
 _MOVED = re.compile(r"\s*(?:std::)?move\s*\(\s*([A-Za-z_]\w*)\s*\)\s*|\s*([A-Za-z_]\w*)\s*")
@@ -116,7 +116,7 @@ def _handed_out(func: Func, declared: frozenset[str]) -> str:
         return ""
     pinned = {(s.target or "").strip() for s in func.sites if s.kind is SiteKind.PINNED_HOST and s.via is None}
     for a in func.assigns:
-        if a.type is not None or len(a.targets) != 1 or not pinned.intersection(_NAME.findall(a.value)):
+        if a.type is not None or len(a.targets) != 1 or not pinned.intersection(IDENTIFIER.findall(a.value)):
             continue
         place = _outside(a.targets[0], declared)
         if place:

@@ -26,13 +26,12 @@ from collections.abc import Sequence
 from ..arglists import split_args
 from ..model import Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
-from .names import has_word
+from .names import IDENTIFIER, has_word
 from .retier import Decision, retier
 
 # a copy into device memory (leaf name): `cudaMemcpy`, `cudaMemcpyAsync`, `hipMemcpy`, `cudaH2Dcpy`
 _COPY = re.compile(r"(?:cuda|hip)\w*[Cc]py\w*")
 _LEAF = re.compile(r"::|\.|->")
-_NAME = re.compile(r"[A-Za-z_]\w*")
 _ROOTED = re.compile(r"(?:this\s*->\s*)?([A-Za-z_]\w*)\s*(?:\[|$)")  # a member or one of its entries: `_w[i + 1]`
 _FROM = re.compile(r"[A-Za-z_][\w.>-]*(?:\(\s*\))?$")  # a parameter, or a getter called on one: `tw`, `tw.get_w()`
 
@@ -73,7 +72,7 @@ def _copied_params(func: Func, target: str, memo: dict[tuple[str, str], frozense
 
 
 def _target(site: Site) -> str:
-    names = _NAME.findall(site.target or "")
+    names = IDENTIFIER.findall(site.target or "")
     return names[-1] if names else ""
 
 

@@ -49,11 +49,11 @@ from .classify import classify_sites
 from .default_device import is_module
 from .index import ClassInfo, Func, ProjectIndex, last_name
 from .module_classes import external_module_base, external_module_base_of_tensors, receiver_builder
+from .names import IDENTIFIER
 
 _MOVES = {"Module.to": "Tensor.to", "Module.cuda": "Tensor.cuda"}
 # an annotation naming one class: `Batch`, `pkg.Batch`, `Batch[Any]`, `"Batch"`
 _ANNOTATION = re.compile(r"""["']?([A-Za-z_][\w.]*)(?:\[.*\])?["']?""", re.DOTALL)
-_NAME = re.compile(r"[A-Za-z_]\w*")
 # a call that encodes inputs (`inp = tokenizer(texts, return_tensors="pt")`): a dict of tensors, no module
 _ENCODER = re.compile(r"(?:\w*_)?(?:tokenizer|processor)", re.IGNORECASE)
 # a weight registered, or child modules walked or added (`for m in self.children(): m.to(d)`)
@@ -92,7 +92,7 @@ def object_moves(sites: Sequence[Site], index: ProjectIndex, files: Mapping[str,
 
 def _receiver_classes(index: ProjectIndex, func: Func, site: Site, receiver: str) -> list[ClassInfo]:
     """The project classes the receiver is an instance of, when told."""
-    if _NAME.fullmatch(receiver) is None or func.scope is None:
+    if IDENTIFIER.fullmatch(receiver) is None or func.scope is None:
         return []
     scope = func.scope
     if receiver in scope.params and receiver not in ("self", "cls"):

@@ -33,9 +33,9 @@ from ..model import Call, Language, Site, Tier
 from .cpu_locals import only_off_device
 from .index import Func, ProjectIndex, Reach
 from .index.values import LITERAL, Env, Value, bind_edge, off_device, off_devices
+from .move_apis import MOVES
 
 _DEPTH = 3  # as the derived sites' own search
-_MOVES = frozenset({"Tensor.to", "Tensor.cuda", "Module.to", "Module.cuda"})
 _SELF_ATTR = re.compile(r"self\.([A-Za-z_]\w*)")
 _ATTR_DEPTH = 4  # properties and base constructors followed for one attribute
 
@@ -63,7 +63,7 @@ def _off_device(site: Site, index: ProjectIndex) -> bool:
             return False  # nothing off the GPU, or another device it takes may be the GPU (`dense_device=dev`)
         for reached in index.reach(start, _DEPTH):
             candidate = reached.site
-            if not candidate.acquires or (candidate.tier is Tier.T1 and candidate.api not in _MOVES):
+            if not candidate.acquires or (candidate.tier is Tier.T1 and candidate.api not in MOVES):
                 continue  # a layer's own weights are counted where they are made (a weight upload is not)
             if not _placed_off(reached, start, env, index):
                 return False
@@ -160,7 +160,7 @@ def _constructor(func: Func) -> bool:
 
 def _device_text(func: Func, site: Site) -> str:
     """The site call's ``device=`` argument (a move's target), or ""."""
-    moves = site.api in _MOVES
+    moves = site.api in MOVES
     for call in func.calls:
         if call.span.line != site.span.line or call.span.col != site.span.col:
             continue

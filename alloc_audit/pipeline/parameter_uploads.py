@@ -17,15 +17,15 @@ from collections.abc import Sequence
 
 from ..model import Site, Tier
 from .index import ProjectIndex
+from .move_apis import TENSOR_MOVES
 from .retier import Decision, python_device_site, retier
 
-_MOVES = frozenset({"Tensor.to", "Tensor.cuda"})
 _PARAMETER = re.compile(r"(?:torch\.)?(?:nn\.)?Parameter")
 
 
 def parameter_uploads(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     def eligible(site: Site) -> bool:
-        return python_device_site(site, Tier.T2) and site.api in _MOVES
+        return python_device_site(site, Tier.T2) and site.api in TENSOR_MOVES
 
     def decide(site: Site) -> Decision | None:
         func = index.func(site.path, site.scope)

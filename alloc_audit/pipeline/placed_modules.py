@@ -39,8 +39,8 @@ from collections.abc import Sequence
 from ..arglists import split_args
 from ..model import Call, Language, Site, SiteKind
 from .index import Func, ProjectIndex
+from .move_apis import MOVES
 
-_MOVES = frozenset({"Module.to", "Module.cuda", "Tensor.to", "Tensor.cuda"})
 _CURRENT_GPU = re.compile(r"""torch\.cuda\.current_device(?:\(\))?|(["'])cuda\1|torch\.device\((["'])cuda\2\)""")
 _TORCH_LAYER = re.compile(r"(?:torch\.)?nn\.([A-Z]\w*)")
 # torch classes that hold no tensor of their own (containers hold what the walk already read)
@@ -59,7 +59,7 @@ _DEPTH = 4
 
 def drop_placed_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     """The sites, less the moves of modules built on the move's device."""
-    return [s for s in sites if not (s.api in _MOVES and s.via is None and s.language is Language.PYTHON
+    return [s for s in sites if not (s.api in MOVES and s.via is None and s.language is Language.PYTHON
                                      and _already_there(s, index))]
 
 

@@ -39,7 +39,7 @@ from ..model import Call, Language, Site
 from .host_params import chain
 from .index import Func, ProjectIndex
 from .module_classes import receiver_builder
-from .same_device_moves import _CAST_CALL
+from .same_device_moves import CAST_CALL
 
 _DEPTH = 3  # locals followed
 
@@ -69,7 +69,7 @@ def _of_placed_return(site: Site, index: ProjectIndex, memo: dict[str, str | Non
     here = (call.span.line, call.span.col)
     if call.callee.rpartition(".")[0].endswith(")"):  # `f(x, device=d).to(d)`: the call is what is moved
         others = [c for c in func.calls if (c.span.line, c.span.col) == here and c != call and c != producer]
-        return all(_CAST_CALL.fullmatch(c.callee) is not None for c in others) \
+        return all(CAST_CALL.fullmatch(c.callee) is not None for c in others) \
             and _placed_call(func, producer, target, index, memo)
     local = producer.target.strip() if producer.target else ""
     if not local.isidentifier() or func.scope is None or local in func.scope.params \

@@ -23,14 +23,13 @@ from ..catalog import CallerGlobs
 from ..globs import matcher
 from ..model import Call, Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
-from .names import has_word
+from .names import IDENTIFIER, has_word
 from .retier import Decision, retier
 
 _KEPT = "persistent pinned host buffer kept in self."  # lifetimes' reason for a member store
 _MEMBER = re.compile(r"self\.[A-Za-z_]\w*")
 _SET_UP = re.compile(r"_*(?:init|setup|set_up|load)")  # set-up work, loading included
 _UP = 2
-_NAME = re.compile(r"[A-Za-z_]\w*")
 _FLAG = re.compile(r"(?:not\s+)?[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?")
 
 
@@ -117,8 +116,8 @@ def _conditional(caller: Func, call: Call) -> bool:
     """The call runs only under a test on what it is given (a re-init when a
     size grows: ``if n > self.max_n: self._reinitialize(n)``), not a bare
     flag and not a test of something else (``if __name__ == "__main__":``)."""
-    given = set(_NAME.findall(call.arglist))
-    return any(b.test and not flag_test(b.test) and given.intersection(_NAME.findall(b.test))
+    given = set(IDENTIFIER.findall(call.arglist))
+    return any(b.test and not flag_test(b.test) and given.intersection(IDENTIFIER.findall(b.test))
                for b in caller.blocks if b.kind in ("if", "elif") and b.span.contains_line(call.span.line))
 
 

@@ -50,12 +50,11 @@ from .closure_kept import reads_free
 from .index import Func, ProjectIndex
 from .index.values import rebound_between
 from .loop_calls import script_entry
-from .names import has_name, starts_with_word
+from .names import IDENTIFIER, has_name, starts_with_word
 from .retier import Decision, python_device_site, retier
 
 _DEPTH = 3  # caller levels followed up to a run-once root
 _INPLACE = re.compile(r"([A-Za-z_]\w*)(?:\[[^\]]*\])*\.(?!_)\w*[a-z0-9]_$")  # `total.add_`, `c["k"].copy_`
-_NAME = re.compile(r"[A-Za-z_]\w*")
 _MAIN = re.compile(r"_?main|\w+_main")  # a script's entry point by name (`main`, `cli_main`)
 
 
@@ -111,10 +110,12 @@ def _bound_name(site: Site, func: Func) -> str | None:
     """The local the allocation is bound to: the call's target, or the
     container literal whose entry it is (`counts = {"k": torch.tensor(0)}`)."""
     if site.target is not None:
-        return site.target if _NAME.fullmatch(site.target) else None
+        return site.target if IDENTIFIER.fullmatch(site.target) else None
     stmt = site.stmt_line or site.span.line
     assign = next((a for a in func.assigns if a.line == stmt and a.op == "=" and len(a.targets) == 1), None)
-    if assign is None or not _NAME.fullmatch(assign.targets[0]) or not assign.value.lstrip().startswith(("{", "[")):
+    if assign is None or not IDENTIFIER.fullmatch(assign.targets[0]):
+        return None
+    if not assign.value.lstrip().startswith(("{", "[")):
         return None
     return assign.targets[0]
 

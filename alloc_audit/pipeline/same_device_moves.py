@@ -45,15 +45,14 @@ from ..model import Call, Language, Site
 from .host_params import DEVICE_OF, chain, every_caller_binds, every_caller_passes, keeps_device
 from .index import Func, ProjectIndex
 from .module_classes import receiver_builder
-
-_MOVES = frozenset({"Module.to", "Tensor.to"})
+from .move_apis import TO_MOVES
 
 
 def drop_same_device_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     memo: dict[tuple[str, ...], bool] = {}
 
     def same(site: Site) -> bool:
-        if site.api not in _MOVES or site.via is not None or site.language is not Language.PYTHON:
+        if site.api not in TO_MOVES or site.via is not None or site.language is not Language.PYTHON:
             return False
         found_call = index.site_call(site)
         if found_call is None:
@@ -212,7 +211,7 @@ def _of_gpu_return(site: Site, index: ProjectIndex, memo: dict[str, bool]) -> bo
     here = (call.span.line, call.span.col)
     if call.callee.rpartition(".")[0].endswith(")"):  # `rand(n).cuda()`: the call is what is moved
         others = [c for c in func.calls if (c.span.line, c.span.col) == here and c != call and c != producer]
-        return not any(_CAST_CALL.fullmatch(c.callee) is None for c in others) \
+        return not any(CAST_CALL.fullmatch(c.callee) is None for c in others) \
             and "(" not in producer.callee and _gpu_producer(func, producer.callee, index, memo, _DEPTH)
     local = producer.target.strip() if producer.target else ""
     return _local_on_gpu(func, local, index, memo, _DEPTH, site.span.line)
@@ -360,7 +359,7 @@ def _gpu_node(node: ast.expr, dtypes: frozenset[str], reader: _Reader, depth: in
 _CUDA_ARG = re.compile(r"""(?:device\s*=\s*)?(?:torch\.device\(\s*)?["']cuda["']\s*\)?""")
 _SWITCH = re.compile(r"(?:^|\.)set_device$|(?:^|\.)cuda\.device$")
 # a dtype cast in a chain (`rand(n).float().cuda()`): the value stays where it is
-_CAST_CALL = re.compile(r"\(\.\.\.\)\.(?:float|half|bfloat16|double|contiguous)")
+CAST_CALL = re.compile(r"\(\.\.\.\)\.(?:float|half|bfloat16|double|contiguous)")
 # dtype casts: the value stays where it is
 _CASTS = frozenset({"float", "half", "bfloat16", "double", "int", "long", "bool", "contiguous"})
 

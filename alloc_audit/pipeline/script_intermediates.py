@@ -40,7 +40,7 @@ from collections.abc import Sequence
 
 from ..arglists import split_top_level
 from ..model import Language, Site, SiteKind, Tier
-from .extract.python_kept import _VIEW_METHODS, _VIEW_TAIL
+from .extract.python_kept import VIEW_METHODS, VIEW_TAIL
 from .index import Func, ProjectIndex
 from .lifetimes import PER_LOOP
 
@@ -122,7 +122,7 @@ def _rebound_later(site: Site, func: Func) -> tuple[str, str]:
 
 
 
-_VIEWS = frozenset(_VIEW_METHODS.split("|"))
+_VIEWS = frozenset(VIEW_METHODS.split("|"))
 _ADDS = re.compile(r"([A-Za-z_]\w*)\.(?:append|extend|insert|appendleft|add)")
 
 
@@ -191,7 +191,7 @@ def _viewed_into(site: Site, func: Func, line: int) -> str:
         value = a.value.strip()
         call_end = value.find(")", value.find(leaf + "("))
         while call_end >= 0:
-            tail = _VIEW_TAIL.match(value, call_end + 1)
+            tail = VIEW_TAIL.match(value, call_end + 1)
             if tail is not None and tail.end() == len(value) and tail.end() > call_end + 1 \
                     and last_call(value[:call_end + 1]) == leaf:
                 return a.targets[0]

@@ -26,8 +26,8 @@ from .default_device import is_module
 from .index import Func, ProjectIndex
 from .lazy_members import weight_member
 from .module_classes import external_module_base
+from .move_apis import TENSOR_MOVES
 
-_MOVES = frozenset({"Tensor.to", "Tensor.cuda"})
 _MEMBER = re.compile(r"self\.[A-Za-z_]\w*")
 
 
@@ -37,7 +37,7 @@ def self_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
 
 def _candidate(site: Site) -> bool:
     target = (site.target or "").strip()
-    return (site.api in _MOVES and site.tier is Tier.T4 and site.kind is SiteKind.DEVICE and site.via is None
+    return (site.api in TENSOR_MOVES and site.tier is Tier.T4 and site.kind is SiteKind.DEVICE and site.via is None
             and site.language is Language.PYTHON and _MEMBER.fullmatch(target) is not None)
 
 

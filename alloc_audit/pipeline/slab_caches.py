@@ -59,13 +59,13 @@ from collections.abc import Sequence
 
 from ..model import Language, Site, SiteKind, Tier
 from .index import ClassInfo, Func, ProjectIndex
+from .names import IDENTIFIER
 from .retier import Decision, retier
-from .weight_modules import _LAYER, _PARAMETER
+from .weight_modules import LAYER, PARAMETER
 
 _CACHE = re.compile(r"Cache(?![a-z])")  # `WindowedCache`, `CudaCache`, `KVCacheLayer`; not `Cached`
 _MEMBER = re.compile(r"self\.([A-Za-z_]\w*)")
 _ALLOC = re.compile(r"_?(?:alloc|allocate|get_block|take)\w*")
-_NAME = re.compile(r"[A-Za-z_]\w*")
 _WEIGHTS = "whose constructor makes weights"  # weight_modules' reason: its torch layers are the weights
 _DEPTH = 3  # constructors followed down from a construction, as weight_modules does
 _RANGE = re.compile(r"\b([A-Za-z_]\w*)\s*:\s*\1\s*\+")  # `start_pos : start_pos + seqlen`
@@ -151,7 +151,7 @@ def _host_weights(site: Site, index: ProjectIndex) -> bool:
             return False
         seen.add(f.id)
         for c in f.calls:
-            if _LAYER.fullmatch(c.callee) or _PARAMETER.fullmatch(c.callee):
+            if LAYER.fullmatch(c.callee) or PARAMETER.fullmatch(c.callee):
                 if "device" in c.arglist or ".cuda" in c.arglist or ".to(" in c.arglist:
                     return True
                 continue
@@ -176,18 +176,18 @@ def _member(site: Site, index: ProjectIndex) -> tuple[ClassInfo, str, str, bool,
     found = _MEMBER.fullmatch(target)
     if found is not None:
         return func.owner, found.group(1), func.scope.role, named, False
-    if not named or not _NAME.fullmatch(target):
+    if not named or not IDENTIFIER.fullmatch(target):
         return None
     for c in func.calls:
         if c.callee.startswith("self.") and c.callee.endswith(".append") and c.arglist.strip() == target:
             member = c.callee[5:-7]
-            if _NAME.fullmatch(member):
+            if IDENTIFIER.fullmatch(member):
                 return func.owner, member, func.scope.role, named, True
     for a in func.assigns:
         if a.op == "=" and a.value.strip() == target:
             for t in a.targets:
                 head = t.strip().split("[", 1)[0]
-                if "[" in t and head.startswith("self.") and _NAME.fullmatch(head[5:]):
+                if "[" in t and head.startswith("self.") and IDENTIFIER.fullmatch(head[5:]):
                     return func.owner, head[5:], func.scope.role, named, True
     return None
 
@@ -242,7 +242,7 @@ def _written_outside(owner: ClassInfo, member: str, index: ProjectIndex) -> str:
         views: set[str] = set()
         for c in func.calls:
             if entry.match(c.callee):
-                if c.target and _NAME.fullmatch(c.target):
+                if c.target and IDENTIFIER.fullmatch(c.target):
                     views.add(c.target)
                 if c.callee.endswith(_INPLACE):
                     found = f"{func.qualname} fills an entry in place (line {c.span.line})"

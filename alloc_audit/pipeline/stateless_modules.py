@@ -44,8 +44,8 @@ from ..arglists import split_args
 from ..model import Call, Language, Site
 from .index import ClassInfo, Func, ProjectIndex
 from .module_classes import Skipped, receiver_builder
+from .move_apis import MODULE_MOVES
 
-_MOVES = frozenset({"Module.to", "Module.cuda"})
 _TORCH_MODULE = frozenset({"nn.Module", "torch.nn.Module", "Module"})
 _LITERAL = re.compile(r"None|True|False|-?[\d.]+(?:e-?\d+)?|[rbf]?[\"'][^\"']*[\"']|[A-Z]\w*(?:\.[A-Za-z_]\w*)+")
 _REGISTERS = re.compile(r"(?:^|\.)(?:register_\w+|add_module|Parameter|setattr)$")
@@ -54,7 +54,7 @@ _REGISTERS = re.compile(r"(?:^|\.)(?:register_\w+|add_module|Parameter|setattr)$
 def drop_stateless_moves(sites: Sequence[Site], index: ProjectIndex, stateless: frozenset[str] = frozenset(),
                          skipped: Skipped | None = None) -> list[Site]:
     memo: dict[str, bool] = {}
-    return [s for s in sites if not (s.api in _MOVES and s.via is None and s.language is Language.PYTHON
+    return [s for s in sites if not (s.api in MODULE_MOVES and s.via is None and s.language is Language.PYTHON
                                      and _moves_nothing(s, index, memo, stateless, skipped))]
 
 

@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING
 from ..model import Call, Language, Site, Tier, Via
 from .index import Func, ProjectIndex
 from .index.values import LITERAL, Env, Value, bind_edge
+from .move_apis import MOVES
 
 if TYPE_CHECKING:
     from ..rules._lib.paths import PathReach
 
 _DEPTH = 3  # as the derived sites' own search (``Factories.derived_sites``)
-_MOVES = frozenset({"Tensor.to", "Tensor.cuda", "Module.to", "Module.cuda"})
 _SELF_STORE = re.compile(r"self\.([A-Za-z_]\w*)")
 
 
@@ -124,7 +124,7 @@ def _untaken(site: Site, index: ProjectIndex, paths: PathReach, stored: dict[str
         live: set[tuple[str, int, int]] | None = None  # bound and walked on the first allocation that counts
         for reached in index.reach(start, _DEPTH):
             candidate = reached.site
-            if not candidate.acquires or (candidate.tier is Tier.T1 and candidate.api not in _MOVES):
+            if not candidate.acquires or (candidate.tier is Tier.T1 and candidate.api not in MOVES):
                 continue  # a layer's own weights are counted where they are made (a weight upload is not)
             if live is None:
                 live = _live(index, caller, call, start, paths, stored)

@@ -15,10 +15,10 @@ from ..arglists import split_args
 from ..model import Arg, Call
 from .index import Func, ProjectIndex, Reach, last_name
 from .index.values import call_params
+from .move_apis import TO_MOVES
 
 _DEPTH = 3  # as the derived sites' own search
 _NEST = 14  # names, attributes and operands followed for one expression
-_MOVES = frozenset({"Tensor.to", "Module.to"})
 _FACTORY = re.compile(r"torch\.(?:rand|randn|randint|randperm|zeros|ones|empty|full|arange|linspace|logspace|eye|"
                       r"tensor|as_tensor|from_numpy|stack|cat)")
 _OF_INPUT = frozenset({"torch.as_tensor", "torch.stack", "torch.cat"})  # on the device of what they are given
@@ -355,7 +355,7 @@ def _source(api: str, call: Call) -> tuple[str, str] | None:
     device = next((a.text.strip() for a in args if a.keyword == "device"), None)
     if device is not None:
         return device, _DEVICE
-    if api in _MOVES:
+    if api in TO_MOVES:
         positional = [a for a in args if a.keyword is None]
         return (positional[0].text.strip(), _DEVICE) if len(positional) == 1 and len(args) <= 2 else None
     if api.startswith("torch.") and api.endswith("_like") and args and args[0].keyword is None:

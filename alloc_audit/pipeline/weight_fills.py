@@ -52,7 +52,7 @@ from ..globs import matcher
 from ..model import Call, Site, Span, Tier
 from .hook_closures import hook_registration
 from .index import Func, ProjectIndex
-from .names import has_name, has_word, starts_with_word
+from .names import IDENTIFIER, has_name, has_word, starts_with_word
 from .retier import Decision, python_device_site, retier
 
 _WEIGHT = r"(?:\w+_)?(?:q?weights?|bias|q?zeros|scales?|g_idx|perm|codebooks?)"
@@ -72,7 +72,6 @@ _LOAD = re.compile(r"(?:[\w.]+\.)?load_state_dict")
 _REBOUND = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")(?:\.data)?")
 _PARAMETER = re.compile(r"\s*(?:[\w.]+\.)?Parameter\(")
 _IN_PLACE = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")(?:\.data)?\.[a-z]\w*[a-z]_")
-_TARGETS = re.compile(r"[A-Za-z_]\w*")
 # the storage of another object's tensor member (`module.time_decay.data`), not the object's own (`self.x.data`)
 # nor a tensor's gradient (`p.grad.data`: no weight)
 _DATA_STORE = re.compile(r"(?!self\.)[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\.(?!grad\.)[A-Za-z_]\w*\.data")
@@ -254,7 +253,7 @@ def _weight_written(site: Site, index: ProjectIndex, runs_per_step: Callable[[Fu
     if not returned:  # through the locals it is bound to, in order
         for span, value, targets in binds:
             if span.line > line and any(has_name(value, t, not_before=".") for t in tainted):
-                tainted.update(n for t in targets if "." not in t and "[" not in t for n in _TARGETS.findall(t))
+                tainted.update(n for t in targets if "." not in t and "[" not in t for n in IDENTIFIER.findall(t))
     what = next((w for at, text, w, rebound in writes if (rebound or not returned) and (
         at == stmt or (at > line and any(has_name(text, t, not_before=".") for t in tainted)))), "")
     if not what or runs_per_step(func) or hook_registration(site, index) is not None:  # a hook runs per forward

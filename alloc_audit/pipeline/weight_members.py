@@ -20,9 +20,9 @@ from collections.abc import Sequence
 
 from ..model import Site, Tier
 from .index import ProjectIndex
+from .move_apis import TENSOR_MOVES
 from .retier import Decision, python_device_site, retier
 
-_MOVES = frozenset({"Tensor.cuda", "Tensor.to"})
 # set-up work by its reason: a constructor, an initialiser, a method run once; not state a method
 # adds into (an accumulator) or rebuilds when stale (a lazy member)
 _FACTORY = re.compile(r"torch\.(?:empty|zeros|ones|full|tensor|as_tensor|arange|linspace|eye|rand\w*)")
@@ -33,7 +33,7 @@ _WEIGHT_MEMBER = re.compile(r"self\.(_?(?:\w+_)?weights?(?:_\w+)?)(?:\[[^\]]*\])
 
 def weight_members(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     def eligible(site: Site) -> bool:
-        return python_device_site(site, Tier.T2) and site.api in _MOVES and site.tier_reason.startswith(_SET_UP)
+        return python_device_site(site, Tier.T2) and site.api in TENSOR_MOVES and site.tier_reason.startswith(_SET_UP)
 
     def decide(site: Site) -> Decision | None:
         m = _WEIGHT_MEMBER.fullmatch(site.kept.removesuffix("[]")) if site.kept else None

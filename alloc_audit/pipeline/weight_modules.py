@@ -67,9 +67,9 @@ from .module_classes import external_module_base
 from .retier import Decision, retier
 
 # a call that makes a parameter of the object being built
-_PARAMETER = re.compile(r"(?:\w+\.)*(?:Parameter|register_parameter)")
+PARAMETER = re.compile(r"(?:\w+\.)*(?:Parameter|register_parameter)")
 # a torch layer that holds weights (by its torch name: a project class of the same name is resolved instead)
-_LAYER = re.compile(r"(?:torch\.)?nn\.(?:Linear|Bilinear|LazyLinear|Embedding(?:Bag)?|Conv(?:Transpose)?[123]d"
+LAYER = re.compile(r"(?:torch\.)?nn\.(?:Linear|Bilinear|LazyLinear|Embedding(?:Bag)?|Conv(?:Transpose)?[123]d"
                     r"|LSTM|GRU|RNN|MultiheadAttention)")
 _DEPTH = 3
 _UPLOAD = "weight upload"  # the reason of a whole-module move or a checkpoint tensor's upload (T1)
@@ -198,7 +198,7 @@ def _makes_weights(func: Func, walk: _Walk, depth: int) -> str:
     how = ""
     for call in func.calls:
         callee = call.callee
-        if _LAYER.fullmatch(callee) or (_PARAMETER.fullmatch(callee) and not _own_site(func, call.span)):
+        if LAYER.fullmatch(callee) or (PARAMETER.fullmatch(callee) and not _own_site(func, call.span)):
             how = f"{func.qualname} calls {callee}"
             break
         loaded = _kept_load(func, call, walk)
@@ -271,7 +271,7 @@ def _larger_parameters(ctor: Func, site: Site) -> str:
     if kept is None or small is None:
         return ""
     for call in ctor.calls:
-        if not _PARAMETER.fullmatch(call.callee):
+        if not PARAMETER.fullmatch(call.callee):
             continue
         for own in ctor.sites:
             n = _elements(own.shape) if own.via is None and call.span.contains(own.span) else None

@@ -29,9 +29,9 @@ from collections.abc import Sequence
 
 from ..model import Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
+from .names import IDENTIFIER
 
 _PARAMETER = re.compile(r"(?:torch\.)?(?:nn\.)?Parameter")
-_WORD = re.compile(r"[A-Za-z_]\w*")
 _MOVES = ("to", "cuda")
 
 
@@ -78,7 +78,7 @@ def _how(site: Site, func: Func) -> str:
     if target.isidentifier():
         # through a local, or a local object built from it (`state2 = cls(absmax=...)` ... `cls(state2=state2)`)
         for call in built:
-            if target in _WORD.findall(call.arglist):
+            if target in IDENTIFIER.findall(call.arglist):
                 return f"builds the returned object with it ({target})"
     return ""
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import re
 
+from ..names import IDENTIFIER
+
 # `x.options()`, `x->options()`, `(*x).options()` at the head of an options expression
 _OPTIONS_OF = re.compile(r"\(?\*?([A-Za-z_]\w*)\)?\s*(?:\.|->)\s*options\s*\(\s*\)")
-_PLAIN = re.compile(r"[A-Za-z_]\w*")
 _CHECK_MACRO = r"(?:TORCH_CHECK\w*|TORCH_INTERNAL_ASSERT\w*|AT_ASSERTM?|assert)"
 _DEVICE_CPU = r"(?:(?:at|torch|c10)::(?:kCPU|DeviceType::CPU)|(?:at|torch|c10)::Device\((?:at|torch|c10)::kCPU\))"
 
@@ -44,7 +45,7 @@ def source_tensor(options: str | None, args: list[str]) -> str | None:
     if options is not None:
         m = _OPTIONS_OF.match(options.strip())
         return m.group(1) if m is not None else None
-    if args and _PLAIN.fullmatch(args[0].strip()):
+    if args and IDENTIFIER.fullmatch(args[0].strip()):
         return args[0].strip()
     return None
 
@@ -53,7 +54,7 @@ def bound_options(body: str, name: str) -> str | None:
     """What a local options variable ``name`` is bound to above the call
     (`auto long_opts = lengths1.options().dtype(torch::kInt64);`) when it is
     bound once and assigned nowhere else; None otherwise."""
-    if not _PLAIN.fullmatch(name):
+    if not IDENTIFIER.fullmatch(name):
         return None
     found = re.findall(rf"(?<![\w.>]){re.escape(name)}\s*=(?!=)\s*([^;]*);", body)
     if len(found) != 1:

@@ -22,6 +22,7 @@ from ...model import (
     Language,
     Scope,
 )
+from ..names import IDENTIFIER
 from ..parse import language
 from . import (
     common,
@@ -64,7 +65,6 @@ _QUERY_TEXT = """
 
 _query: ts.Query | None = None
 _DOTTED = re.compile(r"[A-Za-z_][\w.]*")
-_HEAD = re.compile(r"[A-Za-z_]\w*")
 _GETATTR_SELF = re.compile(r"getattr\(\s*self\s*,\s*[A-Za-z_]\w*\s*\)")
 
 _STATEMENT_PARENTS = ("block", "module")
@@ -201,7 +201,7 @@ class PythonExtractor:
 
     def resolve_text(self, expr: str) -> str:
         """Resolve an alias at the head of an expression (`T.device("cuda")`)."""
-        m = _HEAD.match(expr)
+        m = IDENTIFIER.match(expr)
         if m is None or m.group(0) not in self.aliases:
             return expr
         return self.aliases[m.group(0)] + expr[m.end():]

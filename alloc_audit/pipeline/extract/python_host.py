@@ -136,7 +136,7 @@ _CALL_VIEW = re.compile(r"\A(.*\))(?:\.[A-Za-z_]\w*|\[[^\[\]\n()]*\])+\Z", re.S)
 
 # factories that take the default device when no device is given, and those
 # of them whose result always has a dimension (never a 0-dim scalar)
-_DEFAULT_FACTORIES = frozenset({"arange", "linspace", "logspace", "randperm", "eye", "zeros", "ones", "empty",
+DEFAULT_FACTORIES = frozenset({"arange", "linspace", "logspace", "randperm", "eye", "zeros", "ones", "empty",
                                 "full", "rand", "randn", "randint"})
 _SHAPED = frozenset({"arange", "linspace", "logspace", "randperm", "eye"})
 _SHAPED_BY_FIRST = frozenset({"zeros", "ones", "empty", "rand", "randn"})
@@ -265,7 +265,7 @@ def _default_expr(ext: PythonExtractor, node: ast.AST, source: str, env: Env, de
     func = node.func
     head = ext.resolve_text(ast.unparse(func.value)) if isinstance(func.value, ast.Name) else ""
     if head == "torch":
-        if func.attr in _DEFAULT_FACTORIES:
+        if func.attr in DEFAULT_FACTORIES:
             return not shaped or func.attr in _SHAPED or (
                 func.attr in _SHAPED_BY_FIRST and bool(node.args) and not empty_shape(node.args[0]))
         if func.attr == "tensor" and node.args:
@@ -326,7 +326,7 @@ def on_current_gpu(ext: PythonExtractor, node: Any, name: str, device: str = "cu
 
 _SWITCHES = re.compile(r"set_device\(|cuda\.device\(|\bwith\b[^\n]*(?<![\w.])device\(")
 # methods whose result is a view of (or on the device of) the tensor
-_VIEWS = frozenset({"view", "reshape", "view_as", "reshape_as", "flatten", "squeeze", "unsqueeze", "transpose",
+VIEWS = frozenset({"view", "reshape", "view_as", "reshape_as", "flatten", "squeeze", "unsqueeze", "transpose",
                     "permute", "narrow", "select", "expand", "expand_as", "t", "contiguous", "detach", "clone"})
 
 
@@ -382,7 +382,7 @@ def _placed(before: str, after: str, name: str, device: str, depth: int, upto: s
         tail = upto[last.end():]  # up to the move: the same device variable, not bound again
         # (an attribute chain, `logits.device`: nor its root, `logits = ...`)
         names = {device, device.split(".", 1)[0]}
-        if device.endswith(".device") and _moved_in_place(device.removesuffix(".device"), tail):
+        if device.endswith(".device") and moved_in_place(device.removesuffix(".device"), tail):
             return False  # `model.cpu()` between: the module's device moved in place
         return not any(_binding_pattern(n).search(tail) or _bound_else(tail, n) for n in names)
     base = _view_of(value) or _like_of(value)
@@ -446,7 +446,7 @@ def _made_on(value: str, device: str) -> bool:
         return False
     if not isinstance(tree, ast.Call) or not isinstance(tree.func, ast.Attribute) \
             or not isinstance(tree.func.value, ast.Name) or tree.func.value.id != "torch" \
-            or tree.func.attr not in _DEFAULT_FACTORIES | {"tensor", "as_tensor"}:
+            or tree.func.attr not in DEFAULT_FACTORIES | {"tensor", "as_tensor"}:
         return False
     given = next((k.value for k in tree.keywords if k.arg == "device"), None)
     if given is None:
@@ -456,7 +456,7 @@ def _made_on(value: str, device: str) -> bool:
     return isinstance(given, ast.Name) and given.id == device
 
 
-def _moved_in_place(root: str, source: str) -> bool:
+def moved_in_place(root: str, source: str) -> bool:
     """A statement of ``source`` moves ``root`` and drops the result: a module moved in place."""
     moved = rf"^[ \t]*{re.escape(root)}\.(?:to|cuda|cpu|to_empty)\("
     return root in source and re.search(moved, source, re.M) is not None
@@ -474,7 +474,7 @@ def _view_of(value: str) -> str | None:
             return tree.id if seen else None
         if isinstance(tree, ast.Subscript):
             tree = tree.value
-        elif isinstance(tree, ast.Call) and isinstance(tree.func, ast.Attribute) and tree.func.attr in _VIEWS \
+        elif isinstance(tree, ast.Call) and isinstance(tree.func, ast.Attribute) and tree.func.attr in VIEWS \
                 and not any(k.arg in (None, "device", "out") for k in tree.keywords):
             tree = tree.func.value
         else:

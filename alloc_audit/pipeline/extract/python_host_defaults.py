@@ -260,7 +260,7 @@ def nn_module_default(ext: PythonExtractor, node: ast.expr, source: str, env: En
 
 
 # context managers of unittest, pytest, warnings and autograd: none places a tensor
-_NO_PLACEMENT = re.compile(r"(?:\w+\.assert[A-Z]\w*|pytest\.(?:raises|warns)|warnings\.catch_warnings|"
+NO_PLACEMENT = re.compile(r"(?:\w+\.assert[A-Z]\w*|pytest\.(?:raises|warns)|warnings\.catch_warnings|"
                            r"torch\.(?:no_grad|inference_mode|enable_grad))\(")
 
 
@@ -273,7 +273,7 @@ def _in_with(source: str, at: int) -> bool:
         text = line.lstrip()
         if not text or text.startswith("#") or len(line) - len(text) >= indent:
             continue
-        if text.startswith(("with ", "async with ")) and not _NO_PLACEMENT.match(text.split("with ", 1)[1]):
+        if text.startswith(("with ", "async with ")) and not NO_PLACEMENT.match(text.split("with ", 1)[1]):
             return True
         indent = len(line) - len(text)
     return False

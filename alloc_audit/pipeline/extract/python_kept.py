@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING
 
 from ...arglists import split_args
 from ...model import Assign, CallTable, Return, Site, SiteKind
+from ..names import IDENTIFIER
 
 if TYPE_CHECKING:
     from .python import PythonExtractor
 
-_LOCAL = re.compile(r"[A-Za-z_]\w*")
-_IDENT = re.compile(r"[A-Za-z_]\w*")
 # tensor methods that read it or compute a new tensor (not a view of it)
 _READS = frozenset({"sum", "item", "all", "any", "tolist", "numel", "size", "dim", "max", "min", "mean", "norm",
                     "cpu", "clone", "float", "half", "int", "long", "bool", "argmax", "argmin", "abs", "nonzero",
@@ -76,7 +75,7 @@ def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: l
             continue
         args = [a.text.strip() for a in split_args(calls.arglists[i], False)]
         if any(_same_memory(arg, name) for arg in args):
-            if callee in _READS_ONLY or callee in _NEW_TENSOR or callee.rsplit(".", 1)[-1] in non_retaining:
+            if callee in _READS_ONLY or callee in NEW_TENSOR or callee.rsplit(".", 1)[-1] in non_retaining:
                 continue  # read (`torch.einsum("i,j->ij", t, f)` makes a new tensor) and dropped
             m = _CONTAINER_ADD.match(callee)
             if m is not None and "." in m.group("owner"):
@@ -87,12 +86,12 @@ def _escape(site: Site, assigns: list[Assign], returns: list[Return], call_ix: l
     return "" if aliased else "local"
 
 
-_VIEW_METHODS = ("view|reshape|narrow|flatten|unflatten|unsqueeze|squeeze|transpose|permute|contiguous|as_strided"
+VIEW_METHODS = ("view|reshape|narrow|flatten|unflatten|unsqueeze|squeeze|transpose|permute|contiguous|as_strided"
                  "|t|T|detach|view_as")
-_VIEW = r"(?:\.(?:" + _VIEW_METHODS + r")\b(?:\([^()]*\))?|\[[^\]]*\])*"
+_VIEW = r"(?:\.(?:" + VIEW_METHODS + r")\b(?:\([^()]*\))?|\[[^\]]*\])*"
 
 
-_VIEW_TAIL = re.compile(_VIEW + r"\s*")
+VIEW_TAIL = re.compile(_VIEW + r"\s*")
 
 
 def _count_word(text: str | bytes, name: str | bytes, start: int = 0, end: int | None = None) -> int:
@@ -129,7 +128,7 @@ def _same_memory(value: str, name: str) -> bool:
     while at >= 0:
         before = value[:at].rstrip()
         if not before or before[-1] in ",([{:":
-            tail = _VIEW_TAIL.match(value, at + len(name))
+            tail = VIEW_TAIL.match(value, at + len(name))
             end = tail.end() if tail is not None else at + len(name)
             if end >= len(value) or value[end] in ",)]}":
                 return True
@@ -144,7 +143,7 @@ def _makes_new(value: str) -> bool:
     """The whole expression is one call of a torch function that makes a
     new tensor (`torch.einsum("i,j->ij", t, f)`): no argument is held."""
     m = _CALL_HEAD.match(value)
-    return m is not None and m.group(1) in _NEW_TENSOR and value.rstrip().endswith(")") \
+    return m is not None and m.group(1) in NEW_TENSOR and value.rstrip().endswith(")") \
         and value.count("(") == value.count(")") and not re.search(r"\)\s*[.\[]", value)
 
 
@@ -166,14 +165,14 @@ def mark_kept(ext: PythonExtractor, sites: list[Site], assigns: list[Assign], re
     `self.slots[i] = buf`, `self.pool.append(buf)`), the return value,
     a call it is handed to, or nowhere (``local``: a temporary that dies
     with the call). Followed through one local."""
-    wanted = {s.scope for s in sites if s.target is None or _LOCAL.fullmatch(s.target)}
+    wanted = {s.scope for s in sites if s.target is None or IDENTIFIER.fullmatch(s.target)}
     if not wanted:
         return [_kept_direct(s) for s in sites]
     # the local names to follow, per scope: statements that never name
     # one are never looked at again (a long test function has thousands)
     names: dict[str, set[str]] = {}
     for site in sites:
-        if site.target and _LOCAL.fullmatch(site.target) and not site.wrapper:
+        if site.target and IDENTIFIER.fullmatch(site.target) and not site.wrapper:
             names.setdefault(site.scope, set()).add(site.target)
     # per scope, its returns; per (scope, local name), the statements naming it
     scope_returns: dict[str, list[Return]] = {w: [] for w in wanted}
@@ -223,7 +222,7 @@ def mark_kept(ext: PythonExtractor, sites: list[Site], assigns: list[Assign], re
                 site = dataclasses.replace(site, kept="local" if _moved_on(site, calls) else "return")
             out.append(site)
             continue
-        if not _LOCAL.fullmatch(site.target) or site.scope not in names:
+        if not IDENTIFIER.fullmatch(site.target) or site.scope not in names:
             out.append(site)
             continue
         named_assigns, named_calls = by_name.get((site.scope, site.target), ([], []))
@@ -249,7 +248,7 @@ def _rebound(site: Site, assigns: list[Assign], call_ix: list[int], calls: CallT
     lines = [a.line for a in assigns if a.line > after and a.targets == (name,) and a.op == "="
              and _count_word(_STRINGS.sub('""', a.value), name) and not _same_memory(a.value, name)]
     lines += [line for i in call_ix if (line := calls.line(i)) > after and calls.targets[i] == name
-              and calls.callees[i].startswith(name + ".") and (calls.callees[i][len(name) + 1:] in _NOT_ITSELF
+              and calls.callees[i].startswith(name + ".") and (calls.callees[i][len(name) + 1:] in NOT_ITSELF
                                                               or _to_host(site, calls, i, name))]
     return min(lines, default=None)
 
@@ -289,7 +288,7 @@ def _to_host(site: Site, calls: CallTable, i: int, name: str) -> bool:
 _STRINGS = re.compile(r"""(['"])(?:\\.|(?!\1).)*\1""")
 # methods whose result is never the tensor they are called on (`t.tolist()`,
 # `t.sum()`); conversions (`t.to(...)`, `t.float()`, `t.cpu()`) may return it
-_NOT_ITSELF = _READS - {"cpu", "float", "half", "int", "long", "bool"}
+NOT_ITSELF = _READS - {"cpu", "float", "half", "int", "long", "bool"}
 
 
 def _receiver(callee: str) -> str:
@@ -375,14 +374,14 @@ def _kept_direct(site: Site) -> Site:
         if m is not None and "." in m.group("owner"):
             return dataclasses.replace(site, kept=f"{m.group('owner')}[]")
         return dataclasses.replace(site, kept=f"handed:{site.wrapper}")
-    if target and not _LOCAL.fullmatch(target) and _KEPT_PLACE.fullmatch(target):
+    if target and not IDENTIFIER.fullmatch(target) and _KEPT_PLACE.fullmatch(target):
         return dataclasses.replace(site, kept=target)
     return site
 
 
 # torch functions whose result is always a new tensor: an allocation passed
 # to one is read and dropped
-_NEW_TENSOR = frozenset(f"torch.{n}" for n in (
+NEW_TENSOR = frozenset(f"torch.{n}" for n in (
     "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "pow", "outer", "polar", "cat",
     "concat", "stack", "matmul", "mm", "bmm", "sin", "cos", "tanh", "sigmoid", "abs", "clamp", "cumsum",
     "cumprod", "neg", "reciprocal", "square", "erf", "floor", "ceil", "round", "triu", "tril", "kron",

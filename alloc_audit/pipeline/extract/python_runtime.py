@@ -9,6 +9,7 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING, Any
 
+from ..names import IDENTIFIER
 from .common import enclosing
 
 if TYPE_CHECKING:
@@ -29,7 +30,6 @@ _CHAIN = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 # a name bound other than by an import: `x = ...`, `x: T = ...`, `for x in`, `x :=`, a parameter
 _BOUND = re.compile(r"^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)|\bfor[ \t]+([A-Za-z_]\w*)[ \t]+in\b|"
                     r"\b([A-Za-z_]\w*)[ \t]*:=|\bdef[ \t]+\w+[ \t]*\(([^)]*)\)", re.M)
-_WORD = re.compile(r"[A-Za-z_]\w*")
 
 
 def runtime_handle(ext: PythonExtractor, node: Any) -> bool:
@@ -73,7 +73,7 @@ def _bound_names(data: bytes, top_level: bool) -> set[str]:
     for m in _BOUND.finditer(source):
         if m.group(4) is not None:
             if not top_level:
-                found.update(_WORD.findall(m.group(4)))
+                found.update(IDENTIFIER.findall(m.group(4)))
         elif not top_level or m.start() == 0 or (source[m.start() - 1] == "\n" and not source[m.start()].isspace()):
             found.add(m.group(1) or m.group(2) or m.group(3))
     return found

@@ -58,6 +58,7 @@ import ast
 import re
 from typing import TYPE_CHECKING, Any
 
+from ..names import IDENTIFIER
 from .common import enclosing
 from .python_bindings import (
     _binding_pattern,
@@ -68,16 +69,15 @@ from .python_bindings import (
     _tuple_pattern,
     _value,
 )
-from .python_host import _DEFAULT_FACTORIES, _VIEWS, _moved_in_place, default_source, host_source
+from .python_host import DEFAULT_FACTORIES, VIEWS, default_source, host_source, moved_in_place
 from .python_host_defaults import dtype_only
 
 if TYPE_CHECKING:
     from .python import PythonExtractor
 
-_NAME = re.compile(r"[A-Za-z_]\w*")
 _MEMBER = re.compile(r"self\.[A-Za-z_]\w*")
 _DEVICE_OF = re.compile(r"((?:self\.)?[A-Za-z_]\w*)\.device")
-_NOT_ON_INPUT = _DEFAULT_FACTORIES | {"tensor", "as_tensor", "from_numpy", "asarray", "frombuffer", "empty_strided",
+_NOT_ON_INPUT = DEFAULT_FACTORIES | {"tensor", "as_tensor", "from_numpy", "asarray", "frombuffer", "empty_strided",
                                       "full_like", "scalar_tensor", "zeros_like", "ones_like", "empty_like",
                                       "rand_like", "randn_like", "randint_like"}
 _DEPTH = 4  # locals followed through their bindings
@@ -90,7 +90,7 @@ _SPLITS = frozenset({"sort", "topk", "max", "min", "median", "mode", "kthvalue",
 _NOT_DEVICES = frozenset({"self", "cls", "None", "True", "False", "cuda", "cpu"})
 # tensor methods whose result is on the tensor's device (views, dtype casts, math, `new_*`); any other
 # (`type_as`, `size`, `tolist`, `__class__`, a module's or an object's own method) proves nothing
-_SAME_DEVICE = _VIEWS | frozenset({
+_SAME_DEVICE = VIEWS | frozenset({
     "float", "half", "bfloat16", "double", "int", "long", "bool", "short", "char", "byte", "abs", "neg", "exp", "log",
     "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "relu", "pow", "clamp", "clip", "sum", "mean", "amax",
     "amin", "max", "min", "prod", "cumsum", "cumprod", "argmax", "argmin", "softmax", "log_softmax", "masked_fill",
@@ -127,7 +127,7 @@ def on_device_of(ext: PythonExtractor, node: Any, receiver: str, target: str) ->
     if (m is None or m.group(1) == "self") and _MEMBER.fullmatch(target) and _MEMBER.fullmatch(receiver.strip()):
         # `self.X.to(self.device)` too (round 28): a member the constructor binds, not a module's own property
         return _member_made_there(ext, node, receiver.strip(), target)
-    if m is None and (_NAME.fullmatch(target) is None or target in _NOT_DEVICES):
+    if m is None and (IDENTIFIER.fullmatch(target) is None or target in _NOT_DEVICES):
         return False  # `.to("cuda")`, `.to(self.device)`: another pass's question, or nothing followed
     root = m.group(1) if m is not None else target
     if root == "self" or target.encode() not in ext.src.data[node.start_byte:node.end_byte]:
@@ -145,11 +145,11 @@ def on_device_of(ext: PythonExtractor, node: Any, receiver: str, target: str) ->
     if m is None and not re.search(rf"device\s*=\s*{re.escape(root)}\b|\.to\(\s*{re.escape(root)}\b",
                                   source[:at] + receiver):
         return False  # nothing above is made on, or moved to, the device variable: nothing to prove it by
-    if m is not None and _moved_in_place(root, source[:at]):
+    if m is not None and moved_in_place(root, source[:at]):
         return False  # `model.cpu()` above the move: `model.device` changed in place
     if _bound_once(source, root, at, node, body):
         params = body.child_by_field_name("parameters")
-        given = frozenset(_NAME.findall(ext.src.text(params, 2000))) if params is not None else frozenset()
+        given = frozenset(IDENTIFIER.findall(ext.src.text(params, 2000))) if params is not None else frozenset()
         if _on(ext, tree, on, source, _DEPTH, frozenset(), given, None):
             return True
     if (_binding_pattern(root).search(source[at:]) or _bound_else(source[at:], root)) and _in_loop(node, body):
@@ -377,7 +377,7 @@ def _reaching(ext: PythonExtractor, name: str, on: _Target, source: str, depth: 
         return False
     if any(_rebound(between, n) for n in (on.root, root)) or _bound_else(between, root):
         return False  # the root bound again between: the binding saw another device, perhaps
-    if _moved_in_place(on.root, between):
+    if moved_in_place(on.root, between):
         return False  # `model.cpu()` between: a module's device moved in place
     if any(re.match(r"\s*(?:async\s+)?(?:for|while)\b", line) for line in lines):
         return False  # a loop entered in between: a later pass may see another binding

@@ -22,8 +22,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from ..names import IDENTIFIER
 from .common import enclosing
-from .python_kept import _LOCAL, _NEW_TENSOR, _NOT_ITSELF, _VIEW_METHODS
+from .python_kept import NEW_TENSOR, NOT_ITSELF, VIEW_METHODS
 
 if TYPE_CHECKING:
     from .python import PythonExtractor
@@ -42,7 +43,7 @@ def intermediate(ext: PythonExtractor, node: Any, wrapper: str | None) -> bool:
     result goes to a local read only by such functions
     (`A = repeat(torch.arange(n), ...).contiguous()` then `torch.log(A)`).
     A registration (`nn.Parameter(k * torch.ones(n))`) is not one."""
-    if wrapper is not None and wrapper not in _NEW_TENSOR and wrapper not in _RESHAPING and wrapper not in _TO_VALUE:
+    if wrapper is not None and wrapper not in NEW_TENSOR and wrapper not in _RESHAPING and wrapper not in _TO_VALUE:
         return False
     up = ext.up.parent
     parent = up(node)
@@ -61,13 +62,13 @@ def intermediate(ext: PythonExtractor, node: Any, wrapper: str | None) -> bool:
         return _read_as_numbers(ext, parent)
     if parent.type != "argument_list" or wrapper is None:
         return False
-    if wrapper in _NEW_TENSOR or wrapper in _TO_VALUE:
+    if wrapper in NEW_TENSOR or wrapper in _TO_VALUE:
         return True
     call = up(parent)
     local = ext.rhs_targets.get(call.start_byte) if call is not None else None
     if call is not None and local is None:
         local = _chain_target(ext, call)
-    return bool(local) and _LOCAL.fullmatch(local or "") is not None and _read_only_by_new(ext, call, local or "")
+    return bool(local) and IDENTIFIER.fullmatch(local or "") is not None and _read_only_by_new(ext, call, local or "")
 
 
 # the gradient that seeds a backward pass: autograd reads it and keeps none of it
@@ -186,7 +187,7 @@ def dropped_in_chain(ext: PythonExtractor, node: Any, source: str | None = None)
         if method is None or outer is None or outer.type != "call":
             return False
         name = ext.src.text(method, 40)
-        if name in _NOT_ITSELF:
+        if name in NOT_ITSELF:
             return True
         if name not in _CONVERSIONS:
             return False
@@ -255,7 +256,7 @@ def _chain_target(ext: PythonExtractor, call: Any) -> str | None:
         if parent.type == "attribute" and parent.child_by_field_name("object") == child:
             method = parent.child_by_field_name("attribute")
             outer = up(parent)
-            if method is None or ext.src.text(method, 40) not in _VIEW_METHODS.split("|") \
+            if method is None or ext.src.text(method, 40) not in VIEW_METHODS.split("|") \
                     or outer is None or outer.type != "call":
                 return None
             child, parent = outer, up(outer)
@@ -276,7 +277,7 @@ def _read_only_by_new(ext: PythonExtractor, call: Any, name: str) -> bool:
         return False
     for at in uses:
         m = re.search(r"([\w.]+)\(\s*$", after[:at])
-        if m is None or ext.resolve_text(m.group(1)) not in _NEW_TENSOR:
+        if m is None or ext.resolve_text(m.group(1)) not in NEW_TENSOR:
             return False
         if not re.match(rf"{re.escape(name)}\s*[,)]", after[at:]):
             return False

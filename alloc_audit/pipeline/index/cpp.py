@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 
+from ..names import IDENTIFIER
 from .symbols import ClassInfo, Func, Symbols, split_callee
 from .types import Types
 
-_CPP_NAME = re.compile(r"[A-Za-z_]\w*")
 # Names that are never the project's own: CUDA/driver/NCCL APIs, casts, std.
 _CPP_EXTERNAL = re.compile(r"^(?:cuda|cu[A-Z]|nccl|nvml|cublas|cudnn|curand|cusparse|std$|dim3$|\w+_cast$|"
                            r"make_(?:unique|shared|pair|tuple)$|printf$|fprintf$|memset$|memcpy$|malloc$|free$)")
@@ -71,7 +71,7 @@ class CppResolution:
             if type_name is None and func.owner is not None:
                 type_name = self._types.member(func.owner, receiver)
             names = {unwrap(type_name).rsplit("::", 1)[-1]} if type_name else set()
-        return {n for n in names if _CPP_NAME.fullmatch(n) and not _MACRO_LIKE.fullmatch(n) and len(n) > 3
+        return {n for n in names if IDENTIFIER.fullmatch(n) and not _MACRO_LIKE.fullmatch(n) and len(n) > 3
                 and not _CPP_EXTERNAL.match(n)}
 
     def _free_function(self, func: Func, name: str) -> list[Func]:
