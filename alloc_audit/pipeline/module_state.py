@@ -31,6 +31,7 @@ as a local so handed is, and a parameter class named for it
 temporary of module construction (a constructor, or a method every call by
 whose name sits in a constructor) whose value flows through the function's
 later assignments, up to ``_FLOW_HOPS`` locals, into a registration
+(round 31: or a temporary of a set-up method, T2 as an initialiser's, that so flows)
 (``t`` -> ``freqs = torch.outer(t, inv)`` -> ``register_buffer("cos",
 freqs.cos())``) is made while the model is built: a load-path temporary, T1
 (the judges' convention). A temporary only read (its shape, a host scalar)
@@ -58,8 +59,8 @@ import re
 from collections.abc import Sequence
 
 from ..arglists import split_args
-from ..model import Call, Site, Tier
-from .index import Func, ProjectIndex
+from ..model import Call, Language, Site, Tier
+from .index import ClassInfo, Func, ProjectIndex
 from .index.values import rebound_between
 from .lifetimes import weight_storage
 from .names import IDENTIFIER, has_word
@@ -78,11 +79,14 @@ _BOUND = r"(?:[^\[\]()]|\[[^\[\]()]*\])*"  # a slice bound: no call, one level o
 _SAME = r"to|cuda|contiguous|detach|float|half|bfloat16|view|reshape|t"
 _FLOW_HOPS = 4  # locals a construction temporary's value may pass through on its way to a registration
 _SHAPE_ONLY = re.compile(r"(?:_like|\bnew_\w+)\(\s*$")  # a `*_like(x)` / `y.new_zeros(x` reads x's shape
+# round 31: a set-up method (the classifier's initialiser, T2) registering state builds the module too
+# (`setup_cache`: `ones = torch.ones(n, n)` -> `register_buffer("mask", torch.tril(ones))`)
+_SET_UP = re.compile(r"initialiser ")
 _PER_CALL = "per call:"  # built_per_call's reasons: a module built per call keeps its state per call
 
 
 def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
-    registering: dict[str, list[Call]] = {}  # per function: its registering calls, in order (issue 11)
+    registering = _Registrations(index)  # per function: its registering calls, in order (issue 11)
     reaching: dict[str, list[tuple[Func, Call]]] = {}  # per function: the calls reaching it, when all may register
 
     def decide(site: Site) -> Decision | None:
@@ -107,7 +111,7 @@ def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
         if not site.tier_reason.startswith(_PER_CALL) and IDENTIFIER.fullmatch(local):
             flow = _flows_into_registration(func, _registering(func, registering), local,
                                             site.stmt_line or site.span.line)
-            if flow is not None and _builds_module(func, index):
+            if flow is not None and (_builds_module(func, index) or _SET_UP.match(site.tier_reason)):
                 call, chain = flow
                 return Tier.T1, (f"module state: a temporary of module construction ({site.scope}) whose value "
                                  f"flows through {' -> '.join(chain)} into {call.callee}; was: {site.tier_reason}")
@@ -121,7 +125,7 @@ def module_state(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
         stored = _stored_as_weight(func, local, site.span.end_line) if IDENTIFIER.fullmatch(local) else ""
         if stored:
             return Tier.T1, f"module state: {local} becomes {stored} in {site.scope}; was: {site.tier_reason}"
-        found = _registered_by(site, func, index)
+        found = _registered_by(site, func, index, registering)
         if found is None:
             return None
         ctor, call = found
@@ -186,7 +190,7 @@ def _chain(func: Func, local: str, after: int) -> list[str]:
     return chain
 
 
-def _registering_callers(func: Func, index: ProjectIndex, registering: dict[str, list[Call]],
+def _registering_callers(func: Func, index: ProjectIndex, registering: _Registrations,
                          memo: dict[str, list[tuple[Func, Call]]]) -> list[tuple[Func, Call]]:
     """The calls that reach ``func`` (no constructor, returning a value), when
     each resolves to it and sits in a function that registers something;
@@ -203,7 +207,7 @@ def _registering_callers(func: Func, index: ProjectIndex, registering: dict[str,
 
 
 def _returned_registered(func: Func, local: str, after: int, reaching: list[tuple[Func, Call]],
-                         memo: dict[str, list[Call]]) -> str:
+                         memo: _Registrations) -> str:
     """``func`` (no constructor) returns the value of ``local`` (itself, moved
     or viewed; one element of a returned tuple, by position) and
     every call that reaches it (``reaching``: each resolved to it) registers that value on
@@ -291,12 +295,93 @@ def _expression_local(site: Site, func: Func) -> str:
     return ""
 
 
-def _registering(func: Func, memo: dict[str, list[Call]]) -> list[Call]:
-    """The function's calls that may register (``REGISTERS``), in order: looked up once per function, not per site."""
-    found = memo.get(func.id)
+class _Registrations:
+    """Per function, its calls that may register, looked up once; and per
+    method, the argument it stores as module state (round 31)."""
+
+    __slots__ = ("index", "calls", "stores")
+
+    def __init__(self, index: ProjectIndex) -> None:
+        self.index = index
+        self.calls: dict[str, list[Call]] = {}
+        self.stores: dict[str, tuple[int, str, str] | None] = {}
+
+
+def _registering(func: Func, memo: _Registrations) -> list[Call]:
+    """The function's calls that may register (``REGISTERS``), in order: looked up once per function, not per site.
+    Round 31: a call of a project method of the function's class (or a base) that stores one of its
+    arguments as module state (``self.register("z", z, lr=lr)``, ``OptimModule.register`` calling
+    ``self.register_buffer(name, tensor)``) counts as that registration of the argument it stores:
+    ``self.register -> self.register_buffer(z)``."""
+    found = memo.calls.get(func.id)
     if found is None:  # by the callees' column: most functions register nothing, and their calls stay unbuilt
         registers = any(REGISTERS.search(callee) for callee in func.callees)
-        found = memo[func.id] = [c for c in func.calls if REGISTERS.search(c.callee)] if registers else []
+        found = [c for c in func.calls if REGISTERS.search(c.callee)] if registers else []
+        owner = func.owner
+        if owner is not None and func.language is Language.PYTHON and any(
+                c.startswith("self.") and c.count(".") == 1 and not REGISTERS.search(c) for c in func.callees):
+            wrapped = [w for c in func.calls if (w := _wrapped(c, owner, memo)) is not None]
+            if wrapped:
+                found = sorted(found + wrapped, key=lambda c: (c.span.line, c.span.col))
+        memo.calls[func.id] = found
+    return found
+
+
+def _wrapped(call: Call, owner: ClassInfo, memo: _Registrations) -> Call | None:
+    """``self.m(..., t, ...)`` where ``m`` (a method of the class or of a base) stores the parameter
+    in ``t``'s place as module state: that registration of ``t`` (its argument text alone), or None."""
+    name = call.callee[5:] if call.callee.startswith("self.") else ""
+    if not IDENTIFIER.fullmatch(name) or REGISTERS.search(call.callee):
+        return None
+    methods = memo.index.method_lookup(owner, name)
+    if len(methods) != 1:
+        return None
+    stores = _stores(methods[0], memo)
+    if stores is None:
+        return None
+    position, param, how = stores
+    args = split_args(call.arglist)
+    keyword = [a for a in args if a.keyword == param]
+    positional = [a for a in args if a.keyword is None]
+    arg = keyword[0] if keyword else positional[position] if position < len(positional) else None
+    if arg is None or arg.text.strip().startswith("*"):
+        return None
+    return Call(call.scope, call.span, f"{call.callee} -> {how}", arg.text.strip(), call.target)
+
+
+def _stores(method: Func, memo: _Registrations) -> tuple[int, str, str] | None:
+    """The parameter a method stores as module state on its object (its position after ``self``,
+    its name, and how: ``self.register_buffer(name, tensor)``, ``self.register_parameter(name,
+    nn.Parameter(tensor))``, ``setattr(self, name, nn.Parameter(tensor))``), or None. Once per method."""
+    if method.id in memo.stores:
+        return memo.stores[method.id]
+    found: tuple[int, str, str] | None = None
+    scope = method.scope
+    params = [p for p in scope.params if p not in ("self", "cls")] if scope is not None and scope.role == "method" \
+        else []
+    for call in method.calls if params and scope is not None and scope.params[:1] == ("self",) else ():
+        on_self = call.callee in ("self.register_buffer", "self.register_parameter")
+        if not on_self and call.callee != "setattr":
+            continue
+        args = [a.text.strip() for a in split_args(call.arglist)]
+        if len(args) < (3 if call.callee == "setattr" else 2) or (not on_self and args[0] != "self"):
+            continue
+        value = args[2] if call.callee == "setattr" else args[1]
+        wrapped = re.fullmatch(r"(?:[\w.]+\.)?(?:[A-Z]\w*)?Parameter\((.*)\)", value, re.S)
+        if call.callee == "setattr":
+            if wrapped is None:
+                continue  # a plain attribute is no registration
+            value = split_args(wrapped.group(1))[0].text.strip() if wrapped.group(1).strip() else ""
+        elif wrapped is not None:
+            value = split_args(wrapped.group(1))[0].text.strip() if wrapped.group(1).strip() else ""
+        for i, p in enumerate(params):
+            if _takes(value, p, False) and not rebound_between(method, p, 0, call.span.line, lambda v: False):
+                how = "self.register_buffer" if call.callee == "self.register_buffer" else "self.register_parameter"
+                found = (i, p, how)
+                break
+        if found is not None:
+            break
+    memo.stores[method.id] = found
     return found
 
 
@@ -354,7 +439,8 @@ def _first_taking(func: Func, local: str, after: int) -> Call | None:
     return None
 
 
-def _registered_by(site: Site, func: Func, index: ProjectIndex) -> tuple[Func, Call] | None:
+def _registered_by(site: Site, func: Func, index: ProjectIndex,
+                   registering: _Registrations) -> tuple[Func, Call] | None:
     """The constructor (and its registering call) of the class the site's
     local is handed to, when that constructor registers the parameter."""
     local = site.target or ""
@@ -381,8 +467,8 @@ def _registered_by(site: Site, func: Func, index: ProjectIndex) -> tuple[Func, C
             continue
         params = [p for p in ctor.scope.params if p not in ("self", "cls")]
         name = args[at].keyword or (params[at] if at < len(params) else "")
-        for inner in ctor.calls if name else ():
-            if REGISTERS.search(inner.callee) and any(_takes(a.text.strip(), name, False)
+        for inner in _registering(ctor, registering) if name else ():
+            if any(_takes(a.text.strip(), name, False)
                                                       for a in split_args(inner.arglist)):
                 return ctor, inner
     return None

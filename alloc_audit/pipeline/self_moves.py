@@ -12,7 +12,15 @@ module's state (DESIGN.md "Lifetime tiers": registered buffers are T1).
 A plain member moved in place stays per call (the fixtures' convention:
 ``if self.bias is not None: self.bias = self.bias.to(d)``), and so does a
 move inside the object's own ``to``/``cuda`` method, a move stored in
-another member or in a local. Pure.
+another member or in a local.
+
+Round 31: a torch module's member that its constructor binds to a value it
+makes (``self.freqs_cis = precompute_freqs_cis(d, n)``) and no method binds
+otherwise than by moving it in place is state the module keeps for every
+forward, like a buffer it registers: the moved copy replaces it, T1
+(``self.freqs_cis = self.freqs_cis.to(h.device)`` in ``forward``). A member
+some method binds to something else (a step's output, ``None``) or one the
+constructor leaves ``None`` stays per call. Pure.
 """
 
 from __future__ import annotations
@@ -74,7 +82,25 @@ def _module_state(func: Func, member: str, index: ProjectIndex) -> str:
             table = method.table
             if table is not None:
                 sets += [table.callees[i] for i in method.call_ix if table.targets[i] == member]
-    if all(v.startswith(member + ".") for v in sets) and (
-            is_module(index, owner.qualname, owner.bases, {}) or external_module_base(index, owner.bases)):
+    module = is_module(index, owner.qualname, owner.bases, {}) or external_module_base(index, owner.bases)
+    if all(v.startswith(member + ".") for v in sets) and module:
         return "set by no method of its module class: state of a library base"
+    made = _made_by_constructor(owner.methods.get("__init__", []), member)
+    if module and made and all(v.startswith(member + ".") or v in made for v in sets):
+        return f"made by its module's constructor ({made[0][:60]}) and only moved in place since"
     return ""
+
+
+def _made_by_constructor(ctors: list[Func], member: str) -> list[str]:
+    """The values the constructor binds ``member`` to, when each is a call's result (none is ``None``
+    or a plain name handed in)."""
+    values: list[str] = []
+    for ctor in ctors:
+        bound = [a.value for a in ctor.assigns if member in a.targets]
+        if any("(" not in v for v in bound):
+            return []  # `None`, a name handed in: not made here
+        values += bound
+        table = ctor.table
+        if table is not None:
+            values += [table.callees[i] for i in ctor.call_ix if table.targets[i] == member]
+    return values

@@ -45,6 +45,28 @@ another class (outside the cache's family) keeps a member of that name, so
 the text may name another object's. Entries only read (``stats.means[i] *
 2``) are no evidence.
 
+Round 31 (docs/tiers.md §1), one notion for any class, registered or not:
+a member the constructor (or a set-up method) keeps (``self.k = ...``, a
+per-layer list comprehension, ``self.register_buffer("k_cache", ...)``,
+which module_state made T1) is a slab requests fill when a method writes it
+in place at positions (a slice that starts elsewhere than 0, an index that is
+no literal: ``self.kv_cache[:bsz, start_pos:end_pos] = kv``, ``k_out =
+self.k_cache; k_out[:, :, input_pos] = k``, ``self.pages[layer][req].copy_(k)``),
+some method reads it back, and either the position comes from the writing
+method's parameters (the caller says where a request's tokens go) or a
+method resets it in place (``zero_``) between requests: T3, and so is the
+moved copy a method stores back into it (``self.key_cache =
+self.key_cache.to(x.device)``). False: a CUDA graph's static input written by
+a prefix (``self.ids[: n].copy_(ids)``) or whole, a queue placed by a counter
+the object keeps and never reset (``self.queue[:, ptr:ptr + n] = k``), a
+list whose entries are replaced whole (``self.k[i] = torch.cat(...)``), a
+member never read back (``tests/fixtures/python/tiers-request-slabs.py``).
+A vector (one length per request, ``torch.zeros(self.batch).int()``) is a
+descriptor of the pool, not the pool. A construction (T2) whose allocation
+is such a slab and whose constructors also upload weights (a direct weight
+upload reached from them: ``LLM()`` calling ``init_parameters``) is a model
+load, the weights dominating: T1; with no weight, the slab: T3.
+
 Left alone: a class whose name says no cache and that writes no position
 range (the graph runner's static inputs, written by a prefix slice copy every
 step, are T2 set-up buffers); a member only read, or written whole (a rope
@@ -61,6 +83,7 @@ from ..model import Language, Site, SiteKind, Tier
 from .index import ClassInfo, Func, ProjectIndex
 from .names import IDENTIFIER
 from .retier import Decision, retier
+from .slab_requests import HANDED, MOVED_BACK, entries_list, planar, registered_slab, request_slab, uploads_weights
 from .weight_modules import LAYER, PARAMETER
 
 _CACHE = re.compile(r"Cache(?![a-z])")  # `WindowedCache`, `CudaCache`, `KVCacheLayer`; not `Cached`
@@ -83,7 +106,16 @@ def slab_caches(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
 
     def direct(site: Site) -> bool:
         return (site.language is Language.PYTHON and site.kind is SiteKind.DEVICE and site.via is None
-                and site.tier in (Tier.T2, Tier.T4))
+                and (site.tier in (Tier.T2, Tier.T4)
+                     or site.tier is Tier.T1 and site.tier_reason.startswith((HANDED, MOVED_BACK))))
+
+    requests: dict[tuple[str, str, bool], str] = {}
+
+    def per_request(owner: ClassInfo, member: str, entries: bool) -> str:
+        key = (owner.key, member, entries)
+        if key not in requests:
+            requests[key] = request_slab(owner, member, entries)
+        return requests[key]
 
     written: dict[tuple[str, str], str] = {}
 
@@ -94,10 +126,17 @@ def slab_caches(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
         return written[key]
 
     def decide(site: Site) -> Decision | None:
+        if site.tier is Tier.T1:
+            return registered_slab(site, index, per_request)
         found = _member(site, index)
         if found is None:
             return None
         owner, member, role, named, listed = found
+        if role == "constructor" and not listed and site.tier is Tier.T2 and planar(site, index):
+            how = per_request(owner, member, entries_list(site, index))
+            if how:
+                return Tier.T3, (f"pooled: {owner.name} keeps a slab in self.{member} (kept by {site.scope}): {how}; "
+                                 f"was: {site.tier_reason}")
         if named:
             how = filled(owner, member) or (_handed(owner, member, site.scope, index) if listed else "")
             if not how and listed and role == "constructor" and site.tier is Tier.T2:
@@ -123,11 +162,19 @@ def slab_caches(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
         return (site.language is Language.PYTHON and site.kind is SiteKind.DEVICE and site.via is not None
                 and (site.tier is Tier.T2 or site.tier is Tier.T1 and _WEIGHTS in site.tier_reason))
 
+    uploads = {(s.path, s.span.line, s.span.col) for s in sites if s.via is None and s.tier is Tier.T1
+               and s.tier_reason.startswith("weight upload: ")}
+
     def decide_derived(site: Site) -> Decision | None:
         via = site.via
         under = slabs.get((via.path, via.line, via.api)) if via is not None else None
         if under is None or (site.tier is Tier.T1 and not _host_weights(site, index)):
             return None
+        if uploads and site.tier is Tier.T2:
+            weights = uploads_weights(site, index, uploads)
+            if weights:  # a model load: its weights dominate the slab (round 31)
+                return Tier.T1, (f"weights: constructs {site.api}, which uploads weights ({weights}) besides its "
+                                 f"slab ({under.path}:{under.span.line}); was: {site.tier_reason}")
         slab = under.tier_reason.split("; was: ")[0].removeprefix("pooled: ")
         host = "; the torch layers it builds are given no device, so its weights are made on the host" \
             if site.tier is Tier.T1 else ""

@@ -10,6 +10,17 @@ step (T4, a weight sync), state a method adds into or rebuilds when stale
 (an accumulator, a lazy member: T2) keep their tier, and so does a buffer
 made fresh (``torch.zeros``, ``torch.ones(1).to(device)``: state whatever
 its member is called).
+
+Round 31: what is moved says so too, whatever the member is called: a
+module's ``.weight`` or ``.bias`` (``self.wk =
+layer.self_attn.k_proj.weight.detach().to(device)``, ``self.embed =
+model.embed_tokens.weight.to(d)``), or a member the class binds to one and
+moves in place in a set-up method (``self.wk = hf_layer.k_proj.weight.detach()``
+in ``init_parameters``, then ``self.wk = self.wk.to(device)`` in
+``init_gpu``). A weight is a weight wherever it is copied to (docs/tiers.md
+section 2). A member bound to anything else (``self.wk = torch.randn(n)``,
+``self.scale = cfg.scale``) and a move per step (a forward's ``w =
+self.proj.weight.to(x.dtype)``, T4) keep their tier.
 Pure.
 """
 
@@ -28,6 +39,10 @@ from .retier import Decision, python_device_site, retier
 _FACTORY = re.compile(r"torch\.(?:empty|zeros|ones|full|tensor|as_tensor|arange|linspace|eye|rand\w*)")
 _SET_UP = ("constructor ", "initialiser ", "set up once", "returned to constructor")
 # `self.weights`, `self.all_weight`, `self.weight_list[i]`, `self._weights[k]`: the member, then entries
+_MEMBER = re.compile(r"self\.[A-Za-z_]\w*")
+# a module's weight or bias, viewed or detached: `layer.self_attn.k_proj.weight.detach()`, `lin.bias.data`
+_WEIGHT_VALUE = re.compile(r"[A-Za-z_]\w*(?:\.\w+|\[[^\[\]]*\])*\.(?:weight|bias)"
+                           r"(?:\.(?:data|T)|\.(?:detach|t|contiguous|float|half|bfloat16|clone)\(\))*")
 _WEIGHT_MEMBER = re.compile(r"self\.(_?(?:\w+_)?weights?(?:_\w+)?)(?:\[[^\]]*\])*")
 
 
@@ -37,6 +52,11 @@ def weight_members(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
 
     def decide(site: Site) -> Decision | None:
         m = _WEIGHT_MEMBER.fullmatch(site.kept.removesuffix("[]")) if site.kept else None
+        if m is None and site.kept and _MEMBER.fullmatch(site.kept):
+            moved = _moved_weight(site, index)
+            if moved:
+                return Tier.T1, (f"weight upload: {site.scope} moves {moved} to the device into {site.kept} "
+                                 f"(was: {site.tier_reason})")
         if m is None or m.group(1).endswith(("_grad", "_grads", "_scratch", "_buffer", "_workspace")) \
                 or _moves_fresh(site, index):
             return None
@@ -44,6 +64,36 @@ def weight_members(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
                          f"object's weights (was: {site.tier_reason})")
 
     return retier(sites, eligible, decide)
+
+
+def _moved_weight(site: Site, index: ProjectIndex) -> str:
+    """The weight the site moves: a module's ``.weight``/``.bias`` (viewed or detached), or a member the
+    class binds only to such values ("" when it is neither). Round 31."""
+    func = index.func(site.path, site.scope)
+    if func is None:
+        return ""
+    span = site.span
+    moves = [c for c in func.calls if c.span.line == span.line and c.span.col == span.col
+             and c.callee.endswith((".to", ".cuda"))]
+    if len(moves) != 1:
+        return ""
+    moved = moves[0].callee.rsplit(".", 1)[0]
+    if _WEIGHT_VALUE.fullmatch(moved) and not moved.startswith("self."):
+        return f"another module's weight ({moved})"
+    member = _MEMBER.fullmatch(moved)
+    owner = func.owner
+    if member is None or owner is None or moved != (site.kept or ""):
+        return ""
+    bound: list[str] = []
+    for methods in owner.methods.values():
+        for method in methods:
+            bound += [a.value.strip() for a in method.assigns
+                      if a.op == "=" and moved in (t.strip() for t in a.targets)]
+            bound += [f"{c.callee}({c.arglist})" for c in method.calls if (c.target or "").strip() == moved]
+    values = [v for v in bound if not v.startswith(moved + ".") and v not in ("None", "")]
+    if values and all(_WEIGHT_VALUE.fullmatch(v) and not v.startswith("self.") for v in values):
+        return f"{moved}, bound to another module's weight ({values[0]})"
+    return ""
 
 
 def _moves_fresh(site: Site, index: ProjectIndex) -> bool:
