@@ -138,12 +138,12 @@ def tagged_snapshot(tmp_path: Path) -> tuple[str, str]:
 @dataclass
 class Release:
     """A tagged local clone (``url`` at ``tag``), the PRE_COMMIT_HOME its hook
-    environment lives in, and the local wheelhouse pip builds that environment from."""
+    environment lives in, and what pip builds that environment with."""
 
     url: str
     tag: str
     pre_commit_home: Path
-    pip: dict[str, str]  # wheelhouse(): where pip takes the hook environment's packages from
+    pip: dict[str, str]  # shared_dependencies(): the hook environment's dependencies, and pip's settings
 
     @property
     def env(self) -> dict[str, str]:
@@ -168,7 +168,7 @@ def _requirement_closure(roots: tuple[str, ...]) -> list[Distribution]:
         try:
             dist = distribution(name)
         except PackageNotFoundError:
-            continue  # pip then says what is missing, and the test fails with it
+            continue  # the hook then fails on the import, and the test with it
         seen[name] = dist
         for text in dist.requires or ():
             req = Requirement(text)
@@ -177,64 +177,46 @@ def _requirement_closure(roots: tuple[str, ...]) -> list[Distribution]:
     return list(seen.values())
 
 
-def _repack(dist: Distribution, into: Path) -> None:
-    """An installed distribution as a wheel again: the files its RECORD lists
-    in site-packages (not the scripts pip writes from entry_points.txt, not
-    bytecode), its metadata, a new RECORD, named by a WHEEL tag this Python takes."""
-    import base64
-    import hashlib
-    import zipfile
-
-    from packaging.tags import sys_tags
-    from packaging.utils import canonicalize_name
-
-    text = dist.read_text("WHEEL") or ""
-    tags = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Tag:")]
-    supported = {str(t) for t in sys_tags()}
-    tag = next((t for t in tags if t in supported), tags[0])
-    name = canonicalize_name(dist.metadata["Name"]).replace("-", "_")
-    info = f"{name}-{dist.version}.dist-info"
-    skip = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
-    records = []
-    with zipfile.ZipFile(into / f"{name}-{dist.version}-{tag}.whl", "w", zipfile.ZIP_STORED) as whl:
-        for file in dist.files or ():
-            parts = file.parts
-            if parts[0] == ".." or "__pycache__" in parts or (parts[0].endswith(".dist-info") and parts[-1] in skip):
-                continue
-            arc = "/".join(parts) if not parts[0].endswith(".dist-info") else "/".join((info, *parts[1:]))
-            data = Path(str(dist.locate_file(file))).read_bytes()
-            whl.writestr(arc, data)
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            records.append(f"{arc},sha256={digest},{len(data)}")
-        records.append(f"{info}/RECORD,,")
-        whl.writestr(f"{info}/RECORD", "\n".join(records) + "\n")
-
-
-def wheelhouse(into: Path) -> dict[str, str]:
-    """Wheels of what the hook's environment installs, repacked from this
-    Python's installed distributions: alloc-audit's dependencies and its
-    build backend (hatchling, in the test extras). With the environment
-    returned, pip (pre-commit's `pip install .` of the tagged clone, the
-    clone's build included) takes them from here and asks no index: the
-    package itself is still built from the clone by its real backend, and
-    pre-commit still clones, makes the virtualenv and installs. Building the
-    hook environment from the index took ~19 s, most of it waiting on the
-    network."""
+def shared_dependencies(into: Path) -> dict[str, str]:
+    """The hook environment's dependencies shared from this Python, not
+    installed again: ``into`` becomes a folder of links to the installed
+    distributions that alloc-audit's declared requirements and its build
+    backend (hatchling, in the test extras) need, recursively (their
+    packages, modules and metadata; not alloc-audit itself, not pip), and
+    the environment returned puts it on the hook environment's PYTHONPATH
+    and has pip install with ``--no-deps --no-build-isolation``, from no
+    index. pre-commit still clones the tag, makes the virtualenv and runs
+    ``pip install .`` in it: the package is built from the clone by its real
+    backend into a wheel, and the hook runs that wheel's entry point; what is
+    shared is only the dependencies, and only the declared ones (a
+    requirement missing from pyproject.toml still fails the hook on its
+    import). Installing them from a wheelhouse cost ~6 s of CPU a run
+    (unpacking libcst, pygments, rich... and a build environment with
+    hatchling), from the index ~19 s."""
     from importlib.metadata import PackageNotFoundError, distribution
 
     try:
         distribution("hatchling")
-    except PackageNotFoundError:  # an environment from before the test extras named it: use the index
+    except PackageNotFoundError:  # an environment from before the test extras named it: pip's defaults
         return {}
     partial = into.with_name(into.name + ".partial")
     if not into.exists():  # made aside and renamed, as the clone
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir()
         for dist in _requirement_closure(("alloc-audit", "hatchling")):
-            if dist.metadata["Name"] != "alloc-audit":  # built from the clone, not taken from here
-                _repack(dist, partial)
+            if dist.metadata["Name"] == "alloc-audit":  # built from the clone, not taken from here
+                continue
+            tops = {file.parts[0] for file in dist.files or () if file.parts[0] not in ("..", "__pycache__")}
+            for top in sorted(tops):
+                if top.endswith(".pth"):
+                    continue  # read only in site folders; what it adds is no dependency's code
+                link = partial / top
+                if not link.exists():
+                    link.symlink_to(Path(str(dist.locate_file(top))))
         partial.rename(into)
-    # PIP_COMPILE=0: pip does not byte-compile every file it installs (all of
-    # libcst, pygments, rich: ~3 s of CPU); the hook's Python compiles the
-    # modules it imports on its first run, into the shared pre-commit home
-    return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(into), "PIP_COMPILE": "0"}
+    path = os.pathsep.join(p for p in (str(into), os.environ.get("PYTHONPATH", "")) if p)
+    # PIP_NO_BUILD_ISOLATION=0 is pip's spelling of --no-build-isolation;
+    # PIP_COMPILE=0: pip does not byte-compile what it installs, the hook's
+    # Python compiles the modules it imports on its first run
+    return {"PYTHONPATH": path, "PIP_NO_DEPS": "1", "PIP_NO_BUILD_ISOLATION": "0", "PIP_NO_INDEX": "1",
+            "PIP_COMPILE": "0"}

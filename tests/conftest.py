@@ -21,23 +21,34 @@ if sys.dont_write_bytecode and not os.environ.get("ALLOC_AUDIT_TEST_NO_PYCACHE")
     sys.dont_write_bytecode = False
 
 
+def _uses(item: pytest.Item, fixture: str) -> bool:
+    return fixture in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow tests (real pre-commit, browsers: marked ``slow``) first, in
-    their files' order: xdist hands tests out in this order, so the long ones
-    start at once and the short ones fill in around them, instead of one of
-    them running alone at the end while the other worker idles. Of the tests
-    that use the hook environment (the ``release`` fixture), only the first
-    (the fresh-team scenario, which builds it) goes first; the others go
-    last: xdist deals the first tests out one by one, and the second of them
-    would make the other worker wait on the build instead of working."""
-    first_release = next((item for item in items if "release" in getattr(item, "fixturenames", ())), None)
-
-    def order(item: pytest.Item) -> int:
-        if "release" in getattr(item, "fixturenames", ()) and item is not first_release:
-            return 2
-        return 0 if item.get_closest_marker("slow") is not None else 1
-
-    items.sort(key=order)
+    """The long tests first, in two heads, one per worker. pyproject runs
+    xdist with ``--dist worksteal``: each worker gets one half of this order
+    (the first worker the first half) and runs it from its head; a worker
+    whose half is done takes the tail of the other's, so the short tests at
+    the tails fill in at the end and neither worker is left idle while the
+    other runs one long test. The first half starts with the fresh-team
+    scenario (it builds the hook environment, ``release``) and half of the
+    other ``slow`` tests; the second with every browser test, one after the
+    other (one Chromium launch: the ``browser`` fixture), then the other
+    tests of the hook environment (by then built: they would wait on the
+    build at the head of a worker) and the rest of the ``slow`` tests. With
+    ``-n 0`` the order is the same, in one process."""
+    first_release = next((item for item in items if _uses(item, "release")), None)
+    browser = [item for item in items if _uses(item, "browser")]
+    release = [item for item in items if _uses(item, "release") and item is not first_release]
+    taken = {id(item) for item in (*browser, *release, first_release) if item is not None}
+    slow = [item for item in items if id(item) not in taken and item.get_closest_marker("slow") is not None]
+    taken.update(id(item) for item in slow)
+    rest = [item for item in items if id(item) not in taken]
+    head_a = ([first_release] if first_release is not None else []) + slow[0::2]
+    head_b = browser + release + slow[1::2]
+    fill = max(0, len(items) // 2 - len(head_a))
+    items[:] = head_a + rest[:fill] + head_b + rest[fill:]
 
 
 @pytest.fixture(scope="session")
@@ -47,9 +58,9 @@ def release(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
     the clone made under a lock): the hook's environment is built once per
     run, not once per worker. pre-commit locks its home itself, so a worker
     that wants the hook while the other builds it waits for that build. pip
-    builds that environment from a local wheelhouse of the packages this
-    Python has (clihelp.wheelhouse), not from the index."""
-    from clihelp import Release, tagged_snapshot, wheelhouse
+    builds that environment without an index, its dependencies shared from
+    this Python (clihelp.shared_dependencies): only the package is installed."""
+    from clihelp import Release, shared_dependencies, tagged_snapshot
 
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -59,7 +70,7 @@ def release(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
     with open(base / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         url, tag = tagged_snapshot(base)
-        pip = wheelhouse(base / "wheels")
+        pip = shared_dependencies(base / "dependencies")
     return Release(url, tag, base / "pre-commit-home", pip)
 
 
@@ -102,8 +113,13 @@ def _close_browser() -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    if "browser" in _CHROMIUM_OPEN and (nextitem is None or "browser" not in getattr(nextitem, "fixturenames", ())):
+    if "browser" not in _CHROMIUM_OPEN:
+        return
+    if nextitem is None or "browser" not in getattr(nextitem, "fixturenames", ()):
         _close_browser()
+    else:  # the pages this test opened (each in its own context) closed: the next test starts from none
+        for context in list(_CHROMIUM_OPEN["browser"].contexts):
+            context.close()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -192,6 +192,7 @@ def test_jobs_and_cache_do_not_change_the_output(tmp_path: Path) -> None:
     assert len(one["findings"]) == 48 and {f["rule"] for f in one["findings"]} == {"alloc-in-capture"}
 
 
+@pytest.mark.slow  # run first (conftest.py)
 def test_a_killed_run_leaves_a_usable_cache(tmp_path: Path) -> None:
     root = big_project(tmp_path / "big")
     cache = tmp_path / "cache"
@@ -214,6 +215,7 @@ def test_a_killed_run_leaves_a_usable_cache(tmp_path: Path) -> None:
     assert scan(root, "--jobs", "2", "--cache-dir", str(cache)) == expected
 
 
+@pytest.mark.slow  # run first (conftest.py)
 def test_two_concurrent_runs_agree(tmp_path: Path) -> None:
     root = big_project(tmp_path / "big")
     cache = tmp_path / "cache"

@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from alloc_audit.pipeline.extract import cpp_sites
 
 _PATTERNS = (cpp_sites._OPTIONS_BINDING, cpp_sites._FACTORY_BINDING, cpp_sites._ASSIGNED)
@@ -54,6 +56,7 @@ def test_matches_above_on_written_functions() -> None:
         _check(text.encode())
 
 
+@pytest.mark.slow  # run first (conftest.py)
 def test_matches_above_on_the_fixtures_native_sources() -> None:
     root = Path(__file__).parent
     files = sorted(p for ext in ("*.cu", "*.cpp", "*.cuh", "*.h") for p in root.rglob(ext))[:12]

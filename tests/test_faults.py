@@ -420,6 +420,7 @@ def test_sigkill_during_update_never_leaves_a_torn_allowlist(tmp_path: Path) -> 
         allowlist.write_text(old)
 
 
+@pytest.mark.slow  # run first (conftest.py)
 def test_concurrent_updates_in_two_processes_lose_nothing(tmp_path: Path) -> None:
     import subprocess
 

@@ -10,6 +10,8 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -32,6 +34,7 @@ def test_mutations_are_deterministic_and_change_the_input() -> None:
     assert sum(changed) >= 18
 
 
+@pytest.mark.slow  # run first (conftest.py)
 def test_a_short_fuzz_slice_finds_no_failure(tmp_path: Path) -> None:
     fuzz = load_fuzz()
     # no second scan with --jobs 2: a batch this small (< 16 files, < 1 MB)
@@ -44,6 +47,7 @@ def test_a_short_fuzz_slice_finds_no_failure(tmp_path: Path) -> None:
     assert tally.failures == 0, report
 
 
+@pytest.mark.slow  # run first (conftest.py)
 def test_a_files_sites_do_not_depend_on_the_other_files(tmp_path: Path) -> None:
     """The property behind "never silently fewer": a file's direct sites are
     the same whichever files are scanned with it, unless the file is listed

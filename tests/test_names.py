@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -58,6 +59,7 @@ def _bound_else_whole(source: str, name: str) -> bool:
 _TOKENS = ["x", "xs", "y", " ", "\t", "\n", ",", "=", "==", ":", ":=", "#", "(", "for ", " in ", "as ", "global ", "."]
 
 
+@pytest.mark.slow  # run first (conftest.py)
 @settings(max_examples=1000, deadline=None)
 @given(st.lists(st.sampled_from(_TOKENS), max_size=16).map("".join), st.sampled_from(["x", "xs", "x.y", "\nx"]))
 def test_bound_else_searches_only_the_lines_with_the_name(source: str, name: str) -> None:

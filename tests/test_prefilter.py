@@ -56,6 +56,7 @@ def _fixture_files() -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and language_of(p.name) is not None)
 
 
+@pytest.mark.slow  # run first (conftest.py)
 def test_screen_answers_as_the_prefilter_and_the_identifiers(catalog):
     """``screen`` (one pass: identifiers first, then the needles they leave)
     gives ``passes_prefilter``'s answer and, for a skipped file,
