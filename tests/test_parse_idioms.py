@@ -16,7 +16,8 @@ from alloc_audit.pipeline.parse import _keep_one_branch, error_summary, parse_so
 FIXTURES = Path(__file__).parent / "fixtures"
 IDIOM_FIXTURES = ["cuda/parse-idioms-conditionals.cu", "cuda/parse-idioms-macros.cu",
                   "cpp/parse-idioms-declarations.cpp", "cuda/parse-idioms-instantiations.cu",
-                  "cpp/parse-idioms-tests.cpp", "cuda/parse-idioms-kernels.cu", "cpp/parse-idioms-modern.cpp"]
+                  "cpp/parse-idioms-tests.cpp", "cuda/parse-idioms-kernels.cu", "cpp/parse-idioms-modern.cpp",
+                  "cpp/parse-idioms-r31.cpp"]
 
 
 @pytest.mark.parametrize("name", IDIOM_FIXTURES)

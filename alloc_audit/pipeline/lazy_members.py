@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from ..model import Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
 from .move_apis import TENSOR_MOVES
+from .native_kept import native_kept
 from .native_lazy import native_lazy_members
 
 _IF_KINDS = frozenset({"if", "elif", "else"})
@@ -52,7 +53,9 @@ _ADD = re.compile(r"(self\.[A-Za-z_]\w*)\.(?:append|extend|insert)")
 
 def lazy_members(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     out = [_lazy(site, index) if _candidate(site) else site for site in sites]
-    return native_lazy_members(out, index) if any(s.language is not Language.PYTHON for s in out) else out
+    if not any(s.language is not Language.PYTHON for s in out):
+        return out
+    return native_kept(native_lazy_members(out, index), index)
 
 
 def _candidate(site: Site) -> bool:

@@ -67,23 +67,23 @@ from .index import ClassInfo, Func, ProjectIndex
 from .native_pinned import member_root
 
 _DEPTH = 4  # the derived site's callee and three calls down to the method that keeps the member
-_SIZE = r"(?:numel|size|nbytes|capacity)\s*\([^()]*\)"
+SIZE_CALL = r"(?:numel|size|nbytes|capacity)\s*\([^()]*\)"
 
 
 def native_lazy_members(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
-    built_per_call = {owner.key for s in sites if (owner := _constructed_per_call(s, index)) is not None}
+    built_per_call = {owner.key for s in sites if (owner := constructed_per_call(s, index)) is not None}
     out = []
     keeping: dict[str, str] = {}  # function id -> the member it keeps and the test
     for site in sites:
         if _candidate(site) or _kept_already(site):
             site = _lazy(site, index, built_per_call, keeping)
-        if _outside_candidate(site):
+        if outside_candidate(site):
             site = _lazy_outside(site, index)
         out.append(site)
     if not keeping:
         return out
     memo: dict[str, tuple[str, str] | None] = {}
-    return [_dominated(s, index, keeping, memo) if _derived_candidate(s) else s for s in out]
+    return [_dominated(s, index, keeping, memo) if derived_candidate(s) else s for s in out]
 
 
 def _candidate(site: Site) -> bool:
@@ -98,7 +98,7 @@ def _candidate(site: Site) -> bool:
 _KEPT_KINDS = (SiteKind.DEVICE, SiteKind.PINNED_HOST, SiteKind.VIRTUAL, SiteKind.MANAGED)
 
 
-def _outside_candidate(site: Site) -> bool:
+def outside_candidate(site: Site) -> bool:
     return (site.tier in (Tier.T4, Tier.T5A) and site.kind in _KEPT_KINDS
             and site.language is not Language.PYTHON and bool(site.target)
             and (site.tier_reason.startswith("per call in ") or site.tier_reason.startswith("pinned host memory "
@@ -112,12 +112,12 @@ def _kept_already(site: Site) -> bool:
             and site.via is None and bool(site.target))
 
 
-def _derived_candidate(site: Site) -> bool:
+def derived_candidate(site: Site) -> bool:
     return (site.tier is Tier.T4 and site.kind is SiteKind.DEVICE and site.language is not Language.PYTHON
             and site.via is not None and site.tier_reason.startswith("per call in "))
 
 
-def _constructed_per_call(site: Site, index: ProjectIndex) -> ClassInfo | None:
+def constructed_per_call(site: Site, index: ProjectIndex) -> ClassInfo | None:
     """The class whose constructor's device site is per call (T4): a class
     something builds per call (``built_per_call``), whose members live per
     call too."""
@@ -139,10 +139,10 @@ def _lazy(site: Site, index: ProjectIndex, built_per_call: set[str], keeping: di
         return site
     line = site.stmt_line or site.span.line
     test = _own_test(func, line, member)
-    how = f"{func.qualname} stores it in the member {member} only when `{_short(test)}`" if test else ""
+    how = f"{func.qualname} stores it in the member {member} only when `{short(test)}`" if test else ""
     if not how:
         guarded = _guarded_calls(func, index)
-        how = f"every call of {func.qualname} sits under `{_short(guarded)}`, which its caller then sets" \
+        how = f"every call of {func.qualname} sits under `{short(guarded)}`, which its caller then sets" \
             if guarded else ""
     if not how:
         return site
@@ -160,7 +160,7 @@ def _own_test(func: Func, line: int, member: str) -> str:
     flags = _flags(func)
     for block in func.blocks:
         if block.kind in ("if", "elif") and block.span.contains_line(line):
-            if _missing(block.test, member) or any(_unset(block.test, f) for f in flags):
+            if missing(block.test, member) or any(_unset(block.test, f) for f in flags):
                 return block.test
     return ""
 
@@ -172,13 +172,14 @@ def _flags(func: Func) -> set[str]:
             and a.targets[0].removeprefix("this->").isidentifier()}
 
 
-def _missing(test: str, member: str) -> bool:
+def missing(test: str, member: str) -> bool:
     m = rf"(?:this\s*->\s*)?{re.escape(member)}"
     return re.search(rf"!\s*{m}\s*(?:\.|->)\s*(?:defined|has_value)\s*\(\s*\)"
                      rf"|(?<![\w.>]){m}\s*(?:\.|->)\s*empty\s*\(\s*\)"
-                     rf"|(?<![\w.>]){m}\s*==\s*(?:nullptr|NULL)\b|\b(?:nullptr|NULL)\s*==\s*{m}\b"
+                     rf"|(?<![\w.>]){m}\s*(?:\[[^\]]*\]\s*)?==\s*(?:nullptr|NULL)\b|\b(?:nullptr|NULL)\s*==\s*{m}\b"
+                     rf"|(?<![\w.>]){m}\s*(?:\.|->)\s*{SIZE_CALL}\s*==\s*0\b"
                      rf"|!\s*{m}\s*(?:\)|\|\||&&|$)"
-                     rf"|>\s*{m}\s*(?:\.|->)\s*{_SIZE}|(?<![\w.>]){m}\s*(?:\.|->)\s*{_SIZE}\s*<(?!<)",
+                     rf"|>\s*{m}\s*(?:\.|->)\s*{SIZE_CALL}|(?<![\w.>]){m}\s*(?:\.|->)\s*{SIZE_CALL}\s*<(?!<)",
                      test) is not None
 
 
@@ -271,13 +272,13 @@ def _lazy_outside(site: Site, index: ProjectIndex) -> Site:
     test = _opening_test(func, line, root, index)
     if not test:
         return site
-    stored = static_entry(func, root, index) if root in _declared(func) else ""
+    stored = static_entry(func, root, index) if root in declared(func) else ""
     where = f"a member of what the parameter {root} points to" if root in func.scope.params \
         else f"{root}, an entry of storage kept for the process (returned by {stored}: a function-local static)" \
         if stored else f"the file-scope variable {root}"
     tier = Tier.T5B if site.kind is SiteKind.PINNED_HOST else Tier.T2
     return dataclasses.replace(site, tier=tier, tier_reason=(
-        f"created lazily: {func.qualname} stores it in {where} only when `{_short(test)}` (state the branch "
+        f"created lazily: {func.qualname} stores it in {where} only when `{short(test)}` (state the branch "
         f"itself sets), so it is made once (or grown) and kept across calls: persistent ({site.tier_reason})"))
 
 
@@ -292,13 +293,13 @@ def _outside_place(target: str, func: Func, index: ProjectIndex) -> tuple[str, s
     if m is None or func.scope is None:
         return None
     root, member = m.group(1), m.group(2)
-    if root in _declared(func) and static_entry(func, root, index):
+    if root in declared(func) and static_entry(func, root, index):
         return (root, root)
-    if root == "this" or root in _declared(func):
+    if root == "this" or root in declared(func):
         return None
     if root in func.scope.params:
         return (root, root + "".join(member.split())) if member else None
-    return (root, root) if root in _file_scope(func.path, index) else None
+    return (root, root) if root in file_scope(func.path, index) else None
 
 
 _HEAD = re.compile(r"^\s*\(?\s*\*?\s*([A-Za-z_][\w:]*)\s*(\(|\[|$)")
@@ -334,15 +335,18 @@ def _returns_static(func: Func) -> bool:
     return bool(func.returns) and all(r.value.strip().lstrip("*&").strip() in statics for r in func.returns)
 
 
-def _declared(func: Func) -> frozenset[str]:
+def declared(func: Func) -> frozenset[str]:
     return frozenset(t for a in func.assigns if a.type is not None for t in a.targets)
 
 
-def _file_scope(path: str, index: ProjectIndex) -> frozenset[str]:
-    module = index.func(path, "<module>")
-    if module is None:
-        return frozenset()
-    return frozenset(t for a in module.assigns if a.type is not None for t in a.targets)
+def file_scope(path: str, index: ProjectIndex) -> frozenset[str]:
+    """The variables the file declares at file scope, and (round 31) inside a namespace
+    (``namespace { std::map<int, void *> g_ws; }``: the index keeps a namespace's declarations
+    under its name, a scope of no function)."""
+    scopes = [index.func(path, "<module>")]
+    scopes += [f for f in index.functions_in(path) if f.scope is None and f.qualname != "<module>"]
+    return frozenset(t for module in scopes if module is not None
+                     for a in module.assigns if a.type is not None for t in a.targets)
 
 
 def _opening_test(func: Func, line: int, root: str, index: ProjectIndex) -> str:
@@ -352,7 +356,7 @@ def _opening_test(func: Func, line: int, root: str, index: ProjectIndex) -> str:
         if block.kind not in ("if", "elif") or not block.span.contains_line(line) or not block.test:
             continue
         for made in _made_in(func, block, root, index):
-            if _missing(block.test, made) or _below(block.test, made):
+            if missing(block.test, made) or below(block.test, made):
                 return block.test
     return ""
 
@@ -372,13 +376,13 @@ def _made_in(func: Func, block: Block, root: str, index: ProjectIndex) -> set[st
     return made
 
 
-def _below(test: str, place: str) -> bool:
+def below(test: str, place: str) -> bool:
     """``need > place`` or ``place < need``: a capacity the branch records,
     compared (a ``< 0`` check is not one)."""
     m = re.escape(place)
     return re.search(rf"(?<![-<>])>\s*{m}(?![\w.(]|\s*->)|(?<![\w.>]){m}\s*<(?![<=])(?!\s*0\b)", test) is not None
 
 
-def _short(test: str) -> str:
+def short(test: str) -> str:
     text = " ".join(test.split())
     return text if len(text) <= 60 else text[:57] + "..."

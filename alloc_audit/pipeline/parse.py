@@ -180,6 +180,11 @@ _DECL_MACRO = re.compile(
     rb"(?m)^[ \t]*(?:template[ \t]*<[^;{}\n]*>[ \t]*)?([A-Z][A-Z0-9]*_[A-Z0-9_]+)(?=[ \t]+(?:(?:static|"
     rb"inline|const|constexpr|__device__|__host__|__global__|__forceinline__)[ \t]+)*[A-Za-z_][\w:]*"
     rb"(?:<[^;{}()\n]*>)?[ \t*&]+[A-Za-z_]\w*[ \t]*\()")
+# round 31: the same before a destructor or an operator (`TCNN_HOST_DEVICE ~GPUMemory() {`,
+# `TCNN_HOST_DEVICE T& operator[](size_t i)`): nothing but an attribute or inline macro stands there
+_MEMBER_MACRO = re.compile(
+    rb"(?m)^[ \t]*([A-Z][A-Z0-9]*_[A-Z0-9_]+)(?=[ \t]+(?:(?:static|inline|const|constexpr|virtual)[ \t]+)*"
+    rb"(?:~[A-Za-z_]\w*[ \t]*\(|[A-Za-z_][\w:]*(?:<[^;{}()\n]*>)?[ \t*&]+operator\b))")
 _ENUM_BASE = re.compile(rb"(?<=\benum)[ \t]*:[ \t]*[\w:]+(?=\s*\{)")  # `typedef enum : int {`
 _STATEMENT_ARGUMENT = re.compile(rb"(?<=\))[ \t]*;(?=\s*\))")  # `MACRO(..., f(x);)`
 _STRING_MACRO = re.compile(rb'(?<=")[ \t]+[A-Z][A-Z0-9_]*(?:\([^()"\n]*\))?(?=[ \t]+")')  # `"a" HINT(128) "b"`
@@ -207,7 +212,8 @@ def repair_idioms(data: bytes, conditionals_in_parens: bool = True, attribute_ma
     lambda, and the `#else` branches of conditionals inside a parenthesised
     list (`void f(int a,\n#ifndef USE_ROCM\n...#else\n...#endif`, a continued
     `#if A && \\` included), an inline macro before a return type
-    (`DS_D_INLINE void f(`), the base of `typedef enum : int {`, the `;` of
+    (`DS_D_INLINE void f(`; round 31: before a destructor or an operator
+    too), the base of `typedef enum : int {`, the `;` of
     a statement passed as a macro argument (`M(..., f(x);)`), a statement
     macro with a type keyword argument (`DISPATCH(kFloat, float);`), the
     functional `typename T::Config(...)`, `#pragma` lines (between a `for`
@@ -240,13 +246,15 @@ def repair_idioms(data: bytes, conditionals_in_parens: bool = True, attribute_ma
         blank_range(out, m.start(), m.end())
     for m in _LAMBDA_QUALIFIER.finditer(data):
         blank_range(out, m.start(), m.end())
-    for regex in (_DECL_MACRO, _BODY_MACRO):
+    for regex in (_DECL_MACRO, _BODY_MACRO, _MEMBER_MACRO):
         for m in regex.finditer(data):
             blank_range(out, m.start(1), m.end(1))
     for m in _CLASS_INSTANTIATION.finditer(data):
         blank_range(out, m.start(1), m.end(1))
     for regex in (_ENUM_BASE, _STATEMENT_ARGUMENT, _PRAGMA_LINE, _STRING_MACRO, _USING_TYPENAME):
         for m in regex.finditer(data):
+            if regex is _STATEMENT_ARGUMENT and _in_for_header(data, m.start()):
+                continue  # `for (auto it = v.begin(); it != v.end();)`: the header's own `;`
             blank_range(out, m.start(), m.end())
     _blank_type_argument_macros(data, out)
     _type_arguments_as_values(data, out)
@@ -256,6 +264,26 @@ def repair_idioms(data: bytes, conditionals_in_parens: bool = True, attribute_ma
     if conditionals_in_parens:
         _blank_conditionals_in_parens(data, out)
     return bytes(out)
+
+
+_FOR_OPEN = re.compile(rb"\bfor[ \t]*$")
+
+
+def _in_for_header(data: bytes, at: int, limit: int = 2000) -> bool:
+    """The `(` enclosing ``at`` opens a `for` header (round 31: the `;` of
+    `it != v.end();)`, a loop with no increment, is the header's)."""
+    depth = 0
+    for i in range(at - 1, max(-1, at - limit), -1):
+        c = data[i]
+        if c == 41:  # `)`
+            depth += 1
+        elif c == 40:  # `(`
+            if depth == 0:
+                return _FOR_OPEN.search(data, max(0, i - 40), i) is not None
+            depth -= 1
+        elif c in b"{}":
+            return False
+    return False
 
 
 def _blank_type_argument_macros(data: bytes, out: bytearray) -> None:

@@ -25,10 +25,16 @@ _BIT_CAST = re.compile(rb"__builtin_bit_cast[ \t]*\(")
 # arguments of an operator() declared as a specialisation
 _OPERATOR_TEMPLATE_ARGS = re.compile(
     rb"operator[ \t]*\([ \t]*\)[ \t]*(<[^;{}()<>]*(?:<[^;{}()<>]*>[^;{}()<>]*)*>)(?=\s*\()")
-# `new char const *[n]`, `new Foo*[n]`: an array of pointers (the grammar reads
-# no `*` in the type of a new-expression, nor a leading `const`)
+# `new char const *[n]`, `new Foo*[n]`, `new T*[n]`: an array of pointers (the grammar reads
+# no `*` in the type of a new-expression, nor a leading `const`; round 31: a one-letter type too)
 _NEW_POINTER_ARRAY = re.compile(
-    rb"new[ \t]+(const[ \t]+)?[A-Za-z_][\w:]*\w((?:[ \t]+const)?[ \t]*\*[ \t*]*)(?=\[)")
+    rb"new[ \t]+(const[ \t]+)?[A-Za-z_](?:[\w:]*\w)?((?:[ \t]+const)?[ \t]*\*[ \t*]*)(?=\[)")
+# `delete[] (uint8_t *)p;` (round 31): the grammar reads no `(` after `delete[]`; the
+# `[]` blanked, `delete (uint8_t *)p;` reads as the same release of `p`
+_DELETE_ARRAY_PAREN = re.compile(rb"\bdelete[ \t]*(\[[ \t]*\])(?=[ \t]*\()")
+# `(STACK_OF(GENERAL_NAME) *)names` (round 31): a C cast to a pointer to a type a
+# function-like macro names; the macro's parentheses become `_` (`STACK_OF_GENERAL_NAME_ *`), one type name
+_MACRO_TYPE_CAST = re.compile(rb"\([ \t]*[A-Z][A-Z0-9_]*(\()[ \t]*\w+[ \t]*(\))[ \t]*\*+[ \t]*\)(?=[ \t]*[A-Za-z_(])")
 # `using std::cout, std::cerr;` (a C++17 using-declarator list): the
 # declarators after the first (`=` excluded: an alias declaration)
 _USING_LIST = re.compile(rb"using[ \t]+(?:typename[ \t]+)?[\w:]*::\w+[ \t]*(,[^;{}()=<>/]*)(?=;)")
@@ -51,7 +57,8 @@ _BLOCK_COMMENT = re.compile(rb"/\*.*?\*/", re.DOTALL)
 def repair_declarations(data: bytes, out: bytearray, attribute_macros: tuple[str, ...] = ()) -> None:
     """Blank, in ``out``, a braced default argument, the type argument of
     `__builtin_bit_cast`, the explicit template arguments of `operator()`,
-    the `*`s of `new T *[n]` (joined into one name), the declarators after
+    the `*`s of `new T *[n]` (joined into one name), the `[]` of `delete[] (T *)p`,
+    the parentheses of a macro naming a cast's pointee type (`(STACK_OF(X) *)p`), the declarators after
     the first of a using-declaration list, the innermost list of a `>>>`
     that closes three template lists, an attribute macro whose parentheses
     span lines (`__align__(\\n alignof(T<A, 4>))`), a macro before a
@@ -78,6 +85,12 @@ def repair_declarations(data: bytes, out: bytearray, attribute_macros: tuple[str
             blank_range(out, m.start(1), m.end(1))
         for i in range(m.start(2), m.end(2)):  # `char const *` -> `char_const__`: one name
             if data[i] in b" \t*":
+                out[i] = 95
+    for m in _DELETE_ARRAY_PAREN.finditer(data):
+        blank_range(out, m.start(1), m.end(1))
+    for m in _MACRO_TYPE_CAST.finditer(data):
+        for group in (1, 2):
+            for i in range(m.start(group), m.end(group)):
                 out[i] = 95
     for m in _USING_LIST.finditer(data):
         if not data[data.rfind(b"\n", 0, m.start()) + 1:m.start()].strip():  # first on its line

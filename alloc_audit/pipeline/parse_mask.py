@@ -29,8 +29,9 @@ def _mask_regex(attribute_macros: tuple[str, ...], specifier_macros: tuple[str, 
         parts.append(rb"(?<!define )(?<!define\t)\b(?:" + names + rb")\b(?!\s*\()")
     if lone_macro_lines:
         # not the last argument of a call (`..., CUBLAS_COMPUTE_32F,\n  CUBLAS_GEMM_DEFAULT\n);`)
-        # or of a template argument list (`kernel<\n  HAS_MASK,\n  EMIT_RELU\n>`)
-        parts.append(rb"(?m)^[ \t]*[A-Z][A-Z0-9_]*_[A-Z0-9_]+[ \t]*$(?!\n[ \t]*[)>])")
+        # or of a template argument list (`kernel<\n  HAS_MASK,\n  EMIT_RELU\n>`); round 31: nor
+        # an operand of an expression over lines (`n ==\n  MAX_BLOCKS\n  ? a : b`, `f(a,\n  FLAG_X`)
+        parts.append(rb"(?m)(?<![=(,|&+?!-]\n)^[ \t]*[A-Z][A-Z0-9_]*_[A-Z0-9_]+[ \t]*$(?!\n[ \t]*[)>?:|&+=])")
     if not parts:
         return None
     flags = b"(?m)" if lone_macro_lines else b""

@@ -42,6 +42,11 @@ returning its buffer to calls that each keep it so is T2 as well, and a
 host buffer such a function pins outside its loops is pinned once for the
 run (T5b).
 
+Round 31: a free through a cleanup lambda nested in the function, or
+through a function of the same file it hands the buffer's root to that
+frees that parameter (``FreeBuffers(devices, inputs, outputs)``), counts as
+the function's own free (fastllm's self-tests).
+
 Round 29: a buffer such a function frees itself still lives for the run
 when the function runs once in all (``main``, or one call, outside loops,
 from a function so: two calls ``benchmark(1024); benchmark(2048);`` run it
@@ -96,7 +101,7 @@ def _pinned_once(site: Site, index: ProjectIndex, memo: dict[str, str]) -> Site:
     if func is None or func.in_loop(site.span.line):
         return site
     once = _once_per_run(func, index, memo, _UP)
-    if once and func.qualname != "main" and _frees(func, site.target or ""):
+    if once and func.qualname != "main" and _frees(func, site.target or "", index):
         reused = _reused(func, site, index, memo)  # as for device buffers (``_native_static``)
         once = f"{once}; {reused}" if reused else ""
     if not once:
@@ -118,7 +123,7 @@ def _native_static(site: Site, index: ProjectIndex, memo: dict[str, str]) -> Sit
         return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
             f"process entry point main: allocated once for the run, outside any loop ({site.tier_reason})"))
     once = _once_per_run(func, index, memo, _UP) if site.via is None or site.target else ""
-    if once and func.qualname != "main" and _frees(func, site.target or ""):
+    if once and func.qualname != "main" and _frees(func, site.target or "", index):
         # a test case main calls: what it frees itself lives for that call; unless the function runs
         # once in all and its later loops reuse the buffer (a benchmark's timing loops): kept for its run
         reused = _reused(func, site, index, memo)
@@ -203,7 +208,7 @@ def _kept_once(site: Site, func: Func, index: ProjectIndex, memo: dict[str, str]
     for caller, call in calls:
         target = (call.target or "").strip()
         once = _once_per_run(caller, index, memo, _UP) if target else ""
-        if not once or (caller.qualname != "main" and _frees(caller, target)):
+        if not once or (caller.qualname != "main" and _frees(caller, target, index)):
             return ""
         if caller.in_loop(call.span.line) and not _set_up_loop(caller, call.span.line, target, index):
             return ""
@@ -248,11 +253,53 @@ def single_run(func: Func, index: ProjectIndex, memo: dict[str, str], depth: int
     return bool(memo[key])
 
 
-def _frees(func: Func, name: str) -> bool:
+def _frees(func: Func, name: str, index: ProjectIndex) -> bool:
     """``func`` itself frees ``name`` (``cudaFree(A)``): the buffer lives for
-    one call of it, however often that is."""
+    one call of it, however often that is. Round 31: so does a buffer a
+    lambda nested in ``func`` frees (``auto cleanup = [&]() { cudaFree(A);
+    };``: it reads ``func``'s own local), or a function of the same file ``func``
+    hands the buffer's root to frees through that parameter
+    (``FreeBuffers(devices, inputs, outputs)`` whose body frees
+    ``inputs[rank]``)."""
     name = name.strip()
-    return bool(name) and any(s.kind is SiteKind.RELEASE and (s.target or "").strip() == name for s in func.sites)
+    if not name:
+        return False
+    if any(s.kind is SiteKind.RELEASE and (s.target or "").strip() == name for s in func.sites):
+        return True
+    nested = f"{func.qualname}::<lambda>"
+    if any(f.qualname.startswith(nested) and any(s.kind is SiteKind.RELEASE and (s.target or "").strip() == name
+                                                 for s in f.sites) for f in index.functions_in(func.path)):
+        return True
+    root = _ROOT.match(name)
+    if root is None or root.group(1) == "this":
+        return False
+    rest = root.group(2).strip()
+    named = re.compile(rf"\s*&?\s*{re.escape(root.group(1))}\s*")
+    for call in func.calls:
+        if root.group(1) not in call.arglist:
+            continue
+        args = split_args(call.arglist, cpp=True)
+        at = next((i for i, a in enumerate(args) if a.keyword is None and named.fullmatch(a.text)), -1)
+        if at < 0:
+            continue
+        for callee in index.resolve(func, call):
+            if callee.path != func.path:
+                continue  # a helper of the same file: the proof does not depend on which other files were scanned
+            params = callee.scope.params if callee.scope is not None else ()
+            if at < len(params) and any(s.kind is SiteKind.RELEASE and _freed_through(s.target or "", params[at], rest)
+                                        for s in callee.sites):
+                return True
+    return False
+
+
+def _freed_through(target: str, param: str, rest: str) -> bool:
+    """A free of ``target`` reaches what the caller handed as ``param``: the
+    parameter itself, or an entry of it where the caller's buffer is an entry too."""
+    m = _ROOT.match(target)
+    if m is None or m.group(1) != param:
+        return False
+    tail = m.group(2).strip()
+    return tail == rest or (tail.startswith("[") and rest.startswith("["))
 
 
 def _set_up_loop(func: Func, line: int, target: str, index: ProjectIndex) -> str:

@@ -281,9 +281,15 @@ def add_site(ext: CppExtractor, sites: list[Site], node: Any, spec: ApiSpec, sco
         if index < len(args):
             target = pointer_target(args[index].text)
             if kind is SiteKind.RELEASE:
+                if _NULL_POINTER.fullmatch(args[index].text):
+                    return  # `cudaFree(0)`, `cudaFree(nullptr)`: frees nothing (the idiom that sets up the context)
                 target = target.lstrip("*")
     sites.append(ext.at.site(node, spec.api, kind, scope, span, ", ".join(size_parts) if size_parts else None,
                               size_parts, device, target, wrapper(ext, node)))
+
+
+# a null pointer literal, cast or not (`0`, `nullptr`, `NULL`, `(void *)0`): a release of it frees nothing
+_NULL_POINTER = re.compile(r"\s*(?:\(\s*[\w:\s]+\**\s*\)\s*)?(?:0|nullptr|NULL)\s*")
 
 
 def _host_source(ext: CppExtractor, node: Any, options: str | None, args: tuple[Arg, ...],
