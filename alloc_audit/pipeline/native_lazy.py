@@ -132,12 +132,15 @@ def constructed_per_call(site: Site, index: ProjectIndex) -> ClassInfo | None:
 def _lazy(site: Site, index: ProjectIndex, built_per_call: set[str], keeping: dict[str, str]) -> Site:
     func = index.func(site.path, site.scope)
     if func is None or func.scope is None or func.owner is None or func.scope.role != "method" \
-            or func.owner.key in built_per_call or any(s.kind is SiteKind.RELEASE for s in func.sites):
+            or func.owner.key in built_per_call:
         return site
     member = member_root(site.target or "", func)
     if not member:
         return site
     line = site.stmt_line or site.span.line
+    if any(s.kind is SiteKind.RELEASE and member_root(s.target or "", func) == member and s.span.line > line
+           for s in func.sites):
+        return site  # freed again in the same call: staging, not kept
     test = _own_test(func, line, member)
     how = f"{func.qualname} stores it in the member {member} only when `{short(test)}`" if test else ""
     if not how:
@@ -156,11 +159,17 @@ def _lazy(site: Site, index: ProjectIndex, built_per_call: set[str], keeping: di
 
 def _own_test(func: Func, line: int, member: str) -> str:
     """The ``if`` around ``line`` whose test says ``member`` is missing or
-    too small, or that a flag member the function sets is unset."""
+    too small, or that a flag member the function sets is unset, or that a
+    capacity member the branch records is exceeded (``need > cap_`` ...
+    ``cap_ = need``)."""
     flags = _flags(func)
     for block in func.blocks:
         if block.kind in ("if", "elif") and block.span.contains_line(line):
-            if missing(block.test, member) or any(_unset(block.test, f) for f in flags):
+            recorded = {t.removeprefix("this->") for a in func.assigns
+                        if a.op == "=" and block.span.contains_line(a.line)
+                        for t in a.targets if member_root(t, func)}
+            if missing(block.test, member) or any(_unset(block.test, f) for f in flags) \
+                    or any(below(block.test, r) for r in recorded):
                 return block.test
     return ""
 
