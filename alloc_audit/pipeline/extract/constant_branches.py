@@ -59,6 +59,12 @@ _PY_PACKING = frozenset({"tuple", "list", "parenthesized_expression", "expressio
 # (a word character, `.` or `>` before the name makes it another name or a member)
 _PY_BINDS = re.compile(rb"\b([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=[ \t]*(?:True|False|None|\d)")
 _CPP_BINDS = re.compile(rb"\b([A-Za-z_]\w*)[ \t]*=[ \t]*(?:true|false|nullptr|NULL|\d)")
+# the same matches found from their `= literal` part (a literal `=` that `re` finds fast): a match's
+# name is the leftmost word before it that the rest of the pattern joins to that `=` (literal_bindings)
+_LITERAL_AFTER = {False: re.compile(rb"=[ \t]*(?:True|False|None|\d)"),
+                  True: re.compile(rb"=[ \t]*(?:true|false|nullptr|NULL|\d)")}
+_NAME_BEFORE = {False: re.compile(rb"\b([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?\Z"),
+                True: re.compile(rb"\b([A-Za-z_]\w*)[ \t]*\Z")}
 _WORD = re.compile(rb"[A-Za-z_$][\w$]*")
 _BEFORE = frozenset(bytes([c]) for c in b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.>")
 _CPP_LOOPS = frozenset({"for_statement", "for_range_loop", "while_statement", "do_statement"})
@@ -148,10 +154,7 @@ class ConstantBranches:
         if func is None:
             return None  # module level
         if self._binds is None:  # where the file's text binds a name to a literal, found in one pass
-            self._binds = {}
-            for m in (_CPP_BINDS if self.cpp else _PY_BINDS).finditer(self.src):
-                if m.start() == 0 or self.src[m.start() - 1:m.start()] not in _BEFORE:
-                    self._binds.setdefault(m.group(1).decode("utf-8", "replace"), []).append(m.start())
+            self._binds = literal_bindings(self.src, self.cpp)
         if not any(func.start_byte <= at < func.end_byte for at in self._binds.get(name, ())):
             return None  # no `NAME = literal` in the function's text: nothing to walk
         occurrences = self._occurrences(func, name)
@@ -274,6 +277,38 @@ class ConstantBranches:
             if parent.type in _CPP_LOOPS:
                 out.append(parent)
         return out
+
+
+def literal_bindings(source: bytes, cpp: bool) -> dict[str, list[int]]:
+    """Name -> the starts of the matches of ``_PY_BINDS`` (``_CPP_BINDS``)
+    in ``source`` (``finditer``'s, less those after a byte of ``_BEFORE``).
+
+    The same matches, found without trying the pattern at every byte (it
+    starts with ``\\b`` and a class: ``re`` has no fast scan for it, ~70 ns
+    a byte). Nothing before a match's ``=`` can be ``=`` (a name, blanks, a
+    ``:`` annotation of ``[^=\\n]*``), so the ``=`` a match ends with is the
+    first one after its start, and its start lies after the ``=`` before
+    that: each ``=`` that a literal follows (``_LITERAL_AFTER``, searched
+    fast from its literal ``=``) has as its match the leftmost place after
+    the previous ``=`` (and after the previous match's end: ``finditer``'s
+    matches do not overlap) where the pattern's name part reaches it
+    (``_NAME_BEFORE``, searched in that stretch only). The match's end is
+    the end of the literal's, as in the pattern."""
+    out: dict[str, list[int]] = {}
+    name_before = _NAME_BEFORE[cpp]
+    end = 0  # the end of the last match: the next one starts there or after
+    for m in _LITERAL_AFTER[cpp].finditer(source):
+        at = m.start()
+        lo = max(source.rfind(b"=", 0, at) + 1, end)
+        lo = source.rfind(b"\n", lo, at) + 1 or lo  # nor a line break
+        name = name_before.search(source, lo, at)
+        if name is None:
+            continue
+        start = name.start()
+        if start == 0 or source[start - 1:start] not in _BEFORE:
+            out.setdefault(name.group(1).decode("utf-8", "replace"), []).append(start)
+        end = m.end()
+    return out
 
 
 def _zero(literal: str) -> bool:
