@@ -63,6 +63,7 @@ from .native_lazy import (
     declared,
     derived_candidate,
     file_scope,
+    freed_after,
     missing,
     outside_candidate,
     short,
@@ -277,8 +278,7 @@ def _after_guard(site: Site, index: ProjectIndex, built_per_call: set[str]) -> S
         return site
     member = member_root(site.target or "", func)
     line = site.stmt_line or site.span.line
-    if not member or any(s.kind is SiteKind.RELEASE and s.span.line > line
-                         and member_root(s.target or "", func) == member for s in func.sites):
+    if not member or freed_after(func, line, member):
         return site
     made = _members_made(func, line)
     guard = next((b for b in func.blocks if b.kind == "if" and b.exits and b.test and b.span.end_line < line

@@ -138,8 +138,7 @@ def _lazy(site: Site, index: ProjectIndex, built_per_call: set[str], keeping: di
     if not member:
         return site
     line = site.stmt_line or site.span.line
-    if any(s.kind is SiteKind.RELEASE and member_root(s.target or "", func) == member and s.span.line > line
-           for s in func.sites):
+    if freed_after(func, line, member):
         return site  # freed again in the same call: staging, not kept
     test = _own_test(func, line, member)
     how = f"{func.qualname} stores it in the member {member} only when `{short(test)}`" if test else ""
@@ -155,6 +154,13 @@ def _lazy(site: Site, index: ProjectIndex, built_per_call: set[str], keeping: di
     return dataclasses.replace(site, tier=Tier.T2, tier_reason=(
         f"created lazily: {how}, so the op makes it once (or grows it) and keeps it between calls: "
         f"persistent ({site.tier_reason})"))
+
+
+def freed_after(func: Func, line: int, member: str) -> bool:
+    """A release of ``member`` after ``line`` in ``func``: the buffer made
+    there is staging for the call, not kept."""
+    return any(s.kind is SiteKind.RELEASE and s.span.line > line and member_root(s.target or "", func) == member
+               for s in func.sites)
 
 
 def _own_test(func: Func, line: int, member: str) -> str:
