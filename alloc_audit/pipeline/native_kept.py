@@ -64,6 +64,7 @@ from .native_lazy import (
     derived_candidate,
     file_scope,
     freed_after,
+    kept,
     missing,
     outside_candidate,
     short,
@@ -167,10 +168,8 @@ def _lazy_holder(site: Site, index: ProjectIndex, fills: dict[str, list[Block]])
             f"weight cache: {func.qualname} stores it in {where} only when `{short(guard.test)}`, and fills it "
             f"from data it is handed (`{short(copied)}`): a prepared copy made once per holder and kept on it "
             f"({site.tier_reason})"))
-    tier = Tier.T5B if site.kind is SiteKind.PINNED_HOST else Tier.T2
-    return dataclasses.replace(site, tier=tier, tier_reason=(
-        f"created lazily: {func.qualname} stores it in {where} only when `{short(guard.test)}`, so it is made "
-        f"once per holder and kept on it: persistent ({site.tier_reason})"))
+    return kept(site, f"created lazily: {func.qualname} stores it in {where} only when `{short(guard.test)}`, so it "
+                      f"is made once per holder and kept on it")
 
 
 _STORE_METHODS = ("emplace", "try_emplace", "insert", "insert_or_assign", "push_back", "emplace_back")
@@ -210,11 +209,8 @@ def _keyed_static(site: Site, index: ProjectIndex) -> Site:
         b.span.contains_line(line) and b.span.contains_line(at) or b.exits and b.span.end_line < line)), None)
     if guard is None:
         return site
-    tier = Tier.T5B if site.kind is SiteKind.PINNED_HOST else Tier.T2
-    return dataclasses.replace(site, tier=tier, tier_reason=(
-        f"kept per key: {func.qualname} stores it in {container}, storage kept for the process, after "
-        f"`{short(guard.test)}` looks the key up there, so it is made once per key: persistent "
-        f"({site.tier_reason})"))
+    return kept(site, f"kept per key: {func.qualname} stores it in {container}, storage kept for the process, "
+                      f"after `{short(guard.test)}` looks the key up there, so it is made once per key")
 
 
 def _sets_up_kept(site: Site, index: ProjectIndex, kept_per_key: dict[str, str]) -> Site:
@@ -285,11 +281,9 @@ def _after_guard(site: Site, index: ProjectIndex, built_per_call: set[str]) -> S
                   and not func.in_loop(b.span.line) and any(_present(b.test, m) for m in made)), None)
     if guard is None:
         return site
-    tier = Tier.T5B if site.kind is SiteKind.PINNED_HOST else Tier.T2
-    return dataclasses.replace(site, tier=tier, tier_reason=(
-        f"created lazily: {func.qualname} returns early when `{short(guard.test)}` (state it makes itself), "
-        f"and stores it in the member {member}, so it is made once per object (or grown) and kept: "
-        f"persistent ({site.tier_reason})"))
+    return kept(site, f"created lazily: {func.qualname} returns early when `{short(guard.test)}` (state it makes "
+                      f"itself), and stores it in the member {member}, so it is made once per object (or grown) "
+                      f"and kept")
 
 
 def _members_made(func: Func, line: int) -> set[str]:

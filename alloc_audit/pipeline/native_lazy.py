@@ -291,10 +291,15 @@ def _lazy_outside(site: Site, index: ProjectIndex) -> Site:
     where = f"a member of what the parameter {root} points to" if root in func.scope.params \
         else f"{root}, an entry of storage kept for the process (returned by {stored}: a function-local static)" \
         if stored else f"the file-scope variable {root}"
+    return kept(site, f"created lazily: {func.qualname} stores it in {where} only when `{short(test)}` (state the "
+                      f"branch itself sets), so it is made once (or grown) and kept across calls")
+
+
+def kept(site: Site, why: str) -> Site:
+    """``site`` kept across calls: T2, T5b for pinned host memory; its
+    reason says why, then what it was."""
     tier = Tier.T5B if site.kind is SiteKind.PINNED_HOST else Tier.T2
-    return dataclasses.replace(site, tier=tier, tier_reason=(
-        f"created lazily: {func.qualname} stores it in {where} only when `{short(test)}` (state the branch "
-        f"itself sets), so it is made once (or grown) and kept across calls: persistent ({site.tier_reason})"))
+    return dataclasses.replace(site, tier=tier, tier_reason=f"{why}: persistent ({site.tier_reason})")
 
 
 _PLACE = re.compile(r"\s*(?:\(\s*[\w:<>\s*]+\)\s*)?[*&(]*\s*([A-Za-z_]\w*)\s*(->\s*[A-Za-z_]\w*)?")
