@@ -7,6 +7,7 @@ closely are split here, once (cached by text)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from functools import lru_cache
 
 from .model import Arg, Call
@@ -70,6 +71,17 @@ def split_args(arglist: str, cpp: bool = False) -> tuple[Arg, ...]:
         else:
             out.append(Arg(None, part))
     return tuple(out)
+
+
+def argument_for(args: Sequence[Arg], name: str, position: int) -> Arg | None:
+    """The argument a call's ``args`` give the parameter ``name``, the
+    ``position``-th positional one: by keyword, else by position; None when
+    the call gives it neither way."""
+    keyword = next((a for a in args if a.keyword == name), None)
+    if keyword is not None:
+        return keyword
+    positional = [a for a in args if a.keyword is None]
+    return positional[position] if 0 <= position < len(positional) else None
 
 
 def _strip_comments(text: str) -> str:

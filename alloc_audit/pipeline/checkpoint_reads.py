@@ -41,6 +41,7 @@ from ..catalog import CallerGlobs
 from ..globs import matcher
 from ..model import Call, Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
+from .retier import WEIGHT_UPLOAD
 
 _CHECKPOINT_DEPTH = 3  # calls down from a function to a checkpoint read
 _STEP_DEPTH = 2  # calls up to a per-step function that makes it a per-step stream
@@ -75,7 +76,6 @@ def checkpoint_uploads(sites: Sequence[Site], index: ProjectIndex, globs: Caller
             and _temporary(site) else site for site in sites]
 
 
-_UPLOAD = "weight upload: "
 _ENTRY = re.compile(r"[A-Za-z_][\w.]*\[[^\]]*\]")  # `tensors[key]`, `target.lora_a[self]`: a container's entry
 
 
@@ -157,7 +157,7 @@ def _checkpoint_upload(site: Site, ctx: _Ctx) -> Site:
     if not read:
         return site
     return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
-        f"{_UPLOAD}{func.qualname} reads checkpoint tensors ({read}) and uploads what it "
+        f"{WEIGHT_UPLOAD}{func.qualname} reads checkpoint tensors ({read}) and uploads what it "
         f"{'returns' if kept == 'return' else 'keeps in ' + kept}; {site.tier_reason}"))
 
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from ..arglists import split_args
+from ..arglists import argument_for, split_args
 from ..model import Arg, Call, Language, Site
 from .cpu_locals import only_off_device
 from .host_returns import host_producer
@@ -215,12 +215,8 @@ def _passed(func: Func, name: str, args: Sequence[Arg]) -> str | None:
     """The argument text a call's ``args`` give parameter ``name`` of ``func``."""
     assert func.scope is not None
     params, _ = call_params(func.scope)
-    keyword = next((a for a in args if a.keyword == name), None)
-    if keyword is not None:
-        return keyword.text
-    positional = [a for a in args if a.keyword is None]
-    at = params.index(name) if name in params else -1
-    return positional[at].text if 0 <= at < len(positional) else None
+    passed = argument_for(args, name, params.index(name) if name in params else -1)
+    return passed.text if passed is not None else None
 
 
 def _fits(func: Func, args: Sequence[Arg]) -> bool:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from ..arglists import split_args
+from ..arglists import argument_for, split_args
 from ..model import Arg, Call, Language, Site
 from .index import Func, ProjectIndex
 
@@ -104,10 +104,7 @@ def _callers_leave_default(func: Func, param: str, index: ProjectIndex) -> bool:
         args = split_args(call.arglist)
         if any(a.text.lstrip().startswith("*") for a in args):
             return False  # `f(*args)`, `f(**kw)`: what it passes is not known
-        passed = next((a for a in args if a.keyword == param), None)
-        if passed is None:
-            positional = [a for a in args if a.keyword is None]
-            passed = positional[position] if 0 <= position < len(positional) else None
+        passed = argument_for(args, param, position)
         if passed is not None and not (caller is func and passed.text.strip() == param):
             return False
         outside = outside or caller is not func
@@ -176,13 +173,9 @@ def every_caller_binds(func: Func, names: Sequence[str], index: ProjectIndex,
     seen = False
     for caller, call in calls_of(func, index):
         args = split_args(call.arglist)
-        positional = [a for a in args if a.keyword is None]
         texts = []
         for name in names:
-            passed = next((a for a in args if a.keyword == name), None)
-            position = params.index(name) - offset
-            if passed is None and 0 <= position < len(positional):
-                passed = positional[position]
+            passed = argument_for(args, name, params.index(name) - offset)
             if passed is None:
                 return False
             texts.append(passed.text.strip())

@@ -58,7 +58,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ..arglists import split_args
+from ..arglists import argument_for, split_args
 from ..model import Call, Language, Site, Tier
 from .index import ClassInfo, Func, ProjectIndex
 from .index.values import rebound_between
@@ -340,10 +340,7 @@ def _wrapped(call: Call, owner: ClassInfo, memo: _Registrations) -> Call | None:
     if stores is None:
         return None
     position, param, how = stores
-    args = split_args(call.arglist)
-    keyword = [a for a in args if a.keyword == param]
-    positional = [a for a in args if a.keyword is None]
-    arg = keyword[0] if keyword else positional[position] if position < len(positional) else None
+    arg = argument_for(split_args(call.arglist), param, position)
     if arg is None or arg.text.strip().startswith("*"):
         return None
     return Call(call.scope, call.span, f"{call.callee} -> {how}", arg.text.strip(), call.target)

@@ -54,6 +54,7 @@ def starts_with_word(text: str, name: str) -> bool:
 
 
 IDENTIFIER = re.compile(r"[A-Za-z_]\w*")  # a Python or C++ name: one pattern for the passes that test or list names
+SELF_MEMBER = re.compile(r"self\.([A-Za-z_]\w*)")  # `self.name` (the name its group): a member of the object
 
 # `value_arguments`: a dotted name that starts a line or follows `,`/`(`/`=`, then blanks and `,`/`)`/the
 # line's end: the maximal run of word characters and dots there, taken only when it is such a name

@@ -31,10 +31,9 @@ from ..arglists import split_args
 from ..model import Language, Site, SiteKind, Tier
 from .index import ClassInfo, Func, ProjectIndex
 from .names import has_word
-from .retier import Decision, retier
+from .retier import WEIGHT_UPLOAD, Decision, retier
 
 _BUILT = "builds a model"  # derive's reason for a construction of a module that moves itself
-_UPLOAD = "weight upload: "  # module_classes' reason for a whole-module move
 
 
 def removed_hooks(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
@@ -47,7 +46,7 @@ def removed_hooks(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
 
     def eligible(site: Site) -> bool:
         return site.language is Language.PYTHON and site.kind is SiteKind.DEVICE and site.tier is Tier.T1 \
-            and site.tier_reason.startswith((_BUILT, _UPLOAD))
+            and site.tier_reason.startswith((_BUILT, WEIGHT_UPLOAD))
 
     def decide(site: Site) -> Decision | None:
         func = index.func(site.path, site.scope)

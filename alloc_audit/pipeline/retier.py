@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 
 from ..model import Language, Site, SiteKind, Tier
 
+WEIGHT_UPLOAD = "weight upload: "  # the reason a weight upload (T1) starts with: passes read it as evidence
+
 Decision = tuple[Tier, str]
 
 

@@ -26,7 +26,6 @@ constructor leaves ``None`` stays per call. Pure.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Sequence
 
 from ..model import Language, Site, SiteKind, Tier
@@ -35,8 +34,7 @@ from .index import Func, ProjectIndex
 from .lazy_members import weight_member
 from .module_classes import external_module_base
 from .move_apis import TENSOR_MOVES
-
-_MEMBER = re.compile(r"self\.[A-Za-z_]\w*")
+from .names import SELF_MEMBER
 
 
 def self_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
@@ -46,7 +44,7 @@ def self_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
 def _candidate(site: Site) -> bool:
     target = (site.target or "").strip()
     return (site.api in TENSOR_MOVES and site.tier is Tier.T4 and site.kind is SiteKind.DEVICE and site.via is None
-            and site.language is Language.PYTHON and _MEMBER.fullmatch(target) is not None)
+            and site.language is Language.PYTHON and SELF_MEMBER.fullmatch(target) is not None)
 
 
 def _replaced(site: Site, index: ProjectIndex) -> Site:

@@ -81,16 +81,23 @@ from collections.abc import Sequence
 
 from ..model import Language, Site, SiteKind, Tier
 from .index import ClassInfo, Func, ProjectIndex
-from .names import IDENTIFIER
-from .retier import Decision, retier
-from .slab_requests import HANDED, MOVED_BACK, entries_list, planar, registered_slab, request_slab, uploads_weights
+from .names import IDENTIFIER, SELF_MEMBER
+from .retier import WEIGHT_UPLOAD, Decision, retier
+from .slab_requests import (
+    DEPTH,
+    HANDED,
+    MOVED_BACK,
+    entries_list,
+    planar,
+    registered_slab,
+    request_slab,
+    uploads_weights,
+)
 from .weight_modules import LAYER, PARAMETER
 
 _CACHE = re.compile(r"Cache(?![a-z])")  # `WindowedCache`, `CudaCache`, `KVCacheLayer`; not `Cached`
-_MEMBER = re.compile(r"self\.([A-Za-z_]\w*)")
 _ALLOC = re.compile(r"_?(?:alloc|allocate|get_block|take)\w*")
 _WEIGHTS = "whose constructor makes weights"  # weight_modules' reason: its torch layers are the weights
-_DEPTH = 3  # constructors followed down from a construction, as weight_modules does
 _RANGE = re.compile(r"\b([A-Za-z_]\w*)\s*:\s*\1\s*\+")  # `start_pos : start_pos + seqlen`
 
 
@@ -163,7 +170,7 @@ def slab_caches(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
                 and (site.tier is Tier.T2 or site.tier is Tier.T1 and _WEIGHTS in site.tier_reason))
 
     uploads = {(s.path, s.span.line, s.span.col) for s in sites if s.via is None and s.tier is Tier.T1
-               and s.tier_reason.startswith("weight upload: ")}
+               and s.tier_reason.startswith(WEIGHT_UPLOAD)}
 
     def decide_derived(site: Site) -> Decision | None:
         via = site.via
@@ -202,7 +209,7 @@ def _host_weights(site: Site, index: ProjectIndex) -> bool:
                 if "device" in c.arglist or ".cuda" in c.arglist or ".to(" in c.arglist:
                     return True
                 continue
-            if depth < _DEPTH and any(g.owner is not None and (g.owner is f.owner or g.name == "__init__")
+            if depth < DEPTH and any(g.owner is not None and (g.owner is f.owner or g.name == "__init__")
                                       and device_layers(g, depth + 1) for g in index.resolve(f, c)):
                 return True
         return False
@@ -220,7 +227,7 @@ def _member(site: Site, index: ProjectIndex) -> tuple[ClassInfo, str, str, bool,
         return None
     named = bool(_CACHE.search(func.owner.name))
     target = (site.target or "").strip()
-    found = _MEMBER.fullmatch(target)
+    found = SELF_MEMBER.fullmatch(target)
     if found is not None:
         return func.owner, found.group(1), func.scope.role, named, False
     if not named or not IDENTIFIER.fullmatch(target):

@@ -21,15 +21,14 @@ from collections.abc import Callable
 from ..arglists import split_args
 from ..model import Site, Tier
 from .index import ClassInfo, Func, ProjectIndex
-from .names import IDENTIFIER
+from .names import IDENTIFIER, SELF_MEMBER
 from .retier import Decision
 
-_MEMBER = re.compile(r"self\.([A-Za-z_]\w*)")
-_DEPTH = 3  # constructors followed down from a construction, as weight_modules does
+DEPTH = 3  # constructors followed down from a construction (slab_caches follows as many)
 
 
 def uploads_weights(site: Site, index: ProjectIndex, uploads: set[tuple[str, int, int]]) -> str:
-    """Where the construction's constructors (followed ``_DEPTH`` calls down) upload weights: a direct
+    """Where the construction's constructors (followed ``DEPTH`` calls down) upload weights: a direct
     site ``weight_members`` or another pass found a weight upload ("" when none)."""
     found = index.site_call(site)
     if found is None:
@@ -38,7 +37,7 @@ def uploads_weights(site: Site, index: ProjectIndex, uploads: set[tuple[str, int
     for ctor in index.resolve(func, call):
         if ctor.name != "__init__":
             continue
-        for reach in index.reach(ctor, _DEPTH):
+        for reach in index.reach(ctor, DEPTH):
             at = reach.site
             if (at.path, at.span.line, at.span.col) in uploads:
                 return f"{at.path}:{at.span.line}"
@@ -50,6 +49,7 @@ MOVED_BACK = "module state moved in place: "  # self_moves' reason: a registered
 _REGISTER = re.compile(r"(?:^|\.)register_buffer$")
 _STRING = re.compile(r"""\s*(?:'([A-Za-z_]\w*)'|"([A-Za-z_]\w*)")\s*""")
 _RESETS = ("zero_", "fill_")
+_NO_READS = (*_RESETS, "copy_")  # in-place verbs on the member that read nothing back
 _INT = re.compile(r"-?\d+|\.\.\.|None")
 _WORD = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\b")
 
@@ -62,7 +62,7 @@ def registered_slab(site: Site, index: ProjectIndex, per_request: Callable[[Clas
     func = index.func(site.path, site.scope)
     if func is None or func.owner is None or func.scope is None or not planar(site, index):
         return None
-    kept = _MEMBER.fullmatch((site.target or "").strip())
+    kept = SELF_MEMBER.fullmatch((site.target or "").strip())
     if site.tier_reason.startswith(MOVED_BACK) and kept is not None:
         how = per_request(func.owner, kept.group(1), False)
         if not how:
@@ -218,7 +218,8 @@ def request_slab(owner: ClassInfo, member: str, entries: bool) -> str:
 def _read_back(method: Func, name: str, heads: set[str], writes: set[int]) -> str:
     """Where ``method`` reads the member (one of ``heads``) back: a value, a return or a call's argument
     other than its own writes ("" when it does not)."""
-    word = re.compile("|".join(rf"(?<![\w.]){re.escape(h)}\b(?!\s*\.\s*(?:zero_|fill_|copy_|shape|size)\b)"
+    verbs = "|".join(_NO_READS)
+    word = re.compile("|".join(rf"(?<![\w.]){re.escape(h)}\b(?!\s*\.\s*(?:{verbs}|shape|size)\b)"
                                for h in sorted(heads)))
     for a in method.assigns:
         if a.op == "=" and a.line not in writes and a.value.strip() not in heads and word.search(a.value):
@@ -230,6 +231,6 @@ def _read_back(method: Func, name: str, heads: set[str], writes: set[int]) -> st
         if c.span.line not in writes and word.search(c.arglist):
             return f"{name} hands it to {c.callee} (line {c.span.line})"
         root, _, verb = c.callee.rpartition(".")
-        if verb not in ("zero_", "fill_", "copy_") and (root in heads or _subscripts(root, heads)):
+        if verb not in _NO_READS and (root in heads or _subscripts(root, heads)):
             return f"{name} reads it back (line {c.span.line})"  # `self.k[i][:, :n].unsqueeze(1)`
     return ""

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from ..model import Site, Tier
 from .index import ProjectIndex
 from .move_apis import TENSOR_MOVES
+from .names import SELF_MEMBER
 from .retier import Decision, python_device_site, retier
 
 # set-up work by its reason: a constructor, an initialiser, a method run once; not state a method
@@ -39,7 +40,6 @@ from .retier import Decision, python_device_site, retier
 _FACTORY = re.compile(r"torch\.(?:empty|zeros|ones|full|tensor|as_tensor|arange|linspace|eye|rand\w*)")
 _SET_UP = ("constructor ", "initialiser ", "set up once", "returned to constructor")
 # `self.weights`, `self.all_weight`, `self.weight_list[i]`, `self._weights[k]`: the member, then entries
-_MEMBER = re.compile(r"self\.[A-Za-z_]\w*")
 # a module's weight or bias, viewed or detached: `layer.self_attn.k_proj.weight.detach()`, `lin.bias.data`
 _WEIGHT_VALUE = re.compile(r"[A-Za-z_]\w*(?:\.\w+|\[[^\[\]]*\])*\.(?:weight|bias)"
                            r"(?:\.(?:data|T)|\.(?:detach|t|contiguous|float|half|bfloat16|clone)\(\))*")
@@ -52,7 +52,7 @@ def weight_members(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
 
     def decide(site: Site) -> Decision | None:
         m = _WEIGHT_MEMBER.fullmatch(site.kept.removesuffix("[]")) if site.kept else None
-        if m is None and site.kept and _MEMBER.fullmatch(site.kept):
+        if m is None and site.kept and SELF_MEMBER.fullmatch(site.kept):
             moved = _moved_weight(site, index)
             if moved:
                 return Tier.T1, (f"weight upload: {site.scope} moves {moved} to the device into {site.kept} "
@@ -80,7 +80,7 @@ def _moved_weight(site: Site, index: ProjectIndex) -> str:
     moved = moves[0].callee.rsplit(".", 1)[0]
     if _WEIGHT_VALUE.fullmatch(moved) and not moved.startswith("self."):
         return f"another module's weight ({moved})"
-    member = _MEMBER.fullmatch(moved)
+    member = SELF_MEMBER.fullmatch(moved)
     owner = func.owner
     if member is None or owner is None or moved != (site.kept or ""):
         return ""
