@@ -161,6 +161,33 @@ def test_subscripted_annotation_or_none_reads_as_a_union(line: bytes) -> None:
     assert parsed.source.replace(b"|  None", b"or None") == data  # same length, the `or` only
 
 
+def test_dispatch_cases_side_by_side_read_as_arguments() -> None:
+    # flute's qgemm.cpp: AT_DISPATCH_SWITCH's cases pasted side by side, no comma between
+    data = (b"at::Tensor f(at::Tensor input) {\n  auto out = at::empty_like(input);\n"
+            b"  AT_DISPATCH_SWITCH(\n    input.scalar_type(), \"f\",\n"
+            b"    AT_DISPATCH_CASE(at::ScalarType::Half, [&]() { run<half>(out); return; })\n"
+            b"    AT_DISPATCH_CASE(at::ScalarType::BFloat16, [&]() { run<bf16>(out); return; })\n"
+            b"    AT_DISPATCH_CASE(at::ScalarType::Float, [&]() { run<float>(out); return; })\n  );\n"
+            b"  REGISTER_ONCE(x)\n  BAR(y);\n  return out;\n}\n")
+    parsed = parse_source(data, Language.CUDA)
+    assert error_summary(parsed) is None
+    assert parsed.source.count(b" ,AT_DISPATCH_CASE(") == 2  # the blank before each later case only
+    assert b",BAR(y);" not in parsed.source  # a run that ends no argument list is left as written
+
+
+def test_subscripted_parameter_annotation_or_reads_as_a_union() -> None:
+    # distrifuser's utils.py: a parameter's annotation, the parameter list over lines
+    data = (b"class Buffers:\n    def register_tensor(\n"
+            b"        self, shape: tuple[int, ...] or list[int], dtype: torch.dtype, kind: str = None\n"
+            b"    ) -> int:\n        return torch.empty(shape, device='cuda', dtype=dtype)\n"
+            b"def g(a, b: list[int] or None = None, *, c: dict[str, int] or None = None):\n"
+            b"    return {a: b[0] or c, 'k': d[1] or e}\n")
+    parsed = parse_source(data, Language.PYTHON)
+    assert error_summary(parsed) is None
+    assert parsed.source.replace(b"|  ", b"or ") == data  # same length, the annotations' `or` only
+    assert b"b[0] or c, 'k': d[1] or e" in parsed.source  # a valid file's dict values stay as written
+
+
 def test_annotation_repair_leaves_expressions_after_a_keyword() -> None:
     data = b"if x:\n    pass\nelse: a[0] or b\nclass C:\n    y: list[int] or None\n"
     parsed = parse_source(data, Language.PYTHON)

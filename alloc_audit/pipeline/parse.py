@@ -30,6 +30,7 @@ from .parse_macros import (
     digit_led_macro_names,
     ends_statement,
     guarded_statement_macros,
+    juxtaposed_macro_arguments,
 )
 from .parse_mask import blank, mask_macros
 
@@ -74,10 +75,12 @@ def parse_source(data: bytes, lang: Language, attribute_macros: tuple[str, ...] 
             # the census, at the same positions. So is an annotation `x:
             # list[int] or None` (a subscript, then `or`: the grammar reads the
             # subscript as a generic type, which takes no `or`); as `x:
-            # list[int] |  None` it is the union it means
+            # list[int] |  None` it is the union it means. A parameter's
+            # annotation the same (`shape: tuple[int, ...] or list[int]`)
             repaired = data
             for _ in range(8):  # one star (one `] or`) per line and pass
                 again = _ANNOTATION_OR.sub(rb"\1| ", _RETURN_STARRED.sub(rb"\1 ", repaired))
+                again = _PARAMETER_OR.sub(rb"\1| ", again)
                 if again == repaired:
                     break
                 repaired = again
@@ -133,6 +136,9 @@ _RETURN_STARRED = re.compile(rb"(?m)(^[ \t]*(?:return|yield)[ \t][^\n#]*?,[ \t]*
 _ANNOTATION_OR = re.compile(rb"(?m)(^[ \t]*(?!(?:else|try|finally|lambda|except|case|match|with|for|while|if|elif"
                             rb"|def|class|return|yield|assert|del|print|global|nonlocal|async|await)\b)"
                             rb"[A-Za-z_]\w*[ \t]*:[ \t]*[^\n=#:]*\][ \t]+)or(?=[ \t])")
+# the same type as a parameter's annotation (`def f(self, shape: tuple[int, ...] or list[int],`):
+# a name after `(` or `,` (one alone on its line is an annotation statement to the grammar)
+_PARAMETER_OR = re.compile(rb"([(,][ \t]*[A-Za-z_]\w*[ \t]*:[ \t]*[A-Za-z_][\w.]*\[[^\n=#:()\[\]]*\][ \t]+)or(?=[ \t])")
 
 # a directive with its `\\`-continued lines (`#if defined(X) && \\` + condition)
 _DIRECTIVE = re.compile(rb"(?m)^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|else|endif)\b(?:[^\n]*\\\n)*[^\n]*")
@@ -225,7 +231,9 @@ def repair_idioms(data: bytes, conditionals_in_parens: bool = True, attribute_ma
     statement macro without `;` as the body of an `if`/`for`/`while`/`else`
     on its line (`if (a) TORCH_CHECK(b, "...")`: an empty statement `;` in its
     place), and a name a macro pastes that starts with a digit
-    (`TEST(Suite, 2dimtest)`: `_dimtest`), and the C++17/20 and builtin
+    (`TEST(Suite, 2dimtest)`: `_dimtest`), macro invocations side by side
+    as one argument (`AT_DISPATCH_CASE(...) AT_DISPATCH_CASE(...)`: a `,`
+    in the blank between them), and the C++17/20 and builtin
     idioms of ``parse_declarations`` (braced default arguments,
     `__builtin_bit_cast(T, x)`, `operator()<T>(`, `new T *[n]`, a
     using-declarator list, `>>>` closing templates, an attribute macro
@@ -259,6 +267,7 @@ def repair_idioms(data: bytes, conditionals_in_parens: bool = True, attribute_ma
     _blank_type_argument_macros(data, out)
     _type_arguments_as_values(data, out)
     guarded_statement_macros(data, out)
+    juxtaposed_macro_arguments(data, out)
     digit_led_macro_names(data, out)
     repair_declarations(data, out, attribute_macros)
     if conditionals_in_parens:

@@ -46,6 +46,41 @@ def guarded_statement_macros(data: bytes, out: bytearray) -> None:
         out[macro.start(1)] = 59  # `;`
 
 
+def juxtaposed_macro_arguments(data: bytes, out: bytearray) -> None:
+    """`AT_DISPATCH_SWITCH(t, "op", AT_DISPATCH_CASE(kHalf, [&] {...})
+    AT_DISPATCH_CASE(kBFloat16, [&] {...}))`: macro invocations side by side
+    as one argument (the macro pastes them); to the grammar a call then a
+    name. The blank before each following invocation becomes `,`, so the run
+    reads as arguments, when the run ends an argument list (`)` or `,`
+    after its last invocation)."""
+    for m in MACRO_CALL.finditer(data):
+        if _after_a_call(data, m.start()):
+            continue  # the run was followed from its first invocation
+        gaps: list[int] = []
+        end = close_paren(data, m.end() - 1)
+        while end >= 0:
+            at = end + 1
+            while at < len(data) and data[at] in b" \t\n":
+                at += 1
+            following = MACRO_CALL.match(data, at)
+            if following is None or at == end + 1:
+                break
+            gaps.append(at - 1)
+            end = close_paren(data, following.end() - 1)
+        if gaps and end >= 0 and at < len(data) and data[at] in b"),":
+            for gap in gaps:
+                out[gap] = 44  # `,`
+
+
+def _after_a_call(data: bytes, start: int) -> bool:
+    """Whether `)` then blanks come just before ``start`` (a run's second
+    invocation or later: its first one decided the run)."""
+    at = start - 1
+    while at >= 0 and data[at] in b" \t\n":
+        at -= 1
+    return at >= 0 and data[at] == 41 and at < start - 1
+
+
 # a macro argument that starts with a digit but is no number (`2dimtest`,
 # `2d_tensor`): gtest pastes it into a name; a number keeps its suffix
 # (`2u`, `1.5f`, `0x1F`, `1e-3`, `16_KiB`)
