@@ -354,7 +354,7 @@ def _load_only(site: Site, index: ProjectIndex, load: object, memo: dict[str, li
     if not callers or not all(load(c.name) for c in callers):  # type: ignore[operator]
         return site
     names = ", ".join(sorted({c.qualname for c in callers})[:3])
-    kept = kept_by_loader(site, func.owner.name, callers, names)  # round 32: it outlives the load
+    kept = kept_by_loader(site, func, func.owner, callers, names)  # round 32: it outlives the load
     return kept if kept is not None else dataclasses.replace(site, tier=Tier.T5A, tier_reason=(
         f"load-time staging: {func.owner.name} is constructed only from load paths ({names}); "
         f"{site.tier_reason}"))

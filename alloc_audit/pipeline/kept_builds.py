@@ -18,7 +18,7 @@ import dataclasses
 
 from ..arglists import split_args
 from ..model import Site
-from .index import Func
+from .index import ClassInfo, Func
 from .names import IDENTIFIER
 
 _ADDS = frozenset({"append", "extend", "insert", "add", "setdefault", "__setitem__"})
@@ -44,12 +44,28 @@ def keeps_built(caller: Func, cls: str) -> bool:
     return False
 
 
-def kept_by_loader(site: Site, cls: str, loaders: list[Func], names: str) -> Site | None:
-    """A pinned ``self.x`` of ``cls``, which ``loaders`` (all load paths)
-    build, one of which keeps the object on its own object: the site with
-    its (kept pinned) tier and a reason saying so; None otherwise."""
-    if not (site.target or "").startswith("self.") or not any(keeps_built(c, cls) for c in loaders):
+def kept_by_loader(site: Site, func: Func, cls: ClassInfo, loaders: list[Func], names: str) -> Site | None:
+    """A pinned ``self.x`` of ``cls`` (made in ``func``), which ``loaders``
+    (all load paths) build, one of which keeps the object on its own object
+    and none of which replaces ``self.x`` on every object it builds (calls,
+    outside any ``if``, another method of ``cls`` that binds ``self.x``
+    anew: ``layer.to_gpu(d)`` doing ``self.w = self.w.to(d)``): the site
+    with its (kept pinned) tier and a reason saying so; None otherwise."""
+    target = (site.target or "").strip()
+    if not target.startswith("self.") or not any(keeps_built(c, cls.name) for c in loaders):
         return None
+    rebinders = {m.name for ms in cls.methods.values() for m in ms if m is not func
+                 and (any(a.op == "=" and target in a.targets for a in m.assigns)
+                      or any((c.target or "").strip() == target for c in m.calls))}
+    if any(_calls_unconditionally(c, rebinders) for c in loaders):
+        return None  # the load replaces the pinned copy: staging for it
     return dataclasses.replace(site, tier_reason=(
-        f"{site.tier_reason}; {cls} is built on load paths ({names}) that keep it on their object, so its "
+        f"{site.tier_reason}; {cls.name} is built on load paths ({names}) that keep it on their object, so its "
         f"pinned member lives with that object, not one load phase"))
+
+
+def _calls_unconditionally(caller: Func, methods: set[str]) -> bool:
+    """``caller`` calls one of ``methods`` on some object outside any ``if``/``else`` branch."""
+    branches = [b for b in caller.blocks if b.kind in ("if", "else") or b.kind.startswith("if")]
+    return any("." in c.callee and c.callee.rsplit(".", 1)[-1] in methods
+               and not any(b.span.contains_line(c.span.line) for b in branches) for c in caller.calls)
