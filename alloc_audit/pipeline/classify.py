@@ -20,6 +20,7 @@ from ..globs import matcher, test_path
 from ..model import BENCHMARK, Annotation, FileFacts, Scope, Site, SiteKind, Tier
 from .default_device import MODEL_BUILD as _MODEL_BUILD
 from .extract.annotations import annotation_applies
+from .private_closures import speaking_scope
 from .roles import conventional_role
 
 
@@ -193,7 +194,20 @@ def classify_sites(sites: Iterable[Site], files: Mapping[str, FileFacts],
         if scopes is None:
             scopes = scope_maps[site.path] = {s.qualname: s for s in reversed(facts.scopes)} if facts else {}
         annotations = facts.annotations if facts else ()
-        out.append(classify_site(site, scope_context(site.scope, scopes), annotations, compiled))
+        ctx = scope_context(site.scope, scopes)
+        speaking = speaking_scope(site.scope, facts, scopes) if facts and len(ctx.functions) > 1 else site.scope
+        if speaking == site.scope:
+            out.append(classify_site(site, ctx, annotations, compiled))
+            continue
+        own = classify_site(site, ctx, annotations, compiled)
+        outer = classify_site(site, dataclasses.replace(scope_context(speaking, scopes), params=ctx.params),
+                              annotations, compiled)
+        if outer.tier is own.tier or outer.tier_reason.startswith("annotated"):
+            out.append(own)
+            continue
+        out.append(dataclasses.replace(outer, tier_reason=(
+            f"{outer.tier_reason}; {site.scope} is a closure only {speaking} calls: it runs when that runs, "
+            f"so {ctx.function}'s name does not decide (was: {own.tier_reason})")))
     return tuple(out)
 
 

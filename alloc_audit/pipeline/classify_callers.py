@@ -52,6 +52,7 @@ from .caller_lifetimes import NameMemo, attribute_caller
 from .default_device import MODEL_BUILD
 from .dispatched import per_step_reader
 from .index import Func, ProjectIndex
+from .kept_builds import kept_by_loader
 from .loop_calls import calls_in_loop, script_entry
 
 _FUNCTION_ROLES = frozenset({"function", "method"})
@@ -349,13 +350,12 @@ def _load_only(site: Site, index: ProjectIndex, load: object, memo: dict[str, li
     if func is None or func.owner is None:
         return site
     ctors = index.constructors(func.owner)
-    if not ctors:
-        return site
-    callers = _callers(index, ctors, memo)
+    callers = _callers(index, ctors, memo) if ctors else []
     if not callers or not all(load(c.name) for c in callers):  # type: ignore[operator]
         return site
     names = ", ".join(sorted({c.qualname for c in callers})[:3])
-    return dataclasses.replace(site, tier=Tier.T5A, tier_reason=(
+    kept = kept_by_loader(site, func, func.owner, callers, names)  # round 32: it outlives the load
+    return kept if kept is not None else dataclasses.replace(site, tier=Tier.T5A, tier_reason=(
         f"load-time staging: {func.owner.name} is constructed only from load paths ({names}); "
         f"{site.tier_reason}"))
 

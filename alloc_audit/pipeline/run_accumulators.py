@@ -35,6 +35,16 @@ function calling the parameter it arrives in inside a loop:
 ``def bwd(): op(x, dx)`` ... ``_do_bench(bwd, warmup, rep)``), reuses the
 buffer on every run of the closure: T2. A buffer the closure does not
 read, or a closure handed to one call that runs it once, stays per call.
+
+Round 32: a function that only module-level code calls, once and outside
+its loops, whatever its name (``simulation(...)`` in the ``__main__``
+block), and that hands a buffer it made before its loop whole to a call on
+every pass (``SpecTree(..., position_ids=position_ids)``, ``step(model,
+buf)``) shares that one buffer among the passes, which are the script's
+run: T2 (docs/tiers.md 5). A buffer only read as an operand or a slice
+there, handed on only after the loop, rebound in it, or made by a function
+another function calls (a helper of ``main``: it dies when that returns; a
+``*_main`` a loop calls), or by a test, stays per call.
 """
 
 from __future__ import annotations
@@ -97,6 +107,9 @@ def _decide(site: Site, index: ProjectIndex, once: Callable[[str], bool], per_st
     if update is None and _entry_point(func, index) and not _rebound_later(func, name, site):
         # the entry point itself: its locals live for the run (a helper's die when it returns)
         update, use = _read_in(func, name, loops), "read in it on every pass"
+    if update is None and not _rebound_later(func, name, site) and _called_by_script(func, index):
+        # round 32: what the script runs hands the one buffer to the calls of every pass
+        update, use = _handed_in(func, name, loops), "handed whole to a call in it on every pass"
     if update is None:
         return None
     if not _runs_once(func, index, once, per_step, _DEPTH, frozenset(), memo):
@@ -194,6 +207,25 @@ def _read_in(func: Func, name: str, loops: list[Block]) -> int | None:
              or starts_with_word(c.callee, name)]
     lines += [a.line for a in func.assigns if has_name(a.value, name, not_before=".")]
     lines += [b.span.line for b in loops if has_name(b.test, name, not_before=".")]
+    return min((n for n in lines if any(b.span.contains_line(n) for b in loops)), default=None)
+
+
+def _called_by_script(func: Func, index: ProjectIndex) -> bool:
+    """Round 32: only module-level code calls ``func``, at one place each,
+    outside its loops (``if __name__ == "__main__": simulation(...)``): the
+    script's run is this call, whatever the function's name."""
+    callers = [index.funcs[fid] for fid, d in index.callers_within([func], 1).items()
+               if d == 1 and fid in index.funcs and fid != func.id]
+    return script_entry(func, callers) and all(_calls_once(c, func) for c in callers)
+
+
+def _handed_in(func: Func, name: str, loops: list[Block]) -> int | None:
+    """Round 32: the first line of a loop after the site where a call takes
+    ``name`` whole as an argument (``SpecTree(..., position_ids=position_ids)``,
+    ``step(model, buf)``), not an operand or a slice of it: the calls of
+    every pass share the one buffer."""
+    lines = [c.span.line for c in func.calls
+             if any(a.text.strip() == name for a in split_args(c.arglist))]
     return min((n for n in lines if any(b.span.contains_line(n) for b in loops)), default=None)
 
 
