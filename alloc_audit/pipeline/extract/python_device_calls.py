@@ -32,6 +32,10 @@ from .python_device_values import (
     _Values,
 )
 
+# torch classes whose instance holds the memory of the one tensor they are given
+_WRAPS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.Buffer",
+                    "torch.nn.parameter.Buffer"})
+
 
 class _CallValues(_Values):
     """The device of a call's result."""
@@ -46,8 +50,9 @@ class _CallValues(_Values):
             if name.startswith("torch.") and name.count(".") == 1 or name.startswith(_OP_NAMESPACES):
                 return self.torch_call(node, name, keywords, env, depth)
             if name.startswith("torch."):
-                for a in node.args:
-                    self.dev(a, env, depth)
+                args = [self.dev(a, env, depth) for a in node.args]
+                if name in _WRAPS and len(args) == 1 and args[0].uniform and not args[0].listy:
+                    return Val(args[0].token, True)  # round 32: `nn.Parameter(t)` holds `t`'s memory
                 return Val(self.fresh("call", node))
             return self.method(node, func, keywords, env, depth)
         args = [self.dev(a, env, depth) for a in node.args]

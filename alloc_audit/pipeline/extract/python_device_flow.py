@@ -69,6 +69,7 @@ from .python_device_values import (
     _asked,
     _Calls,
     _Loop,
+    _producer,
     params_of,
 )
 
@@ -80,10 +81,11 @@ class Flow(Bindings):
     """The device tokens of one function's locals before each of its statements."""
 
     def __init__(self, ext: PythonExtractor, fn: ast.AST, params: frozenset[str], dtypes: frozenset[str],
-                 source: str, hosts: bool = True) -> None:
+                 source: str, hosts: bool = True, scalars: frozenset[str] = frozenset()) -> None:
         self.ext = ext
         self.params = params
         self.dtypes = dtypes  # parameters annotated or defaulted as a dtype
+        self.scalars = scalars  # parameters annotated as a number, a flag or a string (round 32)
         self.switches = _SWITCHES.search(source) is not None
         self.before: dict[int, Env] = {}
         self.volatile: set[str] = set()  # `global` / `nonlocal` names: a call may bind them
@@ -329,6 +331,13 @@ class Flow(Bindings):
                 self.forget(key, env)
                 env[key] = Val(self.fresh("moved", call))  # a module moved in place, whatever it held
                 return
+            if key is not None and method in ("register_buffer", "register_parameter") and len(call.args) >= 2 \
+                    and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+                # round 32: `self.register_buffer("w", v)` binds `self.w` to `v`'s tensor
+                value, member = self.dev(call.args[1], env), f"{key}.{call.args[0].value}"
+                self.forget(member, env)
+                env[member] = Val(value.token, True) if value.uniform else _UNKNOWN
+                return
             if self.resolve(call.func) == "torch.set_default_device" and call.args:
                 env["<default>"] = Val(self.device(call.args[0], env))
                 return
@@ -345,7 +354,7 @@ def _flow(ext: PythonExtractor, node: Any) -> tuple[Flow, ast.Call] | None:
     cache = ext.device_flows
     if key not in cache:
         text = ext.src.data[body.start_byte:body.end_byte] if body is not None else ext.src.data
-        cache[key] = _build(ext, body, any(n in text for n in _HOSTS))
+        cache[key] = _build(ext, body, _producer(text))
     built = cache[key]
     if built is None:
         return None
@@ -385,14 +394,13 @@ def _build(ext: PythonExtractor, body: Any, hosts: bool) -> tuple[Flow, _Calls, 
         if not tree.body or not isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
             return None
         fn = tree.body[0]
-    params, dtypes = params_of(fn)
+    params, dtypes, scalars = params_of(fn)
     try:
-        flow = Flow(ext, fn, params, dtypes, source, hosts)
+        flow = Flow(ext, fn, params, dtypes, source, hosts, scalars)
     except RecursionError:
         return None
     # a tree-sitter column counts bytes, as `col_offset` does
     return flow, flow.calls, row0, shifts
-
 
 
 def _before(ext: PythonExtractor, node: Any) -> bytes:
@@ -403,10 +411,6 @@ def _before(ext: PythonExtractor, node: Any) -> bytes:
 
 # what a function above a move spells when a value there is placed (a move, a factory given a device)
 _PLACES = (b".to(", b".cuda(", b"device=", b"device =", b".device")
-# what a function above a copy spells when a value there can be a host tensor
-_HOSTS = (b"cpu", b"from_numpy", b"frombuffer", b"return_tensors", b"pin_memory")
-
-
 _CASTS = frozenset({"type", "float", "half", "bfloat16", "double", "int", "long", "short", "bool", "byte", "to"})
 
 
@@ -455,8 +459,8 @@ def copied_device(ext: PythonExtractor, node: Any, which: str) -> str | None:
     ``HOST``, ``DEFAULT``, another token, or None; asked only where the function above spells a host
     producer."""
     before = _before(ext, node)
-    if not any(n in before for n in _HOSTS):
-        return None  # no host producer above: no walk
+    if not _producer(before):
+        return None  # no host producer nor factory without a device above: no walk
     found = _flow(ext, node)
     if found is None:
         return None

@@ -26,6 +26,20 @@ _DEPTH = 40  # expression nesting followed
 _LINES = 150  # the longest function (or module top level) walked
 
 
+# what a function above a copy spells when a value there can be a host tensor
+_HOSTS = (b"cpu", b"from_numpy", b"frombuffer", b"return_tensors", b"pin_memory")
+# round 32: or a tensor on the default device (a torch factory called without a device, where the call's
+# arguments fit on its line: `torch.arange(0, n, 2)`, `torch.tensor(vals)`)
+_DEFAULTS = re.compile(rb"torch\.(?:arange|zeros|ones|empty|full|rand|randn|randint|randperm|linspace|eye|tensor|"
+                       rb"Tensor|\w+Tensor)\((?![^\n]*device)")
+
+
+def _producer(text: bytes) -> bool:
+    """The text spells a value a copy of which can stay off the GPU: a host producer or a factory given
+    no device (round 32)."""
+    return any(n in text for n in _HOSTS) or _DEFAULTS.search(text) is not None
+
+
 class Val(NamedTuple):
     """A value's device token (None: unknown), whether every tensor it holds
     is on that device (a tensor, or a list of such), and whether it is a list
@@ -166,6 +180,7 @@ class _Values:
     ext: PythonExtractor
     params: frozenset[str]
     dtypes: frozenset[str]
+    scalars: frozenset[str]
     switches: bool
     volatile: set[str]
     bound: set[str]
@@ -201,6 +216,8 @@ class _Values:
             return _UNKNOWN
         if name in self.dtypes:
             return Val(_DTYPE)
+        if name in self.scalars:
+            return _SCALAR_VAL
         if name in self.params:
             return Val(f"param:{name}")
         if name in self.bound:
@@ -350,6 +367,8 @@ class _Values:
                 inner = self.dev(args[0], env)
                 return inner.token if inner.token not in (_SCALAR, _DTYPE) else None
             return None
+        if isinstance(node, ast.Name) and node.id in self.scalars and node.id not in env:
+            return f"param:{node.id}"  # `device=rank` of `rank: int`, `device: str`: a device, not a tensor's
         token = self.dev(node, env).token
         return token if token not in (_SCALAR, _DTYPE, _EMPTY) else None
 
@@ -374,9 +393,14 @@ class _Values:
         return self.dev(node, env).token == _DTYPE
 
 
-def params_of(fn: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
+# round 32: a parameter annotated as a number, a flag or a string holds no tensor
+_SCALAR_NOTE = re.compile(r"(?:Optional\[)?(?:int|float|bool|str)\]?(?:\s*\|\s*None)?")
+
+
+def params_of(fn: ast.AST) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """A function's parameters, those that are dtypes, and those annotated as no tensor (round 32)."""
     if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return frozenset(), frozenset()
+        return frozenset(), frozenset(), frozenset()
     a = fn.args
     every = [*a.posonlyargs, *a.args, *a.kwonlyargs, *(x for x in (a.vararg, a.kwarg) if x is not None)]
     defaults = dict(zip([x.arg for x in [*a.posonlyargs, *a.args]][::-1], a.defaults[::-1], strict=False))
@@ -388,4 +412,6 @@ def params_of(fn: ast.AST) -> tuple[frozenset[str], frozenset[str]]:
         if re.fullmatch(r"(?:Optional\[)?torch\.dtype\]?(?:\s*\|\s*None)?", note) or \
                 default.startswith("torch.") and default[6:] in _DTYPES:
             dtypes.add(x.arg)
-    return frozenset(x.arg for x in every), frozenset(dtypes)
+    scalars = frozenset(x.arg for x in every if x.annotation is not None and x not in (a.vararg, a.kwarg)
+                        and _SCALAR_NOTE.fullmatch(ast.unparse(x.annotation)))
+    return frozenset(x.arg for x in every), frozenset(dtypes), scalars

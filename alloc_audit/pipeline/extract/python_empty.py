@@ -10,8 +10,13 @@ a zero-element tensor is no allocation. Two provable shapes:
   ``ctx.is_empty`` convention: ``backward`` returns ``zeros_like(ctx.A)``
   for an empty forward input).
 
-A guard joined with ``or``/``and``, or a copy of another tensor, keeps its
-site. Part of the Python extractor (``python_sites.py``)."""
+- round 32: an ``assert X.numel() == 0`` (or the ``prod`` form) earlier in
+  the statement list that holds the call, ``X`` not bound again between
+  them (``assert p.numel() == 0; torch.zeros_like(p)``).
+
+A guard joined with ``or``/``and``, an assert in another block (a branch
+above) or before a rebinding of ``X``, or a copy of another tensor, keeps
+its site. Part of the Python extractor (``python_sites.py``)."""
 
 from __future__ import annotations
 
@@ -27,6 +32,11 @@ _NAME = r"[A-Za-z_][\w.]*"
 _EMPTY = (rf"(?:(?:math\.|np\.|numpy\.|torch\.)?prod\(\s*({_NAME})\.shape\s*\)|({_NAME})\.numel\(\))"
           r"\s*==\s*0")
 _EMPTY_CONDITION = re.compile(rf"^\(?{_EMPTY}\)?$")
+# a statement that binds a name: an assignment (not a comparison), `del`, a walrus
+_BINDS = re.compile(r"(?<![=!<>])=(?!=)|\bdel\b|:=")
+# `assert X.numel() == 0`, `X` any expression (`self.w[name]`), compared as text with the copied one
+_EMPTY_ASSERT = re.compile(r"^assert\s+\(?(?:(?:math\.|np\.|numpy\.|torch\.)?prod\(\s*(.+?)\.shape\s*\)|"
+                           r"(.+?)\.numel\(\))\s*==\s*0\)?\s*(?:,.*)?$", re.S)
 _FLAG = re.compile(r"^(ctx\.\w+)$")
 # `name = value` on a line of its own (one pattern, read by its captures)
 _ASSIGN = re.compile(r"^[ \t]*([A-Za-z_][\w.]*)[ \t]*=[ \t]*([A-Za-z_][\w.]*)[ \t]*$", re.M)
@@ -42,6 +52,8 @@ def may_have_empty_guards(source: bytes) -> bool:
 def empty_guarded(ext: PythonExtractor, node: Any, copied: str) -> bool:
     """Whether the ``*_like`` at ``node`` copies a tensor provably empty there."""
     copied = copied.strip()
+    if _asserted_empty(ext, node, copied):
+        return True
     child = node
     parent = node.parent
     while parent is not None and parent.type not in ("function_definition", "lambda"):
@@ -70,4 +82,26 @@ def _flag_marks_empty(ext: PythonExtractor, node: Any, flag: str, copied: str) -
         stores = {(a.group(1), a.group(2)) for a in _ASSIGN.finditer(m.group(4))}
         if (flag, "True") in stores and (copied, value) in stores:
             return True
+    return False
+
+
+def _asserted_empty(ext: PythonExtractor, node: Any, copied: str) -> bool:
+    """An ``assert copied.numel() == 0`` above the statement holding ``node`` in its own statement list, with
+    no statement between that binds anything (an assignment, ``del``, a compound statement) (round 32)."""
+    statement = node
+    while statement.parent is not None and statement.parent.type not in ("block", "module"):
+        if statement.parent.type in ("function_definition", "lambda", "class_definition"):
+            return False
+        statement = statement.parent
+    sibling = statement.prev_named_sibling
+    while sibling is not None:
+        text = ext.src.text(sibling, 400).strip()
+        if sibling.type == "assert_statement":
+            m = _EMPTY_ASSERT.match(text)
+            if m is not None and (m.group(1) or m.group(2)).strip() == copied:
+                return True
+        elif sibling.type != "comment" and _BINDS.search(text) is not None or sibling.type in (
+                "for_statement", "while_statement", "with_statement", "if_statement", "try_statement"):
+            return False  # a statement that may bind a name of `copied` between
+        sibling = sibling.prev_named_sibling
     return False

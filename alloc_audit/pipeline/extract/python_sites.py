@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 from ...arglists import split_args, split_top_level
 from ...catalog import ApiSpec
 from ...model import Arg, CallTable, Site, SiteKind
-from . import common, python_host
+from . import common, python_default_copies, python_host
 from .common import Source, zero_elements
 from .dead_code import after_exit
 from .python_device_flow import host_copy, host_device, noop_move
 from .python_empty import empty_guarded
 from .python_fake import in_fake_scope
-from .python_host import default_expression, default_source, host_source, on_current_gpu, to_one_device
+from .python_host import host_source, on_current_gpu, to_one_device
 from .python_host_defaults import copied_source
 from .python_host_kernel import in_host_kernel
 from .python_module_move import dispatches_to_super, moves_module
@@ -268,7 +268,7 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
                     return None  # `torch.zeros_like(enc["input_ids"])` of a tokenizer's output: a host tensor
                 if spec.api.startswith("torch.") and ext.empty_guard_file and empty_guarded(ext, node, copied):
                     return None  # `empty_like(A)` under `if A.numel() == 0:`: zero elements, no memory
-                if default_source(ext, node, copied) or default_expression(ext, node, copied):
+                if python_default_copies.default_copied(ext, node, copied, spec.api.startswith("torch.")):
                     device = DEFAULT_DEVICE  # `torch.ones_like(torch.arange(n))`: where the default device is
         else:
             device = classify_device(dev_text)
@@ -279,7 +279,7 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
                 return None  # `device=x.device` in a test file that never names a device: host
             if source is not None and host_source(ext, node, source.group(1)):
                 return None  # `device=sample.device` of a tensor made on the host in the function
-            if source is not None and default_source(ext, node, source.group(1)):
+            if python_default_copies.default_given(ext, node, source, device, dev_text):
                 device = DEFAULT_DEVICE  # `device=x.device` of `x = torch.randn(n)`: the default device
             if under_cpu_branch(ext.src, node, dev_text.strip()) or host_device(ext, node, device, dev_text):
                 return None  # round 30: also `device=d` of a host `d` (python_device_flow)
