@@ -102,7 +102,9 @@ def _moved_weight(site: Site, index: ProjectIndex) -> str:
         for method in methods:
             bound += [a.value.strip() for a in method.assigns
                       if a.op == "=" and moved in (t.strip() for t in a.targets)]
-            bound += [f"{c.callee}({c.arglist})" for c in method.calls if (c.target or "").strip() == moved]
+            # a call on a call's result (`(...).pin_memory`) is read whole from its statement's assignment
+            bound += [f"{c.callee}({c.arglist})" for c in method.calls
+                      if (c.target or "").strip() == moved and not c.callee.startswith("(")]
     values = [v for v in bound if not v.startswith(moved + ".") and v not in ("None", "")]
     if values and all(_WEIGHT_VALUE.fullmatch(v) and not v.startswith("self.") for v in values):
         return f"{moved}, bound to another module's weight ({values[0]})"
