@@ -38,7 +38,14 @@ alone: a function that is per step or that a per-step function reaches
 within two calls (an EMA, a weight sync), a closure registered as a module
 hook (a forward pre-hook that masks the weight, ``hook_closures``), what
 the function keeps elsewhere, and a returned buffer unless the local itself
-becomes the weight's storage (``nn.Parameter(buf[i])``). Pure.
+becomes the weight's storage (``nn.Parameter(buf[i])``). Round 32
+(``weight_sinks``): the weights a value flows into include one stored
+whole into another module (``module.weight = q``), set with ``setattr(m,
+n, nn.Parameter(q))``, or a member the class registers filled whole by a
+method converting a layer it is handed (``self.B[:, :] = q.to(d)``); the
+flow starts from a tuple binding too (``_, q, s = quantize(w.to(d))``);
+and a function its own file registers as a ``load_state_dict`` hook makes
+load-time temporaries whatever it does with them. Pure.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ from .hook_closures import hook_registration
 from .index import Func, ProjectIndex
 from .names import IDENTIFIER, has_name, has_word, starts_with_word
 from .retier import Decision, python_device_site, retier
+from .weight_sinks import load_hook, sink_writes
 
 _WEIGHT = r"(?:\w+_)?(?:q?weights?|bias|q?zeros|scales?|g_idx|perm|codebooks?)"
 _FILL = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")(?:\.data)?\.copy_")
@@ -76,6 +84,7 @@ _IN_PLACE = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")(?:\.data)?\.[a-z]\w
 # nor a tensor's gradient (`p.grad.data`: no weight)
 _DATA_STORE = re.compile(r"(?!self\.)[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\.(?!grad\.)[A-Za-z_]\w*\.data")
 _STEP_DEPTH = 2
+_TUPLE = re.compile(r"\(?\s*[A-Za-z_]\w*(?:\s*,\s*\*?[A-Za-z_]\w*)+\s*,?\s*\)?")  # `a, b` bound together
 _Write = tuple[int, str, str, bool]  # line, value text, the weight, rebound (not changed in place)
 _Bind = tuple[Span, str, tuple[str, ...]]  # where, value text, targets
 
@@ -85,6 +94,7 @@ def weight_fills(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs 
     per_step = matcher(globs.per_step) if globs is not None and globs.per_step else None
     stepped: dict[str, bool] = {}
     writes: dict[str, tuple[list[_Write], list[_Bind]]] = {}  # per function: its weight writes and bindings
+    hooks: dict[str, dict[str, str]] = {}  # per file: the load_state_dict hooks it registers (``weight_sinks``)
 
     def runs_per_step(func: Func) -> bool:
         found = stepped.get(func.id)
@@ -104,6 +114,11 @@ def weight_fills(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs 
         if loaded:
             return (Tier.T1, f"load-time temporary: an entry of the state dict {loaded} loads into a module in "
                              f"{site.scope} (was: {site.tier_reason})")
+        func = index.func(site.path, site.scope)
+        registered = load_hook(func, index, hooks) if func is not None else ""
+        if registered:  # round 32
+            return Tier.T1, (f"load-time temporary: {site.scope} is a load_state_dict hook (registered at "
+                             f"{registered}), it runs while the weights load (was: {site.tier_reason})")
         written = _weight_written(site, index, runs_per_step, writes)
         return (Tier.T1, f"load-time temporary: its value goes into the module weight {written} in {site.scope}, "
                          f"which no per-step function reaches (was: {site.tier_reason})") if written else None
@@ -222,16 +237,20 @@ def _weight_written(site: Site, index: ProjectIndex, runs_per_step: Callable[[Fu
     # round 29: seen kept in the storage of a weight the function rebuilds (`m.w.data = torch.pow(t, r)`):
     # that weight's new value, as through a local
     rebuilt = _DATA_STORE.fullmatch(kept) is not None
-    if not (kept in ("", "local") or returned or kept.startswith("handed:") or rebuilt):
+    # round 32: kept in a member of the object itself, a weight only where `weight_sinks` finds its own fill
+    own = kept.startswith("self.")
+    if not (kept in ("", "local") or returned or kept.startswith("handed:") or rebuilt or own):
         return ""
     func = index.func(site.path, site.scope)
     if func is None or func.scope is None or func.scope.role == "lambda":
         return ""
     found = memo.get(func.id)
     if found is None:
-        writes = weight_writes(func)
+        writes = weight_writes(func) + sink_writes(func)
         found = memo[func.id] = (writes, _binds(func) if writes else [])
     writes, binds = found
+    if own and not rebuilt:  # stored into its own member: only that statement's own weight fill
+        writes = [w for w in writes if w[2].endswith("(its own weight)")]
     if rebuilt:  # only a tensor has `.data`: whatever its name, a tensor of the module rebuilt (`m.time_decay.data`)
         stored = any(kept in a.targets for a in func.assigns) or any((c.target or "").strip() == kept
                                                                      for c in func.calls)
@@ -250,6 +269,8 @@ def _weight_written(site: Site, index: ProjectIndex, runs_per_step: Callable[[Fu
     if returned and not local:
         return ""
     tainted = {local} if local else set()
+    if not local and not returned and _TUPLE.fullmatch(target):  # round 32: `_, q, s = quantize(w.to(d))`
+        tainted = {n for n in IDENTIFIER.findall(target) if n != "_"}
     if not returned:  # through the locals it is bound to, in order
         for span, value, targets in binds:
             if span.line > line and any(has_name(value, t, not_before=".") for t in tainted):

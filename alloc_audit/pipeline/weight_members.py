@@ -21,6 +21,13 @@ in ``init_parameters``, then ``self.wk = self.wk.to(device)`` in
 section 2). A member bound to anything else (``self.wk = torch.randn(n)``,
 ``self.scale = cfg.scale``) and a move per step (a forward's ``w =
 self.proj.weight.to(x.dtype)``, T4) keep their tier.
+Round 32: the two weights of round 31 kept on the object are T1 also where
+the tool read the method as per call (T4: ``to_gpu``'s ``self.wq =
+self.wq.to(device)``, a layer swapped in for an offloaded forward): a weight
+is T1 however often it is loaded (docs/tiers.md 2), and kept on the object
+it is no per-call scratch. A move into a local (``w =
+self.proj.weight.to(x.dtype)``) keeps T4. A host copy of a weight
+(``.weight.detach().pin_memory()``, ``.cpu()``) is that weight.
 Pure.
 """
 
@@ -42,15 +49,21 @@ _SET_UP = ("constructor ", "initialiser ", "set up once", "returned to construct
 # `self.weights`, `self.all_weight`, `self.weight_list[i]`, `self._weights[k]`: the member, then entries
 # a module's weight or bias, viewed or detached: `layer.self_attn.k_proj.weight.detach()`, `lin.bias.data`
 _WEIGHT_VALUE = re.compile(r"[A-Za-z_]\w*(?:\.\w+|\[[^\[\]]*\])*\.(?:weight|bias)"
-                           r"(?:\.(?:data|T)|\.(?:detach|t|contiguous|float|half|bfloat16|clone)\(\))*")
+                           r"(?:\.(?:data|T)|\.(?:detach|t|contiguous|float|half|bfloat16|clone|pin_memory|cpu)\(\))*")
 _WEIGHT_MEMBER = re.compile(r"self\.(_?(?:\w+_)?weights?(?:_\w+)?)(?:\[[^\]]*\])*")
 
 
 def weight_members(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     def eligible(site: Site) -> bool:
+        if python_device_site(site, Tier.T4) and site.api in TENSOR_MOVES and site.tier_reason.startswith("per call"):
+            return bool(site.kept) and SELF_MEMBER.fullmatch(site.kept) is not None  # round 32: decided below
         return python_device_site(site, Tier.T2) and site.api in TENSOR_MOVES and site.tier_reason.startswith(_SET_UP)
 
     def decide(site: Site) -> Decision | None:
+        if site.tier is Tier.T4:  # round 32: a weight kept on the object, however often it is moved there
+            moved = _moved_weight(site, index)
+            return (Tier.T1, f"weight upload: {site.scope} moves {moved} to the device into {site.kept}, kept on "
+                             f"the object (was: {site.tier_reason})") if moved else None
         m = _WEIGHT_MEMBER.fullmatch(site.kept.removesuffix("[]")) if site.kept else None
         if m is None and site.kept and SELF_MEMBER.fullmatch(site.kept):
             moved = _moved_weight(site, index)
@@ -89,7 +102,9 @@ def _moved_weight(site: Site, index: ProjectIndex) -> str:
         for method in methods:
             bound += [a.value.strip() for a in method.assigns
                       if a.op == "=" and moved in (t.strip() for t in a.targets)]
-            bound += [f"{c.callee}({c.arglist})" for c in method.calls if (c.target or "").strip() == moved]
+            # a call on a call's result (`(...).pin_memory`) is read whole from its statement's assignment
+            bound += [f"{c.callee}({c.arglist})" for c in method.calls
+                      if (c.target or "").strip() == moved and not c.callee.startswith("(")]
     values = [v for v in bound if not v.startswith(moved + ".") and v not in ("None", "")]
     if values and all(_WEIGHT_VALUE.fullmatch(v) and not v.startswith("self.") for v in values):
         return f"{moved}, bound to another module's weight ({values[0]})"
