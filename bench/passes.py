@@ -47,7 +47,10 @@ STAGES = [("index", "build_index"), ("expand", "expand_skipped"), ("default_devi
           ("lookup_temps", "lookup_temps"), ("self_moves", "self_moves"), ("run_accumulators", "run_accumulators"),
           ("adopted_weights", "adopted_weights"), ("kept_slots", "kept_slots"), ("kept_pinned", "kept_pinned"),
           ("dispatched", "per_step_reader"), ("module_returns", "returns_module"), ("run", "_rules"),
-          ("run", "_findings")]
+          ("run", "_findings"), ("conversion_paths", "conversion_paths"), ("weight_preparation", "weight_preparation"),
+          ("slab_caches", "slab_caches"), ("reset_members", "reset_members"), ("built_per_call", "built_per_call"),
+          ("dropped_objects", "dropped_objects"), ("host_args", "drop_host_args"), ("hooked_state", "hooked_state"),
+          ("removed_hooks", "removed_hooks"), ("kept_returns", "kept_returns")]
 
 
 def _wrap(times: dict[str, float], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
