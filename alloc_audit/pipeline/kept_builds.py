@@ -66,6 +66,6 @@ def kept_by_loader(site: Site, func: Func, cls: ClassInfo, loaders: list[Func], 
 
 def _calls_unconditionally(caller: Func, methods: set[str]) -> bool:
     """``caller`` calls one of ``methods`` on some object outside any ``if``/``else`` branch."""
-    branches = [b for b in caller.blocks if b.kind in ("if", "else") or b.kind.startswith("if")]
+    branches = [b for b in caller.blocks if b.kind == "else" or b.kind.startswith("if")]
     return any("." in c.callee and c.callee.rsplit(".", 1)[-1] in methods
                and not any(b.span.contains_line(c.span.line) for b in branches) for c in caller.calls)

@@ -207,7 +207,7 @@ def _read_in(func: Func, name: str, loops: list[Block]) -> int | None:
              or starts_with_word(c.callee, name)]
     lines += [a.line for a in func.assigns if has_name(a.value, name, not_before=".")]
     lines += [b.span.line for b in loops if has_name(b.test, name, not_before=".")]
-    return min((n for n in lines if any(b.span.contains_line(n) for b in loops)), default=None)
+    return _first_in_loops(lines, loops)
 
 
 def _called_by_script(func: Func, index: ProjectIndex) -> bool:
@@ -224,8 +224,12 @@ def _handed_in(func: Func, name: str, loops: list[Block]) -> int | None:
     ``name`` whole as an argument (``SpecTree(..., position_ids=position_ids)``,
     ``step(model, buf)``), not an operand or a slice of it: the calls of
     every pass share the one buffer."""
-    lines = [c.span.line for c in func.calls
-             if any(a.text.strip() == name for a in split_args(c.arglist))]
+    return _first_in_loops([c.span.line for c in func.calls
+                            if any(a.text.strip() == name for a in split_args(c.arglist))], loops)
+
+
+def _first_in_loops(lines: list[int], loops: list[Block]) -> int | None:
+    """The first of ``lines`` inside one of ``loops``, or None."""
     return min((n for n in lines if any(b.span.contains_line(n) for b in loops)), default=None)
 
 

@@ -61,9 +61,9 @@ from .hook_closures import hook_registration
 from .index import Func, ProjectIndex
 from .names import IDENTIFIER, has_name, has_word, starts_with_word
 from .retier import Decision, python_device_site, retier
-from .weight_sinks import load_hook, sink_writes
+from .weight_sinks import load_hook, sink_writes, weight_names
 
-_WEIGHT = r"(?:\w+_)?(?:q?weights?|bias|q?zeros|scales?|g_idx|perm|codebooks?)"
+_WEIGHT = weight_names(plural=True)
 _FILL = re.compile(r"[A-Za-z_][\w.]*\.(" + _WEIGHT + r")(?:\.data)?\.copy_")
 # a store into a slice of a module's weight (`layer.scales[:] = s.to(dev)`): a copy in place, like `copy_`;
 # not an entry (`self.weights[k] = v.cuda()` replaces a list's item) nor rows a mask picks

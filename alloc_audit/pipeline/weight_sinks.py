@@ -48,8 +48,17 @@ from .index import Func, ProjectIndex
 from .lazy_members import weight_member
 from .names import IDENTIFIER
 
-# weight_fills' weight names without the plural `weights` (a sampler's or a loss's weights are no module's)
-_WEIGHT = r"(?:\w+_)?(?:q?weight|bias|q?zeros|scales?|g_idx|perm|codebooks?)"
+
+def weight_names(plural: bool) -> str:
+    """The pattern of a module's weight attribute names (``weight``,
+    ``qzeros``, ``scales``, ``g_idx``, ``attn_bias``, ...), with the plural
+    ``weights`` or without it (a sampler's or a loss's weights are no
+    module's): ``weight_fills`` reads fills of either, a store whole here only
+    the singular."""
+    return r"(?:\w+_)?(?:q?weight" + ("s?" if plural else "") + r"|bias|q?zeros|scales?|g_idx|perm|codebooks?)"
+
+
+_WEIGHT = weight_names(plural=False)
 # another object's weight attribute stored whole (`module.weight = q`), not the object's own nor a context's
 _OTHER = re.compile(r"(?!self\.|ctx\.)[A-Za-z_][\w.]*\.(" + _WEIGHT + r")")
 # the object's own member filled whole: `self.B`, `self.B.data`, `self.B[:, :]`, `self.B[...]`
