@@ -34,7 +34,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-PY_DEVICE_MODES = ("keyword", "inherit", "cuda", "to-args", "none")
+PY_DEVICE_MODES = ("keyword", "inherit", "cuda", "to-args", "loader", "none")
 CPP_DEVICE_MODES = ("none", "cuda", "options", "inherit")
 _KINDS = tuple(k.value for k in SiteKind)
 
@@ -57,6 +57,7 @@ class ApiSpec:
     shape: str = "none"
     size: tuple[int, ...] = ()
     target: str = "assign"
+    device_keyword: str = "device"  # the keyword naming the device (`map_location` for `torch.load`)
 
 
 @dataclass(frozen=True)
@@ -248,7 +249,11 @@ def _spec(where: str, entry: Mapping[str, Any], api: str, cpp: bool) -> ApiSpec:
     target = entry.get("target", "assign")
     if not isinstance(target, str) or not re.fullmatch(r"assign|arg:\d+", target):
         raise UsageError(f"api {api!r}: target must be assign or arg:N", where)
-    return ApiSpec(api=api, kind=SiteKind(kind), device=device, shape=shape, size=tuple(size), target=target)
+    keyword = entry.get("device-keyword", "device")
+    if not isinstance(keyword, str) or not keyword.isidentifier():
+        raise UsageError(f"api {api!r}: device-keyword must be a keyword argument's name", where)
+    return ApiSpec(api=api, kind=SiteKind(kind), device=device, shape=shape, size=tuple(size), target=target,
+                   device_keyword=keyword)
 
 
 def _build_apis(sources: list[tuple[str, Mapping[str, Any], str]], config: Config) -> ApiCatalog:

@@ -83,8 +83,8 @@ _KNOWN = (
 
 # The keys of an inline [[apis]] entry and of a [[tiers]] pattern (catalog.py
 # reads the entries; both check against these sets).
-API_ENTRY_KEYS = ("names", "leaf", "methods", "types", "prefix", "kind", "device", "shape", "size", "target",
-                  "language")
+API_ENTRY_KEYS = ("names", "leaf", "methods", "types", "prefix", "kind", "device", "device-keyword", "shape", "size",
+                  "target", "language")
 TIER_CRITERIA = ("kind", "function", "class", "scope", "path", "role", "api", "wrapper", "target", "kept")
 TIER_ENTRY_KEYS = ("tier", "reason", *TIER_CRITERIA)
 

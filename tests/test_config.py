@@ -95,6 +95,16 @@ def test_bad_api_entry_names_the_problem(tmp_path: Path) -> None:
         load_catalog(load_config(tmp_path, path))
 
 
+def test_a_users_loader_names_its_placement_keyword(tmp_path: Path) -> None:
+    path = tmp_path / "alloc-audit.toml"
+    path.write_text('[[apis]]\nnames = ["my.read"]\nkind = "device"\ndevice = "loader"\ndevice-keyword = "place"\n')
+    spec = load_catalog(load_config(tmp_path, path)).apis.py_names["my.read"]
+    assert (spec.device, spec.device_keyword) == ("loader", "place")
+    path.write_text('[[apis]]\nnames = ["my.read"]\ndevice = "loader"\ndevice-keyword = "map location"\n')
+    with pytest.raises(UsageError, match="device-keyword must be a keyword argument's name"):
+        load_catalog(load_config(tmp_path, path))
+
+
 @pytest.mark.parametrize("value", ["0", "-1"])
 def test_jobs_must_be_positive(tmp_path: Path, value: str) -> None:
     from clihelp import run_cli

@@ -28,6 +28,13 @@ constructor drops (a rope table's ``torch.arange`` operand, a local it does
 not keep) are the load path's temporaries: T1. A constructor that reads a
 file and uploads something the read does not flow into (an input, a
 workspace) keeps its tiers.
+
+Round 33: a checkpoint read that itself places what it reads on a device
+(``torch.load(f, map_location=dev)``, ``load_file(f, device="cuda")``: the
+catalogue's ``loader`` entries) is the upload: T1 where the function
+returns it, keeps it on its object or in a container entry, or hands it
+(directly or through its locals) to a module's ``load_state_dict``; a
+batch file a per-step function reads onto the device and uses stays T4.
 """
 
 from __future__ import annotations
@@ -65,7 +72,8 @@ def checkpoint_uploads(sites: Sequence[Site], index: ProjectIndex, globs: Caller
     out = []
     loaders: dict[tuple[str, str], Site] = {}  # constructors whose upload of a checkpoint read this pass told
     for site in sites:
-        found = _checkpoint_upload(site, ctx) if _candidate(site) else site
+        found = _checkpoint_upload(site, ctx) if _candidate(site) else \
+            _placed_read(site, ctx) if _placing(site, ctx) else site
         if found is not site and _constructor(found, index):
             loaders.setdefault((found.path, found.scope), found)
         out.append(found)
@@ -87,6 +95,43 @@ def _candidate(site: Site) -> bool:
     if site.tier is Tier.T4:
         return kept == "return" or kept.startswith("self.")
     return site.tier is Tier.T2 and (kept == "return" or kept.startswith("self.") or bool(_ENTRY.fullmatch(kept)))
+
+
+def _placing(site: Site, ctx: _Ctx) -> bool:
+    """A checkpoint read that puts what it reads on a device (``torch.load(f,
+    map_location=dev)``, ``load_file(f, device="cuda")``: the catalogue's
+    ``loader`` entries), not yet told load-time."""
+    return (site.kind is SiteKind.DEVICE and site.via is None and site.language is Language.PYTHON
+            and site.tier in (Tier.T2, Tier.T4) and ctx.checkpoint(site.api))
+
+
+_LOADS = re.compile(r"(?:^|\.)(?:load_state_dict|load_model|set_model_state_dict)$")  # hands a state to a module
+
+
+def _placed_read(site: Site, ctx: _Ctx) -> Site:
+    """A read onto the device that the function returns, keeps on its
+    object or in an entry of a container, or hands (through its locals) to a
+    module's ``load_state_dict``, loads weights: T1 (docs/tiers.md §2),
+    unless a per-step function calls it (a batch file read per step stays
+    T4). One read into a local and used otherwise keeps its tier."""
+    func = ctx.index.func(site.path, site.scope)
+    if func is None or func.scope is None or func.scope.role not in _FUNCTION_ROLES or _per_step(func, ctx):
+        return site
+    kept = site.kept
+    line = site.span.line
+    if kept == "return" or kept.startswith("self.") or _ENTRY.fullmatch(kept):
+        how = "returns it" if kept == "return" else f"keeps it in {kept}"
+    else:
+        read = next((c for c in func.calls if c.span.line == line and ctx.checkpoint(c.callee)), None)
+        loads = any(_LOADS.search(c.callee) and c.span.contains(site.span) for c in func.calls) or (
+            read is not None and _flows(func, read.callee, lambda c: bool(_LOADS.search(c.callee))
+                                        and c.span.line >= line, ()))
+        if not loads:
+            return site
+        how = "hands it to load_state_dict"
+    return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+        f"{WEIGHT_UPLOAD}{func.qualname} reads a checkpoint onto the device ({site.api}) and {how}; "
+        f"was: {site.tier_reason}"))
 
 
 def _constructor(site: Site, index: ProjectIndex) -> bool:

@@ -5,7 +5,9 @@ A file is parsed only when it contains one of these byte strings. Every
 catalogue API contributes its last name component followed by "(" (Python
 formatters never put a space there) and, for Python, followed by " as " (an
 aliased import such as `from torch import empty as E`); rule-pack names
-contribute the longest literal run of their glob. So a file without any of
+contribute the longest literal run of their glob; a checkpoint reader
+(the catalogue's `loader` entries, a site only where its placement keyword
+is given) contributes that keyword. So a file without any of
 them cannot hold a site or a rule trigger, and adding an API to a catalogue
 can never make the filter skip the files that use it.
 
@@ -109,9 +111,12 @@ def _trigger_needles(pack: RulePack) -> set[tuple[str, ...]]:
 
 def _py_needles(apis: ApiCatalog, pack: RulePack) -> set[tuple[str, ...]]:
     needles: set[tuple[str, ...]] = set()
-    for name in apis.py_names:
-        # the module must be imported too (`import cupy as cp` still says cupy)
-        needles.add((name.partition(".")[0], f"{name.rsplit('.', 1)[-1]}("))
+    for name, spec in apis.py_names.items():
+        # the module must be imported too (`import cupy as cp` still says cupy);
+        # a checkpoint reader makes a site only where its placement keyword is
+        # given (`torch.load(f, map_location=dev)`): the keyword is its word
+        word = spec.device_keyword if spec.device == "loader" else f"{name.rsplit('.', 1)[-1]}("
+        needles.add((name.partition(".")[0], word))
     needles |= {(f"{leaf}(",) for leaf in (*apis.py_leaf, *apis.py_exports)}
     # a ctypes function table: `self.funcs["cudaMalloc"](...)`
     needles |= {(f"{leaf}{q}]",) for leaf in apis.py_leaf for q in "\"'"}

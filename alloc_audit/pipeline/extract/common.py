@@ -391,3 +391,13 @@ def zero_element_receiver(text: str) -> bool:
     dimension (``torch.empty(0, 4).to(device)``): nothing to copy."""
     m = _ZERO_RECEIVER.fullmatch(text.strip())
     return m is not None and zero_elements(m.group(1), tuple(p for p in split_top_level(m.group(2)) if "=" not in p))
+
+
+def placed(placement: str | None) -> bool:
+    """Whether a checkpoint reader's placement argument (``map_location=``,
+    ``device=``) puts what it reads somewhere the call decides. Absent, the
+    reader keeps its own default (the host for ``load_file``, the placement
+    each tensor was saved with for ``torch.load``, which the code does not
+    say): no site. A ``lambda storage, loc: ...`` hands back each storage as
+    read (the host) or moves it, and the move in its body is the site."""
+    return placement is not None and not placement.lstrip().startswith("lambda")

@@ -241,12 +241,12 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
     if spec.api.startswith("Tensor.new_") and not positional and not {"size", "data"} & kwargs.keys() \
             and not any(a.text.startswith("**") for a in args):
         return None  # `graph.new_tensor(dims=d, name=n)`: torch's `new_*` take a size or data; another class's method
-    kind = spec.kind
+    kind, mode = spec.kind, spec.device
     device: str | None = None
-    mode = spec.device
-    if mode in ("keyword", "inherit"):
-        pin = kwargs.get("pin_memory")
-        dev_text = kwargs.get("device")
+    if mode == "loader" and not common.placed(kwargs.get(spec.device_keyword)):
+        return None  # `torch.load(f)`: where each tensor was saved, which the code does not say
+    if mode in ("keyword", "inherit", "loader"):
+        pin, dev_text = kwargs.get("pin_memory"), kwargs.get(spec.device_keyword)
         if pin is not None and pin.strip() != "False" and not _FORWARDED_OFF.fullmatch(pin.strip()):
             kind = SiteKind.PINNED_HOST
             device = "cpu" if pin.strip() == "True" else "cpu (pinned if " + pin.strip() + ")"
