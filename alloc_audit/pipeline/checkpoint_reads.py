@@ -44,6 +44,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..arglists import split_args
 from ..catalog import CallerGlobs
 from ..globs import matcher
 from ..model import Call, Language, Site, SiteKind, Tier
@@ -109,9 +110,10 @@ _LOADS = re.compile(r"(?:^|\.)(?:load_state_dict|load_model|set_model_state_dict
 
 
 def _placed_read(site: Site, ctx: _Ctx) -> Site:
-    """A read onto the device that the function returns, keeps on its
-    object or in an entry of a container, or hands (through its locals) to a
-    module's ``load_state_dict``, loads weights: T1 (docs/tiers.md §2),
+    """A read onto the device that the function returns or yields (also
+    through its locals: ``state = torch.load(...)``, ``yield from
+    state.items()``), keeps on its object or in an entry of a container, or
+    hands to a module's ``load_state_dict``, loads weights: T1 (docs/tiers.md §2),
     unless a per-step function calls it (a batch file read per step stays
     T4). One read into a local and used otherwise keeps its tier."""
     func = ctx.index.func(site.path, site.scope)
@@ -119,19 +121,52 @@ def _placed_read(site: Site, ctx: _Ctx) -> Site:
         return site
     kept = site.kept
     line = site.span.line
-    if kept == "return" or kept.startswith("self.") or _ENTRY.fullmatch(kept):
-        how = "returns it" if kept == "return" else f"keeps it in {kept}"
+    read = next((c for c in func.calls if c.span.line == line and ctx.checkpoint(c.callee)), None)
+    handed = {r.line for r in func.returns} | set(func.scope.yields)
+    if kept.startswith("self.") or _ENTRY.fullmatch(kept):
+        how = f"keeps it in {kept}"
+    elif site.stmt_line in handed and read is not None and not read.target:
+        how = "returns it"  # `return load_file(path, device="cuda")`
     else:
-        read = next((c for c in func.calls if c.span.line == line and ctx.checkpoint(c.callee)), None)
-        loads = any(_LOADS.search(c.callee) and c.span.contains(site.span) for c in func.calls) or (
-            read is not None and _flows(func, read.callee, lambda c: bool(_LOADS.search(c.callee))
-                                        and c.span.line >= line, ()))
-        if not loads:
+        if any(_LOADS.search(c.callee) and c.span.contains(site.span) for c in func.calls) or (
+                read is not None and _flows(func, read.callee, lambda c: bool(_LOADS.search(c.callee))
+                                            and c.span.line >= line, ())):
+            how = "hands it to load_state_dict"
+        elif read is not None and _handed_whole(func, read, handed, ctx.index):
+            how = "returns or yields what it read"
+        else:
             return site
-        how = "hands it to load_state_dict"
     return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
         f"{WEIGHT_UPLOAD}{func.qualname} reads a checkpoint onto the device ({site.api}) and {how}; "
         f"was: {site.tier_reason}"))
+
+
+_WHOLE = re.compile(r"([A-Za-z_]\w*)(?:\[[^\]]*\])*")  # `state`, `state["model"]`: the value itself, or an entry
+
+
+def _handed_whole(func: Func, read: Call, lines: set[int], index: ProjectIndex) -> bool:
+    """Whether what ``read`` gave (its target, or a name bound to it or to an
+    entry of it) is returned whole (``return state``), read by a method of
+    its own on one of ``lines`` (``yield from state.items()``), or handed
+    whole there to a function of the same file that is no forward
+    (``return cls.from_tensors(tensors)``). A value computed from it
+    (``return bool((a == b).all())``, ``return model(batch)``) is not what
+    was read."""
+    names = {read.target} if read.target else set()
+    for a in func.assigns:
+        whole = _WHOLE.fullmatch(a.value.strip())
+        if whole is not None and whole.group(1) in names:
+            names.update(a.targets)
+    if not names:
+        return False
+    if any(r.value.strip() in names for r in func.returns):
+        return True
+    for call in func.calls:
+        if call.span.line in lines and "." in call.callee and call.callee.rsplit(".", 1)[0] in names:
+            return True
+    return any(call.span.line in lines and any(a.text.strip() in names for a in split_args(call.arglist))
+               and all(t.path == func.path and t.name not in ("forward", "__call__") for t in targets)
+               for call, targets in index.callees(func))
 
 
 def _constructor(site: Site, index: ProjectIndex) -> bool:

@@ -400,4 +400,4 @@ def placed(placement: str | None) -> bool:
     each tensor was saved with for ``torch.load``, which the code does not
     say): no site. A ``lambda storage, loc: ...`` hands back each storage as
     read (the host) or moves it, and the move in its body is the site."""
-    return placement is not None and not placement.lstrip().startswith("lambda")
+    return placement is not None and not placement.lstrip("( \t\r\n").startswith("lambda")
