@@ -150,6 +150,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .swapped_storage import swapped_storage
     from .teardown_releases import kept_until_teardown, teardown_releases
     from .weight_fills import weight_fills
+    from .weight_holders import weight_holders
     from .weight_inits import weight_init_temporaries
     from .weight_members import weight_members
     from .weight_modules import weight_module_constructions, weighted_vias
@@ -219,7 +220,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = adopted_weights(module_build_temps(sites, index), index)
     sites = repinned_members(native_pinned(kept_slots(sites, index, catalog.callers), index), index, catalog.callers)
     sites = worker_buffers(local_objects(setup_members(sites, index, catalog.callers), index), index)
-    sites = weight_members(buffer_classes(kept_pinned(sites, index)), index)
+    sites = weight_holders(weight_members(buffer_classes(kept_pinned(sites, index)), index), index)
     sites = weighted_vias(parameter_uploads(model_constants(sites, index), index), index, catalog.callers)
     sites = slab_caches(dropped_probes(sites, index), index)
     sites = reset_members(sites, index, catalog.callers)

@@ -48,7 +48,7 @@ _FACTORY = re.compile(r"torch\.(?:empty|zeros|ones|full|tensor|as_tensor|arange|
 _SET_UP = ("constructor ", "initialiser ", "set up once", "returned to constructor")
 # `self.weights`, `self.all_weight`, `self.weight_list[i]`, `self._weights[k]`: the member, then entries
 # a module's weight or bias, viewed or detached: `layer.self_attn.k_proj.weight.detach()`, `lin.bias.data`
-_WEIGHT_VALUE = re.compile(r"[A-Za-z_]\w*(?:\.\w+|\[[^\[\]]*\])*\.(?:weight|bias)"
+WEIGHT_VALUE = re.compile(r"[A-Za-z_]\w*(?:\.\w+|\[[^\[\]]*\])*\.(?:weight|bias)"
                            r"(?:\.(?:data|T)|\.(?:detach|t|contiguous|float|half|bfloat16|clone|pin_memory|cpu)\(\))*")
 _WEIGHT_MEMBER = re.compile(r"self\.(_?(?:\w+_)?weights?(?:_\w+)?)(?:\[[^\]]*\])*")
 
@@ -91,7 +91,7 @@ def _moved_weight(site: Site, index: ProjectIndex) -> str:
     if len(moves) != 1:
         return ""
     moved = moves[0].callee.rsplit(".", 1)[0]
-    if _WEIGHT_VALUE.fullmatch(moved) and not moved.startswith("self."):
+    if WEIGHT_VALUE.fullmatch(moved) and not moved.startswith("self."):
         return f"another module's weight ({moved})"
     member = SELF_MEMBER.fullmatch(moved)
     owner = func.owner
@@ -106,7 +106,7 @@ def _moved_weight(site: Site, index: ProjectIndex) -> str:
             bound += [f"{c.callee}({c.arglist})" for c in method.calls
                       if (c.target or "").strip() == moved and not c.callee.startswith("(")]
     values = [v for v in bound if not v.startswith(moved + ".") and v not in ("None", "")]
-    if values and all(_WEIGHT_VALUE.fullmatch(v) and not v.startswith("self.") for v in values):
+    if values and all(WEIGHT_VALUE.fullmatch(v) and not v.startswith("self.") for v in values):
         return f"{moved}, bound to another module's weight ({values[0]})"
     return ""
 
