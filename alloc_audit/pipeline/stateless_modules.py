@@ -31,14 +31,24 @@ skipped (no allocation written there: ``SwapAlign2Nat(2).to(device)``), is
 read from that file's text: its only base ``nn.Module``, no decorator, its
 class body only methods and literal constants, and no method registering
 anything, handing ``self`` to a call, or storing on ``self`` a value that
-is not plain. Pure, but for ``skipped``'s reads.
+is not plain. Round 33: a listed torch class keeps what it is given as
+plain attributes, never as a parameter or buffer, so its arguments need not
+be plain (``nn.Dropout(p).cuda()``, ``nn.Upsample(scale_factor=s)``), but a
+weighted loss's (``CrossEntropyLoss``, ``NLLLoss``, ``BCELoss``,
+``BCEWithLogitsLoss``...): its first positional, ``weight=`` and
+``pos_weight=`` are a buffer (``nn.CrossEntropyLoss(w).to(d)`` stays a weight
+upload; ``nn.NLLLoss(ignore_index=i)`` moves nothing). A project module's
+``self.x = nn.NLLLoss()`` made so is no tensor it keeps (``_stateless_member``):
+``WMDetectionLoss`` holding ``self.criterion = nn.NLLLoss()`` and numbers
+moves nothing; one holding ``nn.CrossEntropyLoss(weight=w)`` or
+``nn.LayerNorm(d)`` stays a site. Pure, but for ``skipped``'s reads.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..arglists import split_args
 from ..model import Call, Language, Site
@@ -66,12 +76,17 @@ def _moves_nothing(site: Site, index: ProjectIndex, memo: dict[str, bool], state
         return False
     cls = index.constructed_class(func, call)
     if cls is None:
-        return (_torch_stateless(call.callee, func, index, stateless)
-                or skipped is not None and _skipped_stateless(call.callee, func, index, skipped, memo)) and \
+        if _torch_stateless(call.callee, func, index, stateless):
+            # round 33: a listed torch class keeps its arguments as plain attributes, never as a parameter or
+            # buffer (`nn.Dropout(p)`, `nn.Upsample(scale_factor=s)`), but a weighted loss's weight slot
+            return _unweighted(call.callee, call.arglist) \
+                or all(_plain_argument(a.text.strip(), func, index) for a in split_args(call.arglist))
+        return skipped is not None and _skipped_stateless(call.callee, func, index, skipped, memo) and \
             all(_plain_argument(a.text.strip(), func, index) for a in split_args(call.arglist))
     holds = memo.get(cls.key)
     if holds is None:
-        holds = memo[cls.key] = _holds_nothing(cls) and index.class_allocates(cls) is None
+        holds = memo[cls.key] = _holds_nothing(cls, lambda c, f: _stateless_member(c, f, index, stateless)) \
+            and index.class_allocates(cls) is None
     if not holds:
         return False
     args = [a.text.strip() for a in split_args(call.arglist)]
@@ -90,6 +105,32 @@ def _torch_stateless(callee: str, func: Func, index: ProjectIndex, stateless: fr
     if not head:
         head = (index.imported(func.path, name) or "").rpartition(".")[0]
     return head in ("nn", "torch.nn", "torch.nn.modules.loss", "torch.nn.modules.activation")
+
+
+# torch losses that register their class weights as a buffer: `weight` (the first positional) and `pos_weight`
+_WEIGHTED = frozenset({"CrossEntropyLoss", "NLLLoss", "NLLLoss2d", "BCELoss", "BCEWithLogitsLoss", "MultiMarginLoss",
+                       "MultiLabelSoftMarginLoss", "AdaptiveLogSoftmaxWithLoss"})
+
+
+def _unweighted(callee: str, arglist: str) -> bool:
+    """Round 33: the construction of a listed torch class registers nothing whatever its arguments: a class
+    other than a weighted loss, or a weighted loss given no positional argument, no ``weight=``/``pos_weight=``
+    but ``None``, and no ``**`` spread."""
+    if callee.rpartition(".")[2] not in _WEIGHTED:
+        return True
+    for arg in split_args(arglist):
+        if arg.keyword is None:
+            return False  # a positional (the weight slot), a spread
+        if arg.keyword in ("weight", "pos_weight") and arg.text.strip() != "None":
+            return False
+    return True
+
+
+def _stateless_member(call: Call, func: Func | None, index: ProjectIndex, stateless: frozenset[str]) -> bool:
+    """Round 33: a store ``self.x = nn.NLLLoss()`` of a project module: a listed torch class built so that it
+    registers nothing (``_unweighted``) keeps no tensor the module's move copies."""
+    return func is not None and _torch_stateless(call.callee, func, index, stateless) \
+        and _unweighted(call.callee, call.arglist)
 
 
 def _skipped_stateless(callee: str, func: Func, index: ProjectIndex, skipped: Skipped,
@@ -152,17 +193,23 @@ def _class_holds_nothing(cls: ast.ClassDef) -> bool:
     return True
 
 
-def _holds_nothing(cls: ClassInfo) -> bool:
+def _holds_nothing(cls: ClassInfo, stateless: Callable[[Call, Func], bool] | None = None) -> bool:
     """The class keeps no tensor: its only base is ``nn.Module`` and no
-    method allocates, registers, or stores a call's value on ``self``."""
+    method allocates, registers, or stores a call's value on ``self`` (round 33: but the construction of a
+    torch class that registers nothing, ``stateless``: ``self.criterion = nn.NLLLoss()``)."""
     if len(cls.bases) != 1 or cls.bases[0].strip() not in _TORCH_MODULE or not cls.methods:
         return False
     for methods in cls.methods.values():
         for method in methods:
-            if any(s.kept not in _GONE for s in method.sites) or any(_keeps(c) for c in method.calls):
+            quiet = {(c.span.line, (c.target or "").strip()) for c in method.calls
+                     if stateless is not None and _SELF_ATTRIBUTE.fullmatch((c.target or "").strip())
+                     and stateless(c, method)}
+            if any(s.kept not in _GONE for s in method.sites) or any(
+                    _keeps(c) and (c.span.line, (c.target or "").strip()) not in quiet for c in method.calls):
                 return False
             params = set(method.scope.params) if method.scope is not None else set()
             if any(_SELF_ATTRIBUTE.fullmatch(t.strip()) and not _plain_value(a.value, params)
+                   and not (len(a.targets) == 1 and (a.line, t.strip()) in quiet)
                    for a in method.assigns for t in a.targets):
                 return False
     return True

@@ -37,6 +37,10 @@ _WRAPS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch
                     "torch.nn.parameter.Buffer"})
 
 
+# checkpoint readers whose tensors land on the device they are told (``_CallValues.loaded``)
+_LOADERS = frozenset({"torch.load", "safetensors.torch.load_file", "safetensors.torch.load"})
+
+
 class _CallValues(_Values):
     """The device of a call's result."""
 
@@ -45,6 +49,9 @@ class _CallValues(_Values):
         keywords = {k.arg: k.value for k in node.keywords}
         for k in node.keywords:
             self.dev(k.value, env, depth)
+        loader = self.resolve(func) if isinstance(func, (ast.Attribute, ast.Name)) else ""
+        if loader in _LOADERS:
+            return self.loaded(node, loader, keywords, env, depth)
         if isinstance(func, ast.Attribute):
             name = self.resolve(func)
             if name.startswith("torch.") and name.count(".") == 1 or name.startswith(_OP_NAMESPACES):
@@ -68,6 +75,26 @@ class _CallValues(_Values):
                 and keywords["return_tensors"].value == "pt":
             return Val(HOST, True)  # a tokenizer's output: host tensors
         return Val(self.fresh("call", node))
+
+    def loaded(self, node: ast.Call, loader: str, keywords: dict[str | None, ast.expr], env: Env, depth: int) -> Val:
+        """Round 33: what a checkpoint reader returns holds tensors on the device it was told: ``torch.load``'s
+        ``map_location`` when it names a device (a dict or a function names none: unknown; none given: where
+        they were saved, unknown), ``safetensors.torch.load_file``'s ``device`` (the host by default), the
+        host for ``safetensors.torch.load``."""
+        for a in node.args:
+            self.dev(a, env, depth)
+        if None in keywords or any(isinstance(a, ast.Starred) for a in node.args):
+            return Val(self.fresh("call", node))
+        if loader == "safetensors.torch.load":
+            return Val(HOST, True)
+        slot = "map_location" if loader == "torch.load" else "device"
+        given = keywords.get(slot, node.args[1] if len(node.args) > 1 else None)
+        if given is None:
+            return Val(HOST, True) if loader != "torch.load" else Val(self.fresh("call", node))
+        token = self.device(given, env)
+        if token is None or token in (NONE, _SCALAR, _DTYPE, _EMPTY):
+            return Val(self.fresh("call", node))
+        return Val(token, True)
 
     def escapes(self, node: ast.Call, env: Env) -> None:
         """A list handed to a call of unknown code may be grown by it with anything."""

@@ -23,11 +23,11 @@ _DTYPE = "dtype"
 _POS = re.compile(r"@(\d+):(\d+)")
 _LOOP_PASSES = 3
 _DEPTH = 40  # expression nesting followed
-_LINES = 150  # the longest function (or module top level) walked
+_LINES = 400  # the longest function (or module top level) walked
 
 
 # what a function above a copy spells when a value there can be a host tensor
-_HOSTS = (b"cpu", b"from_numpy", b"frombuffer", b"return_tensors", b"pin_memory")
+_HOSTS = (b"cpu", b"from_numpy", b"frombuffer", b"return_tensors", b"pin_memory", b"load_file")
 # round 32: or a tensor on the default device (a torch factory called without a device, where the call's
 # arguments fit on its line: `torch.arange(0, n, 2)`, `torch.tensor(vals)`)
 _DEFAULTS = re.compile(rb"torch\.(?:arange|zeros|ones|empty|full|rand|randn|randint|randperm|linspace|eye|tensor|"
@@ -103,6 +103,8 @@ _SCALAR_BUILTINS = frozenset({"len", "int", "float", "bool", "str", "range", "is
                               "getattr", "type", "id", "hash", "repr", "round", "abs", "divmod", "ord", "chr",
                               "format", "callable", "issubclass", "setattr", "delattr", "super", "iter", "next"})
 _KEEPS_BUILTINS = frozenset({"list", "tuple", "sorted", "reversed"})
+# Python's types a tensor's `to` takes as dtypes (`x.to(float)`: torch.float64)
+_PY_DTYPES = frozenset({"float", "int", "bool", "complex"})
 # context managers that place nothing
 _NO_PLACEMENT = re.compile(r"(?:torch\.)?(?:no_grad|inference_mode|enable_grad|set_grad_enabled|autocast|"
                            r"amp\.autocast|cuda\.amp\.autocast|profiler\.\w+|autograd\.\w+)\b|"
@@ -222,6 +224,8 @@ class _Values:
             return Val(f"param:{name}")
         if name in self.bound:
             return _UNKNOWN  # a local not bound on this path yet
+        if name in _PY_DTYPES:
+            return Val(_DTYPE)  # round 33: `x.to(float)` casts (float64), it names no device
         return Val(f"free:{name}")
 
     def key(self, node: ast.expr) -> str | None:
@@ -363,6 +367,11 @@ class _Values:
             if len(args) == 2 and all(isinstance(a, ast.Constant) for a in args):
                 a0, a1 = (a.value for a in args)  # type: ignore[attr-defined]
                 return HOST if a0 == "cpu" else f"lit:{a0}:{a1}"
+            if len(args) == 2 and isinstance(args[0], ast.Constant) and args[0].value == "cuda" \
+                    and isinstance(args[1], ast.Name):
+                # round 33: `torch.device("cuda", i)` runs only for an int `i`, the device `.to(i)` names
+                token = self.device(args[1], env)
+                return token if token is not None and token.startswith("param:") else None
             if len(args) == 1:
                 inner = self.dev(args[0], env)
                 return inner.token if inner.token not in (_SCALAR, _DTYPE) else None

@@ -14,6 +14,14 @@ a zero-element tensor is no allocation. Two provable shapes:
   the statement list that holds the call, ``X`` not bound again between
   them (``assert p.numel() == 0; torch.zeros_like(p)``).
 
+- round 33: a move (``X.to(d)``, ``X.cuda()``, a dtype given or not) of ``X``
+  or of a view or cast of it (``X.reshape((0, 5)).to(d)``, ``X[:, 0].long()``)
+  in the body of such an ``if``, ``X``'s root bound by no statement of that
+  body above the move (``empty_move``): zero elements, nothing copied. True:
+  ``if idx.numel() == 0: return idx.to(device=d, dtype=torch.long)``. False:
+  ``if idx.numel() == 0: idx = torch.arange(n); idx.to(d)``; ``if
+  idx.numel() > 0: idx.to(d)``; a move of another tensor in that body.
+
 A guard joined with ``or``/``and``, an assert in another block (a branch
 above) or before a rebinding of ``X``, or a copy of another tensor, keeps
 its site. Part of the Python extractor (``python_sites.py``)."""
@@ -66,6 +74,42 @@ def empty_guarded(ext: PythonExtractor, node: Any, copied: str) -> bool:
             flag = _FLAG.match(text)
             if flag is not None and copied.startswith("ctx.") and _flag_marks_empty(ext, node, flag.group(1), copied):
                 return True
+        child, parent = parent, parent.parent
+    return False
+
+
+# a receiver that is a name or member, then views and casts of it (`x.reshape((0, 5))`, `x[:, 0].long()`)
+_VIEWS = r"(?:view|reshape|flatten|squeeze|unsqueeze|contiguous|detach|t|long|int|float|half|bfloat16|double|bool)"
+_VIEWED = re.compile(rf"({_NAME})(?:\s*\.\s*{_VIEWS}\s*\((?:[^()]|\([^()]*\))*\)|\[[^\[\]]*\])*")
+
+
+def empty_move(ext: PythonExtractor, node: Any) -> bool:
+    """Round 33: the move at ``node`` (``R.to(...)``, ``R.cuda()``) copies ``R``, a tensor ``X`` (or a view or
+    cast of it) the enclosing ``if X.numel() == 0:`` proves empty, ``X``'s root bound by no statement of that
+    body above the move: zero elements, no device memory."""
+    fn = node.children[0] if node.children else None
+    receiver = fn.child_by_field_name("object") if fn is not None and fn.type == "attribute" else None
+    m = _VIEWED.fullmatch(ext.src.text(receiver, 200).strip()) if receiver is not None else None
+    if m is None:
+        return False
+    copied = m.group(1)
+    root = copied.split(".")[0]
+    binds = re.compile(rf"(?<![\w.]){re.escape(root)}\s*(?:[-+*/@%&|^]|//|\*\*)?=(?!=)|\bdel\s+{re.escape(root)}\b|"
+                       rf"\bfor\s+[^:]*(?<![\w.]){re.escape(root)}\b[^:]*\bin\b|:=")
+    child = node
+    parent = node.parent
+    while parent is not None and parent.type not in ("function_definition", "lambda", "class_definition"):
+        if parent.type == "if_statement" and child == parent.child_by_field_name("consequence"):
+            condition = parent.child_by_field_name("condition")
+            text = ext.src.text(condition, 120).strip() if condition is not None else ""
+            found = _EMPTY_CONDITION.match(text)
+            if found is not None and (found.group(1) or found.group(2)) == copied:
+                statement = node  # the statement of the body that holds the move: it binds only after it
+                while statement.parent is not None and statement.parent != child:
+                    statement = statement.parent
+                above = ext.src.data[child.start_byte:statement.start_byte].decode("utf-8", "replace")
+                return binds.search(above) is None
+            return False  # a nearer `if` of another test: the guard is read only as the innermost one
         child, parent = parent, parent.parent
     return False
 
