@@ -162,8 +162,9 @@ def _handed_whole(func: Func, read: Call, lines: set[int], index: ProjectIndex) 
     if any(r.value.strip() in names for r in func.returns):
         return True
     for call in func.calls:
-        if call.span.line in lines and "." in call.callee and call.callee.rsplit(".", 1)[0] in names:
-            return True
+        receiver = _WHOLE.fullmatch(call.callee.rsplit(".", 1)[0]) if "." in call.callee else None
+        if call.span.line in lines and receiver is not None and receiver.group(1) in names:
+            return True  # `yield from state.items()`, `return sd["w"].to(d)`
     return any(call.span.line in lines and any(a.text.strip() in names for a in split_args(call.arglist))
                and all(t.path == func.path and t.name not in ("forward", "__call__") for t in targets)
                for call, targets in index.callees(func))
