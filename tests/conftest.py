@@ -51,6 +51,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items[:] = head_a + rest[:fill] + head_b + rest[fill:]
 
 
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run's common temp folder, the same for every xdist worker (with
+    ``-n 0``, the session's basetemp)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the workers' basetemps are popen-gw0, popen-gw1, ... under it
+    return base
+
+
+@pytest.fixture(scope="session")
+def shared_batches(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the workers share the fixtures' language-folder scans
+    (fixtures_harness.run_fixture_batched): one scan per run, not per worker."""
+    base = run_folder(tmp_path_factory) / "fixture-batches"
+    base.mkdir(exist_ok=True)
+    return base
+
+
 @pytest.fixture(scope="session")
 def release(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """One tagged local clone of this repository and one pre-commit home for
@@ -62,10 +80,7 @@ def release(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
     this Python (clihelp.shared_dependencies): only the package is installed."""
     from clihelp import Release, shared_dependencies, tagged_snapshot
 
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # the workers' basetemps are popen-gw0, popen-gw1, ... under it
-    base = base / "release"
+    base = run_folder(tmp_path_factory) / "release"
     base.mkdir(exist_ok=True)
     with open(base / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

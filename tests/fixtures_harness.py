@@ -25,7 +25,9 @@ is its configuration.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import functools
+import pickle
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -104,7 +106,7 @@ def run_fixture(case: Path) -> tuple[Expectations, ScanResult]:
     return expectations, result
 
 
-def run_fixture_batched(case: Path) -> tuple[Expectations, ScanResult]:
+def run_fixture_batched(case: Path, shared: Path | None = None) -> tuple[Expectations, ScanResult]:
     """``run_fixture``'s answer for a fixture, from one scan of all the
     single-file fixtures of its language folder (``_language_scan``) cut to
     the fixture's own file: its sites, findings and errors, each keyed by its
@@ -115,11 +117,14 @@ def run_fixture_batched(case: Path) -> tuple[Expectations, ScanResult]:
     files cost, not 180 scans' start-up (catalogue, passes over an empty
     project); a file's direct sites do not depend on which other files are
     scanned (tests/test_fuzz.py holds that). Checked when this was written:
-    every cut's sites, findings and errors equal its file's scan alone."""
+    every cut's sites, findings and errors equal its file's scan alone.
+    ``shared``: a folder the xdist workers of one run share; the batch scan
+    is made once there (``_shared_scan``) and read by the other workers,
+    instead of once per worker whose tests include the language."""
     folder = case.parent
     if case.is_dir() or case.with_suffix(".toml").is_file() or folder.parent != FIXTURES:
         return run_fixture(case)
-    batch = _language_scan(folder)
+    batch = _language_scan(folder) if shared is None else _shared_scan(folder, shared)
     if batch is None or case.name not in batch.scanned_paths:
         return run_fixture(case)
     expectations = Expectations()
@@ -145,6 +150,25 @@ def _language_scan(folder: Path) -> ScanResult | None:
         return run_scan(config, load_catalog(config), ScanOptions(paths=files, use_cache=False, jobs=1, complete=True))
     except Exception:  # each fixture then runs alone and its failure names it
         return None
+
+
+@functools.cache
+def _shared_scan(folder: Path, shared: Path) -> ScanResult | None:
+    """``_language_scan(folder)``, made by the first worker of the run that
+    needs it and stored (pickled, written aside and renamed) in ``shared``;
+    a worker that comes later, or waits on the lock while the first scans,
+    reads that result: the same object as its own scan would be (frozen
+    dataclasses, compared equal when this was written)."""
+    stored = shared / f"{folder.name}.pickle"
+    with open(shared / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stored.is_file():
+            return pickle.loads(stored.read_bytes())  # type: ignore[no-any-return]
+        result = _language_scan(folder)
+        partial = stored.with_suffix(".partial")
+        partial.write_bytes(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+        partial.rename(stored)
+        return result
 
 
 def reported_findings(result: ScanResult) -> Counter[Finding]:

@@ -3,8 +3,9 @@
 identical sites on a line need two annotations). An unannotated finding or
 site fails, and so does a `todo-expect`, `todo-ok` or `todo-site` that starts
 passing (strict, like xfail: promote it). One test per fixture; the
-single-file fixtures of a language are scanned together once per worker and
-each test reads its own file's part (fixtures_harness.run_fixture_batched)."""
+single-file fixtures of a language are scanned together once per run (the
+first worker to need the scan makes it, the other reads it) and each test
+reads its own file's part (fixtures_harness.run_fixture_batched)."""
 
 from __future__ import annotations
 
@@ -30,15 +31,15 @@ def _show(items: Iterable[tuple[str, int, str]], lines: dict[tuple[str, int], st
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.relative_to(FIXTURES).as_posix() for c in CASES])
-def test_fixture(case: Path) -> None:
-    check_fixture(case, batched=True)
+def test_fixture(case: Path, shared_batches: Path) -> None:
+    check_fixture(case, batched=shared_batches)
 
 
-def check_fixture(case: Path, batched: bool = False) -> None:
+def check_fixture(case: Path, batched: Path | None = None) -> None:
     """``batched``: the fixture's file cut from one scan of its language
-    folder's single-file fixtures (fixtures_harness.run_fixture_batched),
-    else scanned alone."""
-    expected, result = (run_fixture_batched if batched else run_fixture)(case)
+    folder's single-file fixtures (fixtures_harness.run_fixture_batched;
+    the scan shared by the workers through that folder), else scanned alone."""
+    expected, result = run_fixture_batched(case, batched) if batched is not None else run_fixture(case)
     internal = [e for e in result.errors if e.message.startswith("internal error")]
     assert not internal, f"the tool failed on a fixture: {internal}"
     found = reported_findings(result)

@@ -5,6 +5,7 @@ class sizes, and which package may import which. Read from the source with
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,10 +38,22 @@ def modules() -> Iterator[tuple[str, Path]]:
         yield ".".join(rel.parts), path
 
 
+@functools.cache
+def source(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+@functools.cache
+def tree_of(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once per worker for the three checks
+    that read it (sizes, layers, cycles); the checks only read it."""
+    return ast.parse(source(path))
+
+
 def imports(name: str, path: Path, top_level_only: bool = False) -> set[str]:
     """The alloc_audit modules ``name`` imports (relative imports resolved),
     leaving out ``if TYPE_CHECKING:`` blocks."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = tree_of(path)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     if path.name == "__init__.py":
         package = package[:-1]
@@ -89,10 +102,10 @@ def allowed(target: str, prefixes: tuple[str, ...]) -> bool:
 
 @pytest.mark.parametrize(("name", "path"), list(modules()), ids=[n for n, _ in modules()])
 def test_module_and_class_sizes(name: str, path: Path) -> None:
-    lines = path.read_text(encoding="utf-8").count("\n")
+    lines = source(path).count("\n")
     limit = MAX_CLI_LINES - 1 if name == "cli" else MAX_MODULE_LINES
     assert lines <= limit, f"{path.relative_to(PACKAGE.parent)} has {lines} lines (at most {limit})"
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree_of(path)):
         if isinstance(node, ast.ClassDef):
             size = (node.end_lineno or node.lineno) - node.lineno + 1
             assert size <= MAX_CLASS_LINES, f"class {node.name} in {path.relative_to(PACKAGE.parent)} has {size} lines"
