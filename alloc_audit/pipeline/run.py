@@ -130,6 +130,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .pinned_containers import pinned_containers
     from .placed_modules import drop_placed_moves
     from .placed_returns import drop_placed_return_moves
+    from .rebuilt_members import rebuilt_members
     from .registered_members import registered_members
     from .released_entries import released_entries
     from .removed_hooks import removed_hooks
@@ -223,7 +224,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = weight_holders(weight_members(buffer_classes(kept_pinned(sites, index)), index), index)
     sites = weighted_vias(parameter_uploads(model_constants(sites, index), index), index, catalog.callers)
     sites = slab_caches(dropped_probes(sites, index), index)
-    sites = reset_members(sites, index, catalog.callers)
+    sites = rebuilt_members(reset_members(sites, index, catalog.callers), index, catalog.callers)
     sites = weight_preparation(conversion_paths(sites, index, catalog.callers), index, catalog.callers)
     sites = removed_hooks(swapped_storage(hooked_state(sites, index), index), index)
     sites = teardown_releases(kept_until_teardown(sites, index), index)
