@@ -54,7 +54,6 @@ from .python_device_calls import Bindings
 from .python_device_values import (
     _ADDS,
     _DTYPE,
-    _LINES,
     _LOOP_PASSES,
     _NO_PLACEMENT,
     _SCALAR,
@@ -69,6 +68,7 @@ from .python_device_values import (
     _Calls,
     _Loop,
     _producer,
+    _too_long,
     params_of,
 )
 from .python_empty import empty_move
@@ -86,7 +86,7 @@ class Flow(Bindings):
         self.params = params
         self.dtypes = dtypes  # parameters annotated or defaulted as a dtype
         self.scalars = scalars  # parameters annotated as a number, a flag or a string (round 32)
-        self.switches = _SWITCHES.search(source) is not None
+        self.switches = ("device(" in source or "device_of(" in source) and _SWITCHES.search(source) is not None
         self.before: dict[int, Env] = {}
         self.volatile: set[str] = set()  # `global` / `nonlocal` names: a call may bind them
         self.loops: list[_Loop] = []
@@ -375,7 +375,7 @@ def _build(ext: PythonExtractor, body: Any, hosts: bool) -> tuple[Flow, _Calls, 
     else:
         start, end = body.start_byte, body.end_byte
         row0, indent = body.start_point
-    if (body.end_point[0] - row0 if body is not None else data.count(b"\n")) > _LINES:
+    if _too_long(ext.src.data, body):
         return None  # a long function: its walk costs more than the few moves it would prove (issue 15)
     lines = data[start:end].decode("utf-8", "replace").split("\n")
     shifts: dict[int, int] = {}
@@ -403,9 +403,11 @@ def _build(ext: PythonExtractor, body: Any, hosts: bool) -> tuple[Flow, _Calls, 
     return flow, flow.calls, row0, shifts
 
 
-def _before(ext: PythonExtractor, node: Any) -> bytes:
-    """The text of ``node``'s function (or module) above it."""
+def _before(ext: PythonExtractor, node: Any) -> bytes | None:
+    """The text of ``node``'s function (or module) above it; None where ``_flow`` walks nothing (round 33)."""
     body = enclosing(node.parent, "function_definition")
+    if body is None and enclosing(node.parent, "class_definition") is not None or _too_long(ext.src.data, body):
+        return None
     return bytes(ext.src.data[body.start_byte if body is not None else 0:node.start_byte])
 
 
@@ -427,7 +429,7 @@ def noop_move(ext: PythonExtractor, node: Any) -> bool:
     if ext.empty_guard_file and empty_move(ext, node):
         return True  # round 33: `x.reshape((0, 5)).to(d)` under `if x.numel() == 0:`: zero elements
     before = _before(ext, node)
-    if not any(n in before for n in _PLACES) and b"None" not in before:
+    if before is None or not any(n in before for n in _PLACES) and b"None" not in before:
         return False  # nothing above places a value: no walk
     found = _flow(ext, node)
     if found is None:
@@ -461,7 +463,7 @@ def copied_device(ext: PythonExtractor, node: Any, which: str) -> str | None:
     ``HOST``, ``DEFAULT``, another token, or None; asked only where the function above spells a host
     producer."""
     before = _before(ext, node)
-    if not _producer(before):
+    if before is None or not _producer(before):
         return None  # no host producer nor factory without a device above: no walk
     found = _flow(ext, node)
     if found is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from .python import PythonExtractor
@@ -32,6 +32,13 @@ _HOSTS = (b"cpu", b"from_numpy", b"frombuffer", b"return_tensors", b"pin_memory"
 # arguments fit on its line: `torch.arange(0, n, 2)`, `torch.tensor(vals)`)
 _DEFAULTS = re.compile(rb"torch\.(?:arange|zeros|ones|empty|full|rand|randn|randint|randperm|linspace|eye|tensor|"
                        rb"Tensor|\w+Tensor)\((?![^\n]*device)")
+
+
+def _too_long(src: bytes, body: Any) -> bool:
+    """The function ``body`` (None: the top level of the module ``src``) has more than ``_LINES`` lines:
+    not walked (round 33: asked before the text above a site is read; a class body outside any method is
+    not walked either, and ``python_device_flow._before`` skips it too)."""
+    return bool((body.end_point[0] - body.start_point[0] if body is not None else src.count(b"\n")) > _LINES)
 
 
 def _producer(text: bytes) -> bool:
@@ -110,6 +117,8 @@ _NO_PLACEMENT = re.compile(r"(?:torch\.)?(?:no_grad|inference_mode|enable_grad|s
                            r"amp\.autocast|cuda\.amp\.autocast|profiler\.\w+|autograd\.\w+)\b|"
                            r"(?:\w+\.)?assert\w+|pytest\.\w+|warnings\.\w+|open\b|contextlib\.\w+|nullcontext\b|"
                            r"tqdm\b|timer\b|self\.assert\w+")
+# every match spells `device(` or `device_of(`: `Flow` searches (the pattern has no literal start, so it
+# is tried at every offset) only a function whose text holds one (round 33)
 _SWITCHES = re.compile(r"set_device\(|cuda\.device\(|\bdevice_of\(|\bwith\b[^\n]*(?<![\w.])device\(")
 
 
