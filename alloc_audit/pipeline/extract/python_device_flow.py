@@ -30,17 +30,15 @@ may place the factories in it, and a dropped ``m.to(d)`` moves a module in
 place. An op mixing a host and an unknown value is of unknown device (a
 0-dim host tensor goes with a GPU one); of a host and a GPU value, on the GPU.
 
-Rule (``noop_move``): ``x.to(E)`` / ``x.cuda()`` copies nothing when ``x``'s token is ``E``'s, or ``E`` is the
-host or ``None``, or (round 33) ``x`` is empty (``python_empty.empty_move``); ``sd["w"].to(D)`` of ``sd =
-torch.load(p, map_location=D)`` too (``python_device_calls.loaded``). True: ``inp = inps[i].to(dev)`` then
-``f(inp.to(dev))``; ``torch.stack([F.pad(torch.ones(n, device=d), p) for ...]).to(d)``. False: ``x = y.to(d)`` in
-one branch of an ``if``, then ``x.to(d)``; ``x.to(other)``; ``f(x).to(d)``; ``x.to(d, copy=True)``; a dtype beside
-the device (a cast copies). ``host_copy`` / ``host_device``: a ``*_like`` / ``new_*`` / ``device=x.device`` of a
-value whose token is ``host`` allocates no device memory. True: ``m = x.cpu() * 2; torch.zeros_like(m)``. False:
-``m = x.cpu() * y`` (``y`` of unknown device).
+Rule (``noop_move``): ``x.to(E)`` / ``x.cuda()`` copies nothing when ``x``'s token is ``E``'s, or ``E`` is the host or
+``None``, or (round 33) ``x`` is empty (``python_empty.empty_move``); ``sd["w"].to(D)`` of ``sd = torch.load(p,
+map_location=D)`` too (``python_device_calls.loaded``). True: ``inp = inps[i].to(dev)`` then ``f(inp.to(dev))``;
+``torch.stack([F.pad(torch.ones(n, device=d), p) for ...]).to(d)``. False: ``x = y.to(d)`` in one branch of an ``if``,
+then ``x.to(d)``; ``x.to(other)``; ``f(x).to(d)``; ``x.to(d, copy=True)``; a dtype beside the device (a cast).
+``host_copy`` / ``host_device``: a ``*_like`` / ``new_*`` / ``device=x.device`` of a value whose token is ``host``
+allocates no device memory. True: ``m = x.cpu() * 2; torch.zeros_like(m)``. False: ``m = x.cpu() * y`` (``y`` unknown).
 
-Cost (issue 15): functions (module top levels) of at most 400 lines (150 before round 33), where the text above
-spells a move or a device (a host producer, for a copy). Pure.
+Cost (issue 15): functions (module top levels) of at most 400 lines whose text above spells a move or a device. Pure.
 """
 
 from __future__ import annotations
