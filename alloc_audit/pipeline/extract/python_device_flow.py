@@ -38,7 +38,7 @@ then ``x.to(d)``; ``x.to(other)``; ``f(x).to(d)``; ``x.to(d, copy=True)``; a dty
 ``host_copy`` / ``host_device``: a ``*_like`` / ``new_*`` / ``device=x.device`` of a value whose token is ``host``
 allocates no device memory. True: ``m = x.cpu() * 2; torch.zeros_like(m)``. False: ``m = x.cpu() * y`` (``y`` unknown).
 
-Cost (issue 15): functions (module top levels) of at most 400 lines whose text above spells a move or a device. Pure.
+Cost (issue 15): functions (module top levels) of at most 150 lines whose text above spells a move or a device. Pure.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ _DTYPE = "dtype"
 _POS = re.compile(r"@(\d+):(\d+)")
 _LOOP_PASSES = 3
 _DEPTH = 40  # expression nesting followed
-_LINES = 400  # the longest function (or module top level) walked
+_LINES = 150  # the longest function (or module top level) walked
 
 
 # what a function above a copy spells when a value there can be a host tensor
