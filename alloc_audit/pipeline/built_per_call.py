@@ -175,6 +175,12 @@ def per_call_pinned(site: Site) -> bool:
     return site.tier_reason.startswith(PINNED_PER_CALL)
 
 
+def direct_callers(funcs: list[Func], index: ProjectIndex) -> list[Func]:
+    """The functions that call one of ``funcs`` directly (a class's builders, for its constructors), by id."""
+    dist = index.callers_within(funcs, 1)
+    return [index.funcs[fid] for fid, d in sorted(dist.items()) if d == 1 and fid in index.funcs]
+
+
 def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
                       per_call: Callable[[ClassInfo], str] | None = None,
                       unbuilt: Callable[[ClassInfo], bool] | None = None) -> str:
@@ -184,8 +190,7 @@ def per_call_builders(ctors: list[Func], index: ProjectIndex, per_step: object,
     the per-step function; "" when any is not."""
     if not ctors:
         return ""
-    dist = index.callers_within(ctors, 1)
-    builders = [index.funcs[fid] for fid, d in sorted(dist.items()) if d == 1 and fid in index.funcs]
+    builders = direct_callers(ctors, index)
     if not builders:
         return ""
     named = []

@@ -47,6 +47,7 @@ from collections.abc import Callable, Sequence
 from ..catalog import CallerGlobs
 from ..globs import matcher
 from ..model import Block, Call, Language, Site, SiteKind, Tier
+from .built_per_call import direct_callers
 from .built_per_pass import class_factories
 from .index import ClassInfo, Func, ProjectIndex
 from .names import has_word
@@ -217,8 +218,7 @@ def _builders(index: ProjectIndex, cls: ClassInfo, rebuilt: dict[str, tuple[Func
     ctors = index.constructors(cls)
     if not ctors or index.subclass_names(cls.name) or class_factories(index, ctors, factories):
         return ""
-    dist = index.callers_within(ctors, 1)
-    builders = [index.funcs[fid] for fid, d in sorted(dist.items()) if d == 1 and fid in index.funcs]
+    builders = direct_callers(ctors, index)
     if not builders:
         return ""
     named = []
