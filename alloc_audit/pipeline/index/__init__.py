@@ -272,7 +272,7 @@ class ProjectIndex:
         for caller, i in self.calls_named(func.name):
             if caller.table is None:
                 continue
-            call = caller.table[i]
+            call = caller.call_at(i)
             resolved = self.resolve(caller, call)
             if not resolved or func in resolved:
                 out.append((caller, call, bool(resolved)))
