@@ -133,7 +133,7 @@ class Parametrize:
             self._pending = {}
             for caller, i in self.index.calls_named("parametrize"):
                 if caller.table is not None and caller.language is Language.PYTHON:
-                    self._pending.setdefault(caller.path, []).append(caller.table[i])
+                    self._pending.setdefault(caller.path, []).append(caller.call_at(i))
         if func.path not in self._params:
             byfunc = self._params[func.path] = {}
             defs = sorted((f.scope.span.line, f.id) for f in self.index.functions_in(func.path)

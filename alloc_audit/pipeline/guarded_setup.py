@@ -193,7 +193,7 @@ def _guarded(func: Func, ctx: _Ctx) -> tuple[str, str] | None:
     for caller, i in ctx.index.calls_named(func.name):
         if caller.table is None:
             continue
-        call = caller.table[i]
+        call = caller.call_at(i)
         receiver = call.callee.rpartition(".")[0]
         test = _unset_test(caller, call.span.line, receiver, flags, stored) if receiver else ""
         if test:

@@ -198,7 +198,7 @@ def calls_of(func: Func, index: ProjectIndex) -> list[tuple[Func, Call]]:
     for caller, i in named:
         if caller.table is None:
             continue
-        call = caller.table[i]
+        call = caller.call_at(i)
         resolved = index.resolve(caller, call)
         if func in resolved or not resolved and owner is not None \
                 and call.callee.rpartition(".")[0].rpartition(".")[2] == owner:

@@ -83,8 +83,7 @@ def _local_builders(owner: ClassInfo, freeing: set[str], index: ProjectIndex) ->
     builders: list[Func] = []
     destructor = f"~{owner.name}" in freeing
     for caller, i in index.calls_named(owner.name):
-        table = caller.table
-        call = table[i] if table is not None else None
+        call = caller.call_at(i) if caller.table is not None else None
         if call is None or index.constructed_class(caller, call) is not owner:
             continue
         if caller.scope is None or caller.scope.role not in ("function", "method") or caller.owner is owner:

@@ -189,8 +189,7 @@ def calls_held(func: Func, callee: str, index: ProjectIndex) -> bool:
     a method."""
     if callee.isidentifier():
         scope = func.scope
-        return (scope is not None and callee in scope.params) or any(callee in a.targets for a in func.assigns) \
-            or any((c.target or "").strip() == callee for c in func.calls)
+        return (scope is not None and callee in scope.params) or callee in index.bound_names(func)
     return callee.startswith("self.") and callee[5:].isidentifier() and func.owner is not None \
         and not index.method_lookup(func.owner, callee[5:]) and _held(func.owner, callee)
 

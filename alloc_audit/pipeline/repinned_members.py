@@ -127,7 +127,7 @@ def callers_by_name(func: Func, index: ProjectIndex) -> list[tuple[Func, Call]]:
     tensor is not a call of a project method named ``pin_memory``)."""
     out = []
     for caller, i in index.calls_named(func.name):
-        call = caller.table[i] if caller.table is not None else None
+        call = caller.call_at(i) if caller.table is not None else None
         if call is None:
             continue
         targets = index.resolve(caller, call)

@@ -51,6 +51,7 @@ class ProjectIndex:
         self._constants: dict[str, dict[str, Value]] = {}
         self._visible: dict[str, dict[str, Value]] = {}
         self._at_span: dict[str, tuple[Func, dict[Span, Call]]] = {}  # function id -> (function, first call per span)
+        self._bound: dict[str, tuple[Func, frozenset[str]]] = {}  # function id -> (function, names it binds)
         self.add(files)
 
     def add(self, files: Mapping[str, FileFacts]) -> None:
@@ -146,6 +147,15 @@ class ProjectIndex:
             held = self._at_span[func.id] = (func, at)
         call = held[1].get(site.span)
         return (func, call) if call is not None else None
+
+    def bound_names(self, func: Func) -> frozenset[str]:
+        """The names ``func``'s assignments bind (their target texts) and the call results it stores (targets,
+        stripped), kept per function: a function's statements never change once its file is added."""
+        held = self._bound.get(func.id)
+        if held is None or held[0] is not func:
+            names = {t for a in func.assigns for t in a.targets} | {(c.target or "").strip() for c in func.calls}
+            held = self._bound[func.id] = (func, frozenset(names))
+        return held[1]
 
     def functions_in(self, path: str) -> Iterable[Func]:
         """The functions of one file, its module level included."""
@@ -272,7 +282,7 @@ class ProjectIndex:
         for caller, i in self.calls_named(func.name):
             if caller.table is None:
                 continue
-            call = caller.table[i]
+            call = caller.call_at(i)
             resolved = self.resolve(caller, call)
             if not resolved or func in resolved:
                 out.append((caller, call, bool(resolved)))

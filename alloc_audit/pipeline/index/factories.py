@@ -173,7 +173,7 @@ class Factories:
         for name in sorted({f.name for f in self._factories(3)}):
             for func, i in by_leaf.get(name, ()):
                 assert func.table is not None
-                derived = self._derive(func, func.table[i], depth)
+                derived = self._derive(func, func.call_at(i), depth)
                 if derived is not None:
                     out.append(derived)
         out.sort(key=lambda s: s.sort_key)

@@ -7,6 +7,7 @@ the bases, the constructors of a class, a Python dotted name)."""
 from __future__ import annotations
 
 import dataclasses
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +26,7 @@ class Func:
     Its calls stay in the file's columnar ``CallTable``; ``calls`` turns them
     into ``Call`` objects on first use (most functions are never inspected)."""
 
-    __slots__ = ("id", "path", "qualname", "name", "scope", "language", "owner", "table", "call_ix", "_calls",
+    __slots__ = ("id", "path", "qualname", "name", "scope", "language", "owner", "table", "call_ix", "_calls", "_at",
                  "sites", "assigns", "returns", "blocks", "withs", "module")
 
     def __init__(self, fid: str, path: str, qualname: str, scope: Scope | None, language: Language,
@@ -41,6 +42,7 @@ class Func:
         self.table: CallTable | None = None
         self.call_ix: list[int] = []
         self._calls: list[Call] | None = None
+        self._at: dict[int, Call] | None = None
         self.sites: list[Site] = []
         self.assigns: list[Assign] = []
         self.returns: list[Return] = []
@@ -53,6 +55,16 @@ class Func:
             table = self.table
             self._calls = [table[i] for i in self.call_ix] if table is not None else []
         return self._calls
+
+    def call_at(self, i: int) -> Call:
+        """The call at ``i`` (of ``call_ix``) in the file's ``CallTable``, built once (round 33, issue 15)."""
+        if self._calls is not None:
+            return self._calls[bisect_left(self.call_ix, i)]  # `call_ix` ascends (the table is in order)
+        at = self._at = self._at if self._at is not None else {}
+        found = at.get(i)
+        if found is None:
+            found = at[i] = self.table[i]  # type: ignore[index]  # an index of `call_ix`: the table is set
+        return found
 
     @property
     def callees(self) -> list[str]:
