@@ -127,15 +127,14 @@ def _placed_read(site: Site, ctx: _Ctx) -> Site:
         how = f"keeps it in {kept}"
     elif site.stmt_line in handed and read is not None and not read.target:
         how = "returns it"  # `return load_file(path, device="cuda")`
+    elif any(_LOADS.search(c.callee) and c.span.contains(site.span) for c in func.calls) or (
+            read is not None and _flows(func, read.callee, lambda c: bool(_LOADS.search(c.callee))
+                                        and c.span.line >= line, ())):
+        how = "hands it to load_state_dict"
+    elif read is not None and _handed_whole(func, read, handed, ctx.index):
+        how = "returns or yields what it read"
     else:
-        if any(_LOADS.search(c.callee) and c.span.contains(site.span) for c in func.calls) or (
-                read is not None and _flows(func, read.callee, lambda c: bool(_LOADS.search(c.callee))
-                                            and c.span.line >= line, ())):
-            how = "hands it to load_state_dict"
-        elif read is not None and _handed_whole(func, read, handed, ctx.index):
-            how = "returns or yields what it read"
-        else:
-            return site
+        return site
     return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
         f"{WEIGHT_UPLOAD}{func.qualname} reads a checkpoint onto the device ({site.api}) and {how}; "
         f"was: {site.tier_reason}"))

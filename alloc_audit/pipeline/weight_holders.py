@@ -67,7 +67,8 @@ _CAT = re.compile(r"torch\.(?:cat|stack)\(\s*[\[(](.*)[\])]\s*(?:,[^()]*)?\)", r
 # a tensor of another object, detached (`module.qweight.detach().pin_memory()`, `layer.mlp.scales.data`):
 # no config value (`hf_layer.scale`, `layer.eps`)
 _MIRROR = re.compile(r"([A-Za-z_]\w*)(?:\.\w+)+(?:\.detach\(\)|\.data)(?:\.(?:contiguous|pin_memory|clone|cpu)\(\))*")
-_CHECKPOINT_CALLS = ("torch.load", "load_file", "safe_open")
+_READERS = ("torch.load", "load_file")  # calls that return a whole checkpoint
+_CHECKPOINT_CALLS = (*_READERS, "safe_open")
 # an entry by name (`w["emb.weight"]`, `self.w[f"{att}key.weight"]`), as a state dict is read; not by position
 # (`self.data[i]`, a tensor data set)
 _SUBSCRIPT = re.compile(r"""((?:self\.)?[A-Za-z_]\w*)\[\s*f?(?:"[^"]*"|'[^']*')\s*\]""")
@@ -237,7 +238,7 @@ def _checkpoint_member(cls: ClassInfo, member: str) -> bool:
     for method, value in bindings:
         if value == "None":
             continue
-        if re.fullmatch(r"[\w.]+\(.*\)", value, re.S) and value.split("(", 1)[0].endswith(("torch.load", "load_file")):
+        if re.fullmatch(r"[\w.]+\(.*\)", value, re.S) and value.split("(", 1)[0].endswith(_READERS):
             loaded = True
             continue
         if value.isidentifier() and all(v == f"self.{member}" or (v[:1] in "{[" and f" in {value}" in v)
