@@ -51,7 +51,8 @@ def answers(index: ProjectIndex) -> dict[str, Any]:
         out[fid] = ([(c, tuple(t.id for t in index.resolve(func, c)), index.missing_names(func, c))
                      for c in func.callees],
                     _reach(index.reach(func, 3)), _reach(index.factory_allocation(func, 3)),
-                    list(index.callers_within([func], 2).items()))  # in the order found, as the passes read it
+                    list(index.callers_within([func], 2).items()),  # in the order found, as the passes read it
+                    [(c, tuple(t.id for t in targets)) for c, targets in index.callees(func)])  # kept per function
     for name in sorted({c.name for f in index.funcs.values() if f.owner for c in [f.owner]}):
         out[f"class {name}"] = [_reach(index.class_allocates(c)) for c in index.classes_named(name)]
     out["factories"] = sorted(index.factories())

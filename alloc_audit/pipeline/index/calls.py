@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from ...model import Call
 from .memo import Memo
@@ -32,6 +33,9 @@ class CallGraph:
         self._matched: weakref.WeakKeyDictionary[Callable[[str], bool], tuple[int, list[str]]] = \
             weakref.WeakKeyDictionary()
         self._reach: Memo[tuple[str, int], tuple[Reach, ...]] = Memo(symbols.deps)
+        # function id -> its calls that resolve, with their targets: a reach visits the same functions
+        # again and again (each class's constructors, every round), each visit a resolution per call
+        self._callees: Memo[str, tuple[tuple[Call, tuple[Func, ...]], ...]] = Memo(symbols.deps)
         # the reverse walk's memos, forgotten whole when a file or a site is added (the tier passes
         # ask the same callers again and again once nothing is added any more):
         # callee leaf -> its calls resolved, (calling function, ids of the targets), in calls_by_leaf order
@@ -42,14 +46,17 @@ class CallGraph:
 
     def reset(self) -> None:
         self._reach.clear()
+        self._callees.clear()
         self._forget_callers()
 
     def settle(self) -> None:
         self._reach.settle()
+        self._callees.settle()
 
     def invalidate(self, touched: set[str]) -> None:
         """Files were added: forget the reaches that looked up a name they define (``memo``)."""
         self._reach.invalidate(touched)
+        self._callees.invalidate(touched)
         self._forget_callers()
 
     def _forget_callers(self) -> None:
@@ -187,10 +194,17 @@ class CallGraph:
         return found
 
     def callees(self, func: Func) -> Iterator[tuple[Call, tuple[Func, ...]]]:
-        for call in func.calls:
-            targets = self._resolve(func, call)
-            if targets:
-                yield call, targets
+        """``func``'s calls that resolve, in order, with their targets: kept per function with the names
+        of its resolutions together (``memo``), as each resolution is kept with its own."""
+        memo = self._callees
+        found = memo.values.get(func.id)
+        if found is not None:
+            return iter(memo.hit(func.id))
+        deps = self._symbols.deps
+        deps.begin()
+        resolve = self._resolve
+        found = tuple((call, targets) for call in func.calls for targets in (resolve(func, call),) if targets)
+        return iter(memo.store(func.id, found, deps.end()))
 
     def reach(self, func: Func, depth: int) -> tuple[Reach, ...]:
         """Allocation sites executed by ``func`` directly or through at most
@@ -205,10 +219,11 @@ class CallGraph:
         out: list[Reach] = []
         seen_sites: set[tuple[str, int, int]] = set()
         seen_funcs = {func.id}
-        frontier: list[tuple[Func, tuple[Hop, ...]]] = [(func, ())]
+        frontier: list[_Visit] = [[func, None, None, ()]]
         for level in range(depth + 1):
-            next_frontier: list[tuple[Func, tuple[Hop, ...]]] = []
-            for current, hops in frontier:
+            next_frontier: list[_Visit] = []
+            for visit in frontier:
+                current = visit[0]
                 names.add(current.id)  # sites_of(current)
                 for site in current.sites:
                     if not site.acquires:
@@ -216,7 +231,7 @@ class CallGraph:
                     skey = (site.path, site.span.line, site.span.col)
                     if skey not in seen_sites:
                         seen_sites.add(skey)
-                        out.append(Reach(site, hops))
+                        out.append(Reach(site, _hops(visit)))
                 if level == depth:
                     continue
                 for call, targets in self.callees(current):
@@ -224,7 +239,20 @@ class CallGraph:
                         if target.id in seen_funcs:
                             continue
                         seen_funcs.add(target.id)
-                        hop = Hop(call, current.path, current.qualname, target.qualname)
-                        next_frontier.append((target, (*hops, hop)))
+                        next_frontier.append([target, visit, call, None])
             frontier = next_frontier
         return self._reach.store(key, tuple(out), deps.end())
+
+
+# a function the reach visits: [function, the visit it was called from, the call, its hops (None: not built yet)]
+_Visit = list[Any]
+
+
+def _hops(visit: _Visit) -> tuple[Hop, ...]:
+    """The call path to a visit, built only for a visit with a site (most visits have none): each hop
+    made once and shared by the paths through it, as the walk used to make them at every visit."""
+    hops: tuple[Hop, ...] | None = visit[3]
+    if hops is None:
+        caller = visit[1][0]
+        hops = visit[3] = (*_hops(visit[1]), Hop(visit[2], caller.path, caller.qualname, visit[0].qualname))
+    return hops
