@@ -230,9 +230,11 @@ class WantedFiles:
     modules: frozenset[str] = frozenset()
     native_mentions: frozenset[str] = frozenset()
     python_names: frozenset[str] = field(init=False)  # classes and functions, for a quick no
+    native_names: frozenset[str] = field(init=False)  # definitions and native mentions, for a quick no
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "python_names", frozenset(self.classes) | frozenset(self.functions))
+        object.__setattr__(self, "native_names", self.definitions | self.native_mentions)
 
     def __bool__(self) -> bool:
         return bool(self.definitions or self.classes or self.functions or self.modules or self.native_mentions)
@@ -242,6 +244,8 @@ class WantedFiles:
         bytes, taken only when a wanted name is among them) is one the rules
         need."""
         if not path.endswith(".py"):
+            if self.native_names.isdisjoint(identifiers):  # one pass over a long list, not two
+                return False
             if not self.native_mentions.isdisjoint(identifiers):
                 return True
             return not self.definitions.isdisjoint(identifiers) and \

@@ -16,10 +16,15 @@ def statements_into_functions(symbols: Symbols, path: str) -> None:
     table = symbols.by_path[path]
     func_for = symbols._func_for
     calls = facts.calls
+    last = None
+    ix: list[int] = []
     for i, scope_name in enumerate(calls.scopes):
-        func = func_for(table, path, scope_name, facts)
-        func.table = calls
-        func.call_ix.append(i)
+        if scope_name != last:  # a function's calls come in runs: its function looked up once a run
+            func = table.get(scope_name) or func_for(table, path, scope_name, facts)
+            func.table = calls
+            ix = func.call_ix
+            last = scope_name
+        ix.append(i)
     for site in facts.sites:
         func_for(table, path, site.scope, facts).sites.append(site)
     for assign in facts.assigns:
