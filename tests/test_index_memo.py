@@ -335,3 +335,28 @@ def _count_class_allocations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(Factories, "_find_class_allocation", counted)
     return computed
+
+
+def test_a_python_class_s_constructors_are_what_method_lookup_finds_for_each_name(tmp_path: Path) -> None:
+    """``constructors`` walks a class's bases once for all constructor names (``symbol_parts``): the same
+    functions, in the same order, as ``method_lookup`` of each name, before and after the index settles."""
+    (tmp_path / "pkg").mkdir()
+    sources = {
+        "pkg/base.py": "class Base:\n    def __init__(self):\n        pass\n\n    def __new__(cls):\n"
+                       "        return object.__new__(cls)\n",
+        "pkg/mid.py": "from pkg.base import Base\n\n\nclass Mid(Base):\n    def __post_init__(self):\n        pass\n",
+        "pkg/leaf.py": "from pkg.mid import Mid\n\n\nclass Leaf(Mid):\n    def __new__(cls):\n"
+                       "        return object.__new__(cls)\n\n\nclass Alone:\n    pass\n",
+    }
+    for path, text in sources.items():
+        (tmp_path / path).write_text(text)
+    index = ProjectIndex(extracted_facts(tmp_path, tuple(sources)))
+    classes = [c for name in ("Base", "Mid", "Leaf", "Alone") for c in index.classes_named(name)]
+    assert len(classes) == 4
+    for _settled in (False, True):
+        for cls in classes:
+            expected = [f for name in ("__init__", "__post_init__", "__new__") for f in index.method_lookup(cls, name)]
+            assert index.constructors(cls) == expected
+        leaf = index.classes_named("Leaf")[0]
+        assert [f.qualname for f in index.constructors(leaf)] == ["Base.__init__", "Mid.__post_init__", "Leaf.__new__"]
+        index.settle()

@@ -1,13 +1,14 @@
-"""Two pieces of ``symbols``, apart for its size: a new file's calls, sites
-and statements filed into its functions, and how many leading directories
-two paths share (``Symbols.module_path``'s choice between vendored copies)."""
+"""Pieces of ``symbols``, apart for its size: a new file's calls, sites
+and statements filed into its functions, a Python class's constructors, and
+how many leading directories two paths share (``Symbols.module_path``'s
+choice between vendored copies)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .symbols import Symbols
+    from .symbols import ClassInfo, Func, Symbols
 
 
 def statements_into_functions(symbols: Symbols, path: str) -> None:
@@ -45,3 +46,20 @@ def shared_dirs(a: str, b: str) -> int:
             break
         n += 1
     return n
+
+
+def python_constructors(symbols: Symbols, cls: ClassInfo, names: tuple[str, ...]) -> list[Func]:
+    """``Symbols.method_lookup`` of each constructor name of a Python class, concatenated: its own
+    method, else the nearest base's, with the bases found once for all names, not once a name (the
+    same lookups, so the same names noted; a Python class's bases are Python classes: nothing native
+    to note)."""
+    out: list[Func] = []
+    bases: list[ClassInfo] | None = None
+    for name in names:
+        found = cls.methods.get(name)
+        if not found:
+            if bases is None:
+                bases = symbols.base_classes(cls)
+            found = next((b.methods[name] for b in bases if b.methods.get(name)), [])
+        out += found
+    return out

@@ -14,6 +14,7 @@ from typing import Any
 
 from ...model import Assign, Block, Call, CallTable, FileFacts, Language, Return, Scope, Site, Span, With
 from .memo import CutOff, Deps
+from .symbol_parts import python_constructors as _python_constructors
 from .symbol_parts import shared_dirs as _shared_dirs
 from .symbol_parts import statements_into_functions as _statements_into_functions
 
@@ -452,10 +453,7 @@ class Symbols:
     def constructors(self, cls: ClassInfo) -> list[Func]:
         self._note_native(cls)
         if cls.language is Language.PYTHON:
-            out: list[Func] = []
-            for name in _CONSTRUCTOR_NAMES:
-                out += self.method_lookup(cls, name)
-            return out
+            return _python_constructors(self, cls, _CONSTRUCTOR_NAMES)
         return list(cls.methods.get(cls.name, ()))
 
 
