@@ -271,9 +271,8 @@ class PythonExtractor:
 
     def _scope_facts(self) -> list[Scope]:
         out: list[Scope] = []
-        parameters_id, value_id, return_type_id, body_id, superclasses_id = common.field_ids(
-            Language.PYTHON, "parameters", "value", "return_type", "body", "superclasses")
-        fields = common.field_ids(Language.PYTHON, "name", "type")  # what `_param` reads
+        parameters_id, return_type_id, body_id, superclasses_id, *fields = common.field_ids(
+            Language.PYTHON, "parameters", "return_type", "body", "superclasses", "name", "type", "value")
         for i, (node, kind) in enumerate(self.scope_nodes):
             params: list[str] = []
             types: list[str] = []
@@ -283,14 +282,7 @@ class PythonExtractor:
             doc = ""
             returns_type = None
             if kind in ("function", "lambda"):
-                params_node = node.child_by_field_id(parameters_id)
-                for p in params_node.named_children if params_node is not None else ():
-                    name, type_text = _param(self.src, p, fields)
-                    if name:
-                        params.append(name)
-                        types.append(type_text)
-                        value = p.child_by_field_id(value_id) if p.type.endswith("default_parameter") else None
-                        defaults.append(self.src.text(value) if value is not None else "")
+                params, types, defaults = _parameters(self.src, node.child_by_field_id(parameters_id), fields)
                 if kind == "function":
                     rt = node.child_by_field_id(return_type_id)
                     returns_type = self.src.text(rt) if rt is not None else None
@@ -394,8 +386,24 @@ class PythonExtractor:
 # ---------------------------------------------------------------- helpers
 
 
-def _param(src: Source, node: Any, fields: tuple[int, ...]) -> tuple[str, str]:
-    """A parameter's name and type text; ``fields``: the ids of the fields ``name`` and ``type``."""
+def _parameters(src: Source, node: Any | None, fields: list[int]) -> tuple[list[str], list[str], list[str]]:
+    """The names, type texts and default texts ("" for none) of the parameters ``node`` lists; ``fields``:
+    the ids of the fields ``name``, ``type`` and ``value``."""
+    params: list[str] = []
+    types: list[str] = []
+    defaults: list[str] = []
+    for p in node.named_children if node is not None else ():
+        name, type_text = _param(src, p, fields)
+        if name:
+            params.append(name)
+            types.append(type_text)
+            value = p.child_by_field_id(fields[2]) if p.type.endswith("default_parameter") else None
+            defaults.append(src.text(value) if value is not None else "")
+    return params, types, defaults
+
+
+def _param(src: Source, node: Any, fields: list[int]) -> tuple[str, str]:
+    """A parameter's name and type text; ``fields``: the ids of the fields ``name`` and ``type`` first."""
     t = node.type
     if t == "identifier":
         return src.raw(node), ""
