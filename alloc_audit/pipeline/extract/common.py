@@ -11,6 +11,7 @@ import dataclasses
 import re
 from bisect import bisect_right
 from collections.abc import Callable, Collection, Mapping, Sequence
+from functools import cache
 from operator import attrgetter
 from typing import Any
 
@@ -112,6 +113,25 @@ class Containers:
         while k >= 0 and ranges[order[k]][1] <= pos:
             k = self._parent_k[k]
         return order[k] if k >= 0 else -1
+
+
+@cache
+def field_ids(grammar: Language, *names: str) -> tuple[int, ...]:
+    """The grammar's ids of the fields ``names``, in order:
+    ``node.child_by_field_id(field_ids(g, n)[0])`` is
+    ``node.child_by_field_name(n)``, which looks the name up among the
+    grammar's field names on every call (round 34: a third of its cost in
+    the extractor's loops over every assignment, scope and block)."""
+    from ..parse import language
+
+    lang = language(grammar)
+    out = []
+    for name in names:
+        found = lang.field_id_for_name(name)
+        if found is None:
+            raise KeyError(name)
+        out.append(found)
+    return tuple(out)
 
 
 _START = attrgetter("start_byte")

@@ -85,7 +85,6 @@ class ConstantBranches:
         self._starts = [n.start_byte for n in self.functions]
         self._seen: dict[tuple[int, str], list[Any]] = {}  # (function start, name) -> its identifier nodes
         self._binds: dict[str, list[int]] | None = None  # name -> where the file's text binds it to a literal
-        self._words: dict[int, dict[bytes, list[int]]] = {}  # function start -> its words -> where they start
         self.dead: list[Any] = []
         for node in ifs:
             self.dead += self._dead_parts(node)
@@ -187,14 +186,9 @@ class ConstantBranches:
         return found
 
     def _find(self, func: Any, name: str) -> list[Any]:
-        words = self._words.get(func.start_byte)
-        if words is None:  # the function's words by spelling, found in one pass
-            words = self._words[func.start_byte] = {}
-            for m in _WORD.finditer(self.src, func.start_byte, func.end_byte):
-                words.setdefault(m.group(0), []).append(m.start())
         out = []
         key = name.encode()
-        for at in words.get(key, ()):
+        for at in word_starts(self.src, func.start_byte, func.end_byte, key):
             node = func.descendant_for_byte_range(at, at + len(key))
             if node is not None and node.type == "identifier" and node.start_byte == at \
                     and node.end_byte == at + len(key):
@@ -309,6 +303,39 @@ def literal_bindings(source: bytes, cpp: bool) -> dict[str, list[int]]:
             out.setdefault(name.group(1).decode("utf-8", "replace"), []).append(start)
         end = m.end()
     return out
+
+
+def word_starts(source: bytes, start: int, end: int, key: bytes) -> list[int]:
+    """Where ``_WORD.finditer(source, start, end)`` has a match that is
+    ``key``, found without reading every word of the stretch (round 34: the
+    per-function word table cost more than its few lookups).
+
+    A position ``p`` starts a match exactly when its byte can start a word
+    and the run of word bytes (``[\\w$]``) before it, back to ``start``,
+    holds no byte that can start one: such a byte (the leftmost of the run;
+    only digits precede it) starts a match that runs on over ``p``, while a
+    run of digits starts none and nothing reaches across a non-word byte.
+    The match is ``key`` when ``key`` is a whole word there (``key`` itself a
+    word, the byte after it not a word byte, or ``end``)."""
+    out: list[int] = []
+    if _WORD.fullmatch(key) is None:
+        return out  # no match of `_WORD` spells it
+    size = len(key)
+    at = source.find(key, start, end)
+    while at >= 0:
+        after = at + size
+        if after == end or source[after] not in _WORD_BYTES:
+            before = at - 1
+            while before >= start and source[before] in _DIGITS:
+                before -= 1
+            if before < start or source[before] not in _WORD_BYTES:
+                out.append(at)
+        at = source.find(key, at + 1, end)
+    return out
+
+
+_WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$")  # `[\w$]` in bytes
+_DIGITS = frozenset(b"0123456789")
 
 
 def _zero(literal: str) -> bool:

@@ -219,8 +219,9 @@ class PythonExtractor:
         nodes += [(n, "class") for n in classes] + [(n, "lambda") for n in lambdas]
         ranges: list[tuple[int, int]] = []
         kept: list[tuple[Any, str]] = []
+        body_id, name_id = common.field_ids(Language.PYTHON, "body", "name")
         for node, kind in nodes:
-            body = node.child_by_field_name("body")
+            body = node.child_by_field_id(body_id)
             if body is None:
                 continue
             ranges.append((body.start_byte, node.end_byte))
@@ -235,7 +236,7 @@ class PythonExtractor:
             if kind == "lambda":
                 self.names.append("<lambda>")
             else:
-                name_node = node.child_by_field_name("name")
+                name_node = node.child_by_field_id(name_id)
                 self.names.append(self.src.raw(name_node) if name_node is not None else "?")
         # parents come before children in start order, so one pass fills qualnames
         for i in sorted(range(n), key=lambda i: ranges[i][0]):
@@ -270,6 +271,8 @@ class PythonExtractor:
 
     def _scope_facts(self) -> list[Scope]:
         out: list[Scope] = []
+        parameters_id, return_type_id, body_id, superclasses_id, *fields = common.field_ids(
+            Language.PYTHON, "parameters", "return_type", "body", "superclasses", "name", "type", "value")
         for i, (node, kind) in enumerate(self.scope_nodes):
             params: list[str] = []
             types: list[str] = []
@@ -279,16 +282,9 @@ class PythonExtractor:
             doc = ""
             returns_type = None
             if kind in ("function", "lambda"):
-                params_node = node.child_by_field_name("parameters")
-                for p in params_node.named_children if params_node is not None else ():
-                    name, type_text = _param(self.src, p)
-                    if name:
-                        params.append(name)
-                        types.append(type_text)
-                        value = p.child_by_field_name("value") if p.type.endswith("default_parameter") else None
-                        defaults.append(self.src.text(value) if value is not None else "")
+                params, types, defaults = _parameters(self.src, node.child_by_field_id(parameters_id), fields)
                 if kind == "function":
-                    rt = node.child_by_field_name("return_type")
+                    rt = node.child_by_field_id(return_type_id)
                     returns_type = self.src.text(rt) if rt is not None else None
             if kind in ("function", "class"):
                 parent = node.parent
@@ -299,9 +295,9 @@ class PythonExtractor:
                             if expr.type == "call":
                                 expr = expr.child_by_field_name("function")
                             decorators.append(self.resolve(self.src.text(expr)))
-                doc = _docstring(self.src, node.child_by_field_name("body"))
+                doc = _docstring(self.src, node.child_by_field_id(body_id))
             if kind == "class":
-                supers = node.child_by_field_name("superclasses")
+                supers = node.child_by_field_id(superclasses_id)
                 for b in supers.named_children if supers is not None else ():
                     if b.type != "keyword_argument":
                         bases.append(self.resolve(self.src.text(b)))
@@ -390,15 +386,32 @@ class PythonExtractor:
 # ---------------------------------------------------------------- helpers
 
 
-def _param(src: Source, node: Any) -> tuple[str, str]:
+def _parameters(src: Source, node: Any | None, fields: list[int]) -> tuple[list[str], list[str], list[str]]:
+    """The names, type texts and default texts ("" for none) of the parameters ``node`` lists; ``fields``:
+    the ids of the fields ``name``, ``type`` and ``value``."""
+    params: list[str] = []
+    types: list[str] = []
+    defaults: list[str] = []
+    for p in node.named_children if node is not None else ():
+        name, type_text = _param(src, p, fields)
+        if name:
+            params.append(name)
+            types.append(type_text)
+            value = p.child_by_field_id(fields[2]) if p.type.endswith("default_parameter") else None
+            defaults.append(src.text(value) if value is not None else "")
+    return params, types, defaults
+
+
+def _param(src: Source, node: Any, fields: list[int]) -> tuple[str, str]:
+    """A parameter's name and type text; ``fields``: the ids of the fields ``name`` and ``type`` first."""
     t = node.type
     if t == "identifier":
         return src.raw(node), ""
     if t in ("typed_parameter", "typed_default_parameter", "default_parameter"):
-        name = node.child_by_field_name("name")
+        name = node.child_by_field_id(fields[0])
         if name is None:
             name = next((c for c in node.named_children if c.type == "identifier"), None)
-        type_node = node.child_by_field_name("type")
+        type_node = node.child_by_field_id(fields[1])
         return (src.raw(name) if name is not None else ""), (src.text(type_node) if type_node is not None else "")
     if t in ("list_splat_pattern", "dictionary_splat_pattern"):
         inner = next((c for c in node.named_children if c.type == "identifier"), None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from ...model import Assign, Block, Return, With, WithItem
+from ...model import Assign, Block, Language, Return, With, WithItem
 from . import common
 
 if TYPE_CHECKING:
@@ -24,20 +24,21 @@ def assigns(ext: PythonExtractor, assigns: list[Any], augs: list[Any], dels: lis
     out: list[Assign] = []
     rhs = ext.rhs_targets
     chained: set[int] = set()  # inner links of `a = b = value`, handled with the outermost
+    left_id, right_id, type_id, operator_id = common.field_ids(Language.PYTHON, "left", "right", "type", "operator")
     for node in assigns:
         if node.start_byte in chained:
             continue
-        left = node.child_by_field_name("left")
-        right = node.child_by_field_name("right")
-        type_node = node.child_by_field_name("type")
+        left = node.child_by_field_id(left_id)
+        right = node.child_by_field_id(right_id)
+        type_node = node.child_by_field_id(type_id)
         if left is None:
             continue
         lefts = [left]
-        while right is not None and right.type == "assignment" and right.child_by_field_name("left") is not None:
+        while right is not None and right.type == "assignment" and right.child_by_field_id(left_id) is not None:
             # `self.init_snapshot = snapshot = MemorySnapshot(...)`: every target is a target
             chained.add(right.start_byte)
-            lefts.append(right.child_by_field_name("left"))
-            right = right.child_by_field_name("right")
+            lefts.append(right.child_by_field_id(left_id))
+            right = right.child_by_field_id(right_id)
         if len(lefts) > 1:
             names = [ext.src.text(n) for n in lefts]
             kept = next((n for n in names if n.startswith(("self.", "cls."))), names[-1])
@@ -71,9 +72,9 @@ def assigns(ext: PythonExtractor, assigns: list[Any], augs: list[Any], dels: lis
             )
         )
     for node in augs:
-        left = node.child_by_field_name("left")
-        right = node.child_by_field_name("right")
-        op = node.child_by_field_name("operator")
+        left = node.child_by_field_id(left_id)
+        right = node.child_by_field_id(right_id)
+        op = node.child_by_field_id(operator_id)
         out.append(
             Assign(
                 scope=ext.scope_name(ext.scope_of(node)),
@@ -107,21 +108,23 @@ def returns(ext: PythonExtractor, nodes: list[Any]) -> list[Return]:
 def blocks(ext: PythonExtractor, caps: dict[str, list[Any]]) -> list[Block]:
     blocks = common.Blocks(ext.src, lambda node: ext.scope_name(ext.scope_of(node)), _FLOW_ENDS)
     add = blocks.add
+    consequence, condition, body_id, right_id = common.field_ids(Language.PYTHON, "consequence", "condition", "body",
+                                                                 "right")
 
     for node in caps.get("if", ()):
-        add("if", node, node.child_by_field_name("consequence"), node.child_by_field_name("condition"), node)
+        add("if", node, node.child_by_field_id(consequence), node.child_by_field_id(condition), node)
     for node in caps.get("elif", ()):
-        add("elif", node, node.child_by_field_name("consequence"), node.child_by_field_name("condition"),
+        add("elif", node, node.child_by_field_id(consequence), node.child_by_field_id(condition),
             node.parent)
     for node in caps.get("else", ()):
         parent = node.parent
         kind = {"if_statement": "else", "try_statement": "try-else"}.get(parent.type, "loop-else")
-        add(kind, node, node.child_by_field_name("body"), None, parent)
+        add(kind, node, node.child_by_field_id(body_id), None, parent)
     for node in caps.get("loop", ()):
-        test = node.child_by_field_name("condition") or node.child_by_field_name("right")
-        add("loop", node, node.child_by_field_name("body"), test, node)
+        test = node.child_by_field_id(condition) or node.child_by_field_id(right_id)
+        add("loop", node, node.child_by_field_id(body_id), test, node)
     for node in caps.get("try", ()):
-        add("try", node, node.child_by_field_name("body"), None, node)
+        add("try", node, node.child_by_field_id(body_id), None, node)
     for node in caps.get("except", ()):
         body = next((c for c in node.named_children if c.type == "block"), None)
         add("except", node, body, None, node.parent)
