@@ -1,7 +1,7 @@
 """conversion_paths keeps three memos per run (perf-r27): whether a function
 is handed on as a value (``_handed_on``), what a caller says before its own
 way in is walked (``_caller_says``), and a function's callers
-(``_callers``). Each answers a question of the function alone; a memoised
+(``_callers``, the calls by name kept per name: round 34). Each answers a question of the function alone; a memoised
 walk must answer exactly as one that asks afresh every time. Likewise
 lazy_members' substring test before its per-member patterns."""
 
@@ -67,6 +67,38 @@ def test_memoised_answers_are_the_fresh_ones() -> None:
     # twice: the second pass reads every memo
     for func in funcs:
         assert cp._handed_on(func, shared) == _handed_on_before(func, index)
+
+
+def _callers_of_before(func: Func, index: ProjectIndex, by_name: bool) -> list[Func]:
+    """``callers_of`` as round 33 wrote it (every call of the name checked again for each method)."""
+    dist = index.callers_within([func], 1)
+    found = {fid: index.funcs[fid] for fid, d in dist.items() if d == 1 and fid in index.funcs}
+    if by_name and func.owner is not None and not func.name.startswith("__"):
+        for caller, i in index.calls_named(func.name):
+            if caller.table is None or caller.id in found or caller is func:
+                continue
+            receiver = caller.table.callees[i].rpartition(".")[0]
+            if receiver in ("", "self", "cls") or not cp._object(caller, receiver, index):
+                continue
+            if not index.resolve(caller, caller.table.callees[i]):
+                found[caller.id] = caller
+    return list(found.values())
+
+
+def test_callers_by_name_kept_per_name_answer_as_asked_per_method() -> None:
+    by_name_added = 0
+    for project in (PROJECT, PROJECT.parent / "project-weight-preparation", PROJECT.parent / "project-offline-quantiser"):
+        paths = tuple(sorted(str(p.relative_to(project)) for p in project.rglob("*.py")))
+        index = ProjectIndex(extracted_facts(project, paths))
+        index.settle()
+        named: dict[str, list[Func]] = {}
+        for func in sorted(index.funcs.values(), key=lambda f: f.id):
+            for by_name in (True, False):
+                before = _callers_of_before(func, index, by_name)
+                assert cp.callers_of(func, index, by_name, named) == before, func.id
+                assert cp.callers_of(func, index, by_name) == before, func.id
+            by_name_added += len(before) < len(_callers_of_before(func, index, True))
+    assert by_name_added  # some method has callers through an object, by name
 
 
 def test_lazy_member_tests_with_and_without_the_substring_test() -> None:

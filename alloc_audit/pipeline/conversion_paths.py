@@ -87,6 +87,7 @@ class _Ctx:
     handed: dict[str, bool] = field(default_factory=dict)  # function id -> `_handed_on`
     said: dict[str, tuple[str | None] | Func] = field(default_factory=dict)  # caller id -> `_caller_says`
     callers: dict[tuple[str, bool], list[Func]] = field(default_factory=dict)  # (id, by_name) -> `_callers`
+    named: dict[str, list[Func]] = field(default_factory=dict)  # a method's name -> `called_by_name`
 
 
 def conversion_paths(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
@@ -287,26 +288,46 @@ def _callers(func: Func, ctx: _Ctx, by_name: bool = True) -> list[Func]:
     key = (func.id, by_name)
     found = ctx.callers.get(key)
     if found is None:
-        found = ctx.callers[key] = callers_of(func, ctx.index, by_name)
+        found = ctx.callers[key] = callers_of(func, ctx.index, by_name, ctx.named)
     return list(found)
 
 
-def callers_of(func: Func, index: ProjectIndex, by_name: bool = True) -> list[Func]:
+def callers_of(func: Func, index: ProjectIndex, by_name: bool = True,
+               named: dict[str, list[Func]] | None = None) -> list[Func]:
     """The resolved callers, and for a method the functions calling its name
     through another object where the call resolves nowhere (unless
-    ``by_name`` is off: its objects are built only on the path)."""
+    ``by_name`` is off: its objects are built only on the path). ``named``
+    keeps ``called_by_name``'s answers (a pass asks for many methods of one name)."""
     dist = index.callers_within([func], 1)
     found = {fid: index.funcs[fid] for fid, d in dist.items() if d == 1 and fid in index.funcs}
     if by_name and func.owner is not None and not func.name.startswith("__"):
-        for caller, i in index.calls_named(func.name):
-            if caller.table is None or caller.id in found or caller is func:
-                continue
-            receiver = caller.table.callees[i].rpartition(".")[0]
-            if receiver in ("", "self", "cls") or not _object(caller, receiver, index):
-                continue
-            if not index.resolve(caller, caller.table.callees[i]):
+        by = named.get(func.name) if named is not None else None
+        if by is None:
+            by = called_by_name(func.name, index)
+            if named is not None:
+                named[func.name] = by
+        for caller in by:
+            if caller.id not in found and caller is not func:
                 found[caller.id] = caller
     return list(found.values())
+
+
+def called_by_name(name: str, index: ProjectIndex) -> list[Func]:
+    """The functions calling ``name`` through an object where the call
+    resolves nowhere, once per such call, in ``calls_named``'s order: what
+    ``callers_of`` adds for every method of that name but the method itself
+    and its resolved callers (a caller is added at its first such call,
+    so skipping those keeps the order of the rest)."""
+    out = []
+    for caller, i in index.calls_named(name):
+        if caller.table is None:
+            continue
+        receiver = caller.table.callees[i].rpartition(".")[0]
+        if receiver in ("", "self", "cls") or not _object(caller, receiver, index):
+            continue
+        if not index.resolve(caller, caller.table.callees[i]):
+            out.append(caller)
+    return out
 
 
 def _object(caller: Func, receiver: str, index: ProjectIndex) -> bool:

@@ -120,6 +120,7 @@ class _Ctx:
     patched: frozenset[str] | None = None  # names some file binds as an attribute (``_constants``)
     modules: dict[str, bool] = field(default_factory=dict)  # ``default_device.is_module``'s memo
     all_callers: dict[str, list[Func]] = field(default_factory=dict)  # ``callers_of``'s answers
+    named: dict[str, list[Func]] = field(default_factory=dict)  # ``callers_of``'s calls by name, per name
     outputs: dict[str, set[str]] = field(default_factory=dict)  # ``_hands_forward_output``: a caller's outputs
 
 
@@ -407,7 +408,7 @@ def _callers_of(func: Func, ctx: _Ctx) -> list[Func]:
     """``conversion_paths.callers_of``, once per function (``_stepped`` walks up from many)."""
     found = ctx.all_callers.get(func.id)
     if found is None:
-        found = ctx.all_callers[func.id] = callers_of(func, ctx.index)
+        found = ctx.all_callers[func.id] = callers_of(func, ctx.index, named=ctx.named)
     return found
 
 
