@@ -270,7 +270,12 @@ def screen_prefilter(data: bytes, probed: tuple[Probed, ...], aliasable: frozens
                 return None
     if moves and moves_to_device(data):
         return None
-    return tuple(b" ".join(sorted(found)).decode("ascii").split(" ")) if found else ()
+    # sorted as text: identifiers are ASCII, so the order is the bytes' order, and a list of ``str`` of one
+    # kind sorts with CPython's latin-1 compare, ~1.5x faster than ``bytes`` (round 34: aphrodite's skipped
+    # files 0.55 -> 0.36 CPU s); ``joined`` holds every identifier once, between spaces
+    names = joined.decode("ascii").split()
+    names.sort()
+    return tuple(names)
 
 
 @functools.cache
