@@ -1,0 +1,66 @@
+"""Round 34: the repair parse's shared answers (``parse_macros.MacroCalls``)
+and its two variants from one pass (``parse._repairs``) against the plain
+computations they replace, on every native fixture."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from alloc_audit.catalog import load_catalog
+from alloc_audit.config import load_config
+from alloc_audit.pipeline.parse import _blank_conditionals_in_parens, _repairs, repair_idioms
+from alloc_audit.pipeline.parse_macros import (
+    MACRO_CALL,
+    MacroCalls,
+    close_paren,
+    digit_led_macro_names,
+    guarded_statement_macros,
+    juxtaposed_macro_arguments,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+NATIVE = [p for p in sorted(FIXTURES.rglob("*")) if p.suffix in (".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp")]
+_APIS = load_catalog(load_config(FIXTURES, None)).apis
+_MADE = [b'ALL_OF(p, (q), "(", \')\', f(x)) AT_CASE(a) AT_CASE(b)\nif (a) CHECK(b, "m(")\nTEST(S, 2d) {}\n',
+         b"M((((x)))\nN(y\n", b"", b"(" * 50 + b")" * 49]
+
+
+def _sources() -> list[bytes]:
+    return [p.read_bytes() for p in NATIVE] + _MADE
+
+
+def test_the_fixtures_are_found() -> None:
+    assert len(NATIVE) > 20
+
+
+@pytest.mark.parametrize("data", _sources())
+def test_macro_calls_answer_as_close_paren(data: bytes) -> None:
+    known = MacroCalls(data)
+    assert [m.span() for m in known.calls()] == [m.span() for m in MACRO_CALL.finditer(data)]
+    opens = [i for i, c in enumerate(data) if c == 40]
+    for at in opens + opens[::-1]:  # every `(`, each asked twice
+        assert known.close(at) == close_paren(data, at)
+
+
+@pytest.mark.parametrize("data", _sources())
+def test_passes_sharing_the_calls_write_what_each_writes_alone(data: bytes) -> None:
+    known = MacroCalls(data)
+    for repair in (guarded_statement_macros, juxtaposed_macro_arguments, digit_led_macro_names):
+        alone, shared = bytearray(data), bytearray(data)
+        repair(data, alone)
+        repair(data, shared, known)  # ``known`` already holds the earlier passes' answers
+        assert shared == alone
+
+
+@pytest.mark.parametrize("data", _sources())
+def test_both_repairs_come_from_one_pass(data: bytes) -> None:
+    with_conditionals, without = _repairs(data, _APIS.attribute_macros)
+    assert repair_idioms(data, True, _APIS.attribute_macros) == with_conditionals
+    assert repair_idioms(data, False, _APIS.attribute_macros) == without
+    out = bytearray(without)
+    _blank_conditionals_in_parens(data, out)  # the last repair, the only one the flag decides
+    assert bytes(out) == with_conditionals
+    assert len(without) == len(data) and [i for i, c in enumerate(without) if c == 10] == \
+        [i for i, c in enumerate(data) if c == 10]
