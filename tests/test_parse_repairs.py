@@ -1,15 +1,20 @@
-"""Round 34: the repair parse's shared answers (``parse_macros.MacroCalls``)
-and its two variants from one pass (``parse._repairs``) against the plain
-computations they replace, on every native fixture."""
+"""Round 34: the repair parse's shared answers (``parse_macros.MacroCalls``),
+its two variants from one pass (``parse._repairs``) and its patterns tried
+only where a literal shows a match can start (``parse_macros.literal_led``)
+against the plain computations they replace, on every native fixture."""
 
 from __future__ import annotations
 
+import random
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from alloc_audit.catalog import load_catalog
 from alloc_audit.config import load_config
+from alloc_audit.pipeline import parse, parse_declarations
 from alloc_audit.pipeline.parse import _blank_conditionals_in_parens, _repairs, repair_idioms
 from alloc_audit.pipeline.parse_macros import (
     MACRO_CALL,
@@ -18,6 +23,7 @@ from alloc_audit.pipeline.parse_macros import (
     digit_led_macro_names,
     guarded_statement_macros,
     juxtaposed_macro_arguments,
+    literal_led,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -64,3 +70,37 @@ def test_both_repairs_come_from_one_pass(data: bytes) -> None:
     assert bytes(out) == with_conditionals
     assert len(without) == len(data) and [i for i, c in enumerate(without) if c == 10] == \
         [i for i, c in enumerate(data) if c == 10]
+
+
+_PIECES = [b"using", b" typename", b"typename", b"enum", b" : int", b" :", b" {", b"template", b" class", b" struct",
+           b" X<int>;", b"extern ", b"#", b"pragma", b" unroll", b"\n", b'"', b" HINT(128)", b" A_B", b" ", b"\t",
+           b"delete", b"[]", b" (", b"T::A", b"{", b"(", b")", b";", b"]", b"__device__", b"__host__", b"x", b"_",
+           # whole idioms, so that every pattern matches in some sources (and matches meet)
+           b"\ntemplate class X<float>;", b"\n  extern template struct ns::Y<T, 2>;", b"\n#pragma unroll",
+           b"\n # pragma once\n", b'"a" HINT(128) "b"', b'" A_B "', b"delete[] (", b"delete [ ] (",
+           b"enum : int {", b"enum:x::y\n{", b"using typename Base::T;", b"typename T::Args{", b"typename F<T>::C("]
+
+
+def _generated(count: int = 2000) -> list[bytes]:
+    rng = random.Random(34)
+    return [b"".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 40))) for _ in range(count)]
+
+
+def test_literal_led_finds_what_finditer_finds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pattern the repairs look for through ``literal_led``, with the
+    literal and place they give it, against ``finditer`` on every native
+    fixture and 2,000 generated sources made of the literals, blanks, lines
+    and brackets the patterns read."""
+    asked: list[bytes] = []
+
+    def both(regex: re.Pattern[bytes], data: bytes, literal: bytes, where: str) -> Iterator[re.Match[bytes]]:
+        found = list(literal_led(regex, data, literal, where))
+        assert [m.span() for m in found] == [m.span() for m in regex.finditer(data)], (regex.pattern, data)
+        asked.append(literal)
+        return iter(found)
+
+    monkeypatch.setattr(parse, "literal_led", both)
+    monkeypatch.setattr(parse_declarations, "literal_led", both)
+    for data in _sources() + _generated():
+        repair_idioms(data, True, _APIS.attribute_macros)
+    assert set(asked) == {b"typename", b"template", b"enum", b"pragma", b'"', b"using", b"delete"}

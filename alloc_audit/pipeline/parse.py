@@ -30,6 +30,7 @@ from .parse_macros import (
     ends_statement,
     guarded_statement_macros,
     juxtaposed_macro_arguments,
+    literal_led,
 )
 from .parse_mask import blank, mask_macros
 
@@ -261,17 +262,22 @@ def _repairs(data: bytes, attribute_macros: tuple[str, ...]) -> tuple[bytes, byt
         if b"{" in data[m.start():end]:  # a lambda or a body: keep what it holds
             continue
         blank_range(out, m.start(), end)
-    for m in _TYPENAME_BRACE.finditer(data):
+    for m in literal_led(_TYPENAME_BRACE, data, b"typename", "at"):
         blank_range(out, m.start(), m.end())
-    for m in _LAMBDA_QUALIFIER.finditer(data):
-        blank_range(out, m.start(), m.end())
+    if b"__device__" in data or b"__host__" in data:  # every match holds one
+        for m in _LAMBDA_QUALIFIER.finditer(data):
+            blank_range(out, m.start(), m.end())
     for regex in (_DECL_MACRO, _BODY_MACRO, _MEMBER_MACRO):
         for m in regex.finditer(data):
             blank_range(out, m.start(1), m.end(1))
-    for m in _CLASS_INSTANTIATION.finditer(data):
+    for m in literal_led(_CLASS_INSTANTIATION, data, b"template", "line"):
         blank_range(out, m.start(1), m.end(1))
-    for regex in (_ENUM_BASE, _STATEMENT_ARGUMENT, _PRAGMA_LINE, _STRING_MACRO, _USING_TYPENAME):
-        for m in regex.finditer(data):
+    for regex, found in ((_ENUM_BASE, literal_led(_ENUM_BASE, data, b"enum", "after")),
+                         (_STATEMENT_ARGUMENT, _STATEMENT_ARGUMENT.finditer(data)),
+                         (_PRAGMA_LINE, literal_led(_PRAGMA_LINE, data, b"pragma", "line")),
+                         (_STRING_MACRO, literal_led(_STRING_MACRO, data, b'"', "after")),
+                         (_USING_TYPENAME, literal_led(_USING_TYPENAME, data, b"using", "after"))):
+        for m in found:
             if regex is _STATEMENT_ARGUMENT and _in_for_header(data, m.start()):
                 continue  # `for (auto it = v.begin(); it != v.end();)`: the header's own `;`
             blank_range(out, m.start(), m.end())

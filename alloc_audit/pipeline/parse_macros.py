@@ -6,6 +6,7 @@ still a span of the file."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 COMMENT_LINES = re.compile(rb"(?:[ \t]*(?://[^\n]*)?\n)*[ \t]*")
 NOT_AFTER_STATEMENT = b";.{-:?&|+*/,)=<>["
@@ -173,3 +174,27 @@ def blank_range(out: bytearray, start: int, end: int) -> None:
     for i in range(start, end):
         if out[i] not in (10, 13):
             out[i] = 32
+
+
+def literal_led(regex: re.Pattern[bytes], data: bytes, literal: bytes, where: str) -> Iterator[re.Match[bytes]]:
+    """``regex.finditer(data)`` for a pattern every match of which holds
+    ``literal``, tried only where a match can start (round 34: a pattern that
+    begins with a look-behind, ``\\b`` or ``(?m)^`` has no fast scan in ``re``,
+    which tries it at every byte): at each occurrence of the literal (``where``
+    "at": a match starts with it), just after it ("after": the pattern begins
+    with a look-behind ending with it), or at the start of its line ("line":
+    the pattern begins with ``(?m)^`` and the literal is on a match's first
+    line). The places come in order, each at or after the last match's end,
+    so the first that matches is ``finditer``'s next match (no pattern given
+    here matches empty; ``match`` at a position sees the bytes before it)."""
+    done, tried = 0, -1
+    at = data.find(literal)
+    while at >= 0:
+        start = at if where == "at" else at + len(literal) if where == "after" else data.rfind(b"\n", 0, at) + 1
+        if start >= done and start != tried:
+            tried = start
+            found = regex.match(data, start)
+            if found is not None:
+                yield found
+                done = found.end()
+        at = data.find(literal, at + 1)
