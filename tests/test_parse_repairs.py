@@ -14,7 +14,7 @@ import pytest
 
 from alloc_audit.catalog import load_catalog
 from alloc_audit.config import load_config
-from alloc_audit.pipeline import parse, parse_declarations
+from alloc_audit.pipeline import parse, parse_declarations, prefilter
 from alloc_audit.pipeline.parse import _blank_conditionals_in_parens, _repairs, repair_idioms
 from alloc_audit.pipeline.parse_macros import (
     MACRO_CALL,
@@ -104,3 +104,24 @@ def test_literal_led_finds_what_finditer_finds(monkeypatch: pytest.MonkeyPatch) 
     for data in _sources() + _generated():
         repair_idioms(data, True, _APIS.attribute_macros)
     assert set(asked) == {b"typename", b"template", b"enum", b"pragma", b'"', b"using", b"delete"}
+
+
+_PY_PIECES = [b"import", b" import", b"from", b" x.y", b" as", b" as ", b"as", b" E", b"\n", b" ", b"\t", b"#", b"empty",
+              b"from torch import empty as E\n", b"import numpy as np\n", b"  from . import a, b as c\n",
+              b"important = 1\n", b"x = 'import y as z'\n", b"from a import (b as c,\n d)\n"]
+
+
+def test_alias_imports_are_the_pattern_s_matches() -> None:
+    """``prefilter._alias_imports`` (tried at lines saying ``import``) against
+    ``_ALIAS_IMPORT.findall``, on every Python fixture and 2,000 generated
+    sources (``screen`` and ``passes`` both use it, so their comparison in
+    test_prefilter.py cannot tell)."""
+    rng = random.Random(34)
+    sources = [p.read_bytes() for p in sorted(FIXTURES.rglob("*.py"))]
+    sources += [b"".join(rng.choice(_PY_PIECES) for _ in range(rng.randint(1, 30))) for _ in range(2000)]
+    matched = 0
+    for data in sources:
+        expected = prefilter._ALIAS_IMPORT.findall(data)
+        assert prefilter._alias_imports(data) == expected, data
+        matched += len(expected) > 1
+    assert matched > 200
