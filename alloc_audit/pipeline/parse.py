@@ -24,13 +24,13 @@ import tree_sitter as ts
 from ..model import Language
 from .parse_declarations import repair_declarations
 from .parse_macros import (
-    MACRO_CALL,
+    MacroCalls,
     blank_range,
-    close_paren,
     digit_led_macro_names,
     ends_statement,
     guarded_statement_macros,
     juxtaposed_macro_arguments,
+    literal_led,
 )
 from .parse_mask import blank, mask_macros
 
@@ -101,7 +101,7 @@ def parse_source(data: bytes, lang: Language, attribute_macros: tuple[str, ...] 
         # `#if` inside a parameter list, ...): blank them and keep the tree
         # with fewer errors. Only files with errors pay for the second parse.
         best, best_source, best_errors = tree, masked, error_bytes(tree.root_node)
-        repaired = repair_idioms(masked, attribute_macros=attribute_macros)
+        repaired, unconditioned = _repairs(masked, attribute_macros)
         if repaired != masked:
             second = _parser(Language.CUDA).parse(repaired)
             errors = error_bytes(second.root_node)
@@ -121,7 +121,7 @@ def parse_source(data: bytes, lang: Language, attribute_macros: tuple[str, ...] 
                 # after `#endif` (`#if A\n for (x;\n#else\n for (y;\n#endif\n
                 # i++) {`), or whose branches each close a namespace: one
                 # branch kept per conditional, the `#else` one where it exists
-                single = _keep_one_branch(repair_idioms(masked, False, attribute_macros))
+                single = _keep_one_branch(unconditioned)
                 fourth = _parser(Language.CUDA).parse(single)
                 if error_bytes(fourth.root_node) < best_errors:
                     best, best_source = fourth, single
@@ -240,9 +240,21 @@ def repair_idioms(data: bytes, conditionals_in_parens: bool = True, attribute_ma
     over lines, a macro before a constructor's initialiser list, comments
     in a `#define`). Positions do not move, so every span is still a span
     of the file."""
+    with_conditionals, without = _repairs(data, attribute_macros)
+    return with_conditionals if conditionals_in_parens else without
+
+
+def _repairs(data: bytes, attribute_macros: tuple[str, ...]) -> tuple[bytes, bytes]:
+    """``repair_idioms(data)`` and ``repair_idioms(data, False)`` from one
+    pass: the flag decides only the last repair (the conditionals in
+    parentheses), every step before runs the same on the same bytes, so the
+    second is the first as it stands before that step (round 34: the fourth
+    parse asked for it again, a whole second repair)."""
     out = bytearray(data)
-    for m in _STATEMENT_MACRO.finditer(data):
-        end = close_paren(data, m.end() - 1)
+    known = MacroCalls(data)
+    statements = list(_STATEMENT_MACRO.finditer(data))
+    for m in statements:
+        end = known.close(m.end() - 1)
         if end < 0:
             continue
         if not ends_statement(data, end):
@@ -250,29 +262,34 @@ def repair_idioms(data: bytes, conditionals_in_parens: bool = True, attribute_ma
         if b"{" in data[m.start():end]:  # a lambda or a body: keep what it holds
             continue
         blank_range(out, m.start(), end)
-    for m in _TYPENAME_BRACE.finditer(data):
+    for m in literal_led(_TYPENAME_BRACE, data, b"typename", "at"):
         blank_range(out, m.start(), m.end())
-    for m in _LAMBDA_QUALIFIER.finditer(data):
-        blank_range(out, m.start(), m.end())
+    if b"__device__" in data or b"__host__" in data:  # every match holds one
+        for m in _LAMBDA_QUALIFIER.finditer(data):
+            blank_range(out, m.start(), m.end())
     for regex in (_DECL_MACRO, _BODY_MACRO, _MEMBER_MACRO):
         for m in regex.finditer(data):
             blank_range(out, m.start(1), m.end(1))
-    for m in _CLASS_INSTANTIATION.finditer(data):
+    for m in literal_led(_CLASS_INSTANTIATION, data, b"template", "line"):
         blank_range(out, m.start(1), m.end(1))
-    for regex in (_ENUM_BASE, _STATEMENT_ARGUMENT, _PRAGMA_LINE, _STRING_MACRO, _USING_TYPENAME):
-        for m in regex.finditer(data):
+    for regex, found in ((_ENUM_BASE, literal_led(_ENUM_BASE, data, b"enum", "after")),
+                         (_STATEMENT_ARGUMENT, _STATEMENT_ARGUMENT.finditer(data)),
+                         (_PRAGMA_LINE, literal_led(_PRAGMA_LINE, data, b"pragma", "line")),
+                         (_STRING_MACRO, literal_led(_STRING_MACRO, data, b'"', "after")),
+                         (_USING_TYPENAME, literal_led(_USING_TYPENAME, data, b"using", "after"))):
+        for m in found:
             if regex is _STATEMENT_ARGUMENT and _in_for_header(data, m.start()):
                 continue  # `for (auto it = v.begin(); it != v.end();)`: the header's own `;`
             blank_range(out, m.start(), m.end())
-    _blank_type_argument_macros(data, out)
-    _type_arguments_as_values(data, out)
-    guarded_statement_macros(data, out)
-    juxtaposed_macro_arguments(data, out)
-    digit_led_macro_names(data, out)
+    _blank_type_argument_macros(data, out, statements, known)
+    _type_arguments_as_values(data, out, known)
+    guarded_statement_macros(data, out, known)
+    juxtaposed_macro_arguments(data, out, known)
+    digit_led_macro_names(data, out, known)
     repair_declarations(data, out, attribute_macros)
-    if conditionals_in_parens:
-        _blank_conditionals_in_parens(data, out)
-    return bytes(out)
+    without = bytes(out)
+    _blank_conditionals_in_parens(data, out)
+    return bytes(out), without
 
 
 _FOR_OPEN = re.compile(rb"\bfor[ \t]*$")
@@ -295,11 +312,13 @@ def _in_for_header(data: bytes, at: int, limit: int = 2000) -> bool:
     return False
 
 
-def _blank_type_argument_macros(data: bytes, out: bytearray) -> None:
+def _blank_type_argument_macros(data: bytes, out: bytearray, statements: list[re.Match[bytes]],
+                                known: MacroCalls) -> None:
     """`DISPATCH_LAYER_NORM(kFloat, float);`: a statement macro that takes a
-    type keyword as an argument is no expression; blank the invocation."""
-    for m in _STATEMENT_MACRO.finditer(data):
-        end = close_paren(data, m.end() - 1)
+    type keyword as an argument is no expression; blank the invocation
+    (``statements``: ``_STATEMENT_MACRO``'s matches)."""
+    for m in statements:
+        end = known.close(m.end() - 1)
         if end < 0 or b"{" in data[m.start():end]:
             continue
         if _TYPE_KEYWORD_ARGUMENT.search(data, m.end() - 1, end):
@@ -312,12 +331,12 @@ _TYPE_WORDS = re.compile(rb"\s*(?:(?:unsigned|signed|long|short|const)\s+)*"
                          rb"(?:float|double|int|char|bool|void|long|short)\s*")
 
 
-def _type_arguments_as_values(data: bytes, out: bytearray) -> None:
+def _type_arguments_as_values(data: bytes, out: bytearray, known: MacroCalls) -> None:
     """`ALL_OF(p, n, bool, true)` inside an expression: a type keyword as a
     macro argument is no expression, and blanking the call would leave the
     expression empty. The keywords become a `0` and spaces (same length)."""
-    for m in MACRO_CALL.finditer(data):
-        end = close_paren(data, m.end() - 1)
+    for m in known.calls():
+        end = known.close(m.end() - 1)
         if end < 0 or b"{" in data[m.start():end] or out[m.start()] == 32:  # blanked as a statement
             continue
         depth, start = 0, m.end()

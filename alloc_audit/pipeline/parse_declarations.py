@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from .parse_macros import blank_range, close_paren
+from .parse_macros import blank_range, close_paren, literal_led
 
 # `Dims d = {1, 1, 1}`, `typename T::Args args = {}`, `QuaternionSlerper<U> s = {}\n)`,
 # `number<N> = {}`: a braced default argument (a type and a name before it, or
@@ -86,7 +86,7 @@ def repair_declarations(data: bytes, out: bytearray, attribute_macros: tuple[str
         for i in range(m.start(2), m.end(2)):  # `char const *` -> `char_const__`: one name
             if data[i] in b" \t*":
                 out[i] = 95
-    for m in _DELETE_ARRAY_PAREN.finditer(data):
+    for m in literal_led(_DELETE_ARRAY_PAREN, data, b"delete", "at"):
         blank_range(out, m.start(1), m.end(1))
     for m in _MACRO_TYPE_CAST.finditer(data):
         for group in (1, 2):

@@ -6,11 +6,39 @@ still a span of the file."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 COMMENT_LINES = re.compile(rb"(?:[ \t]*(?://[^\n]*)?\n)*[ \t]*")
 NOT_AFTER_STATEMENT = b";.{-:?&|+*/,)=<>["
 # an ALL_CAPS macro call anywhere (`if (ALL_OF(p, n, bool, true))`)
 MACRO_CALL = re.compile(rb"\b_*[A-Z][A-Z0-9_]*[ \t]*\(")
+
+
+class MacroCalls:
+    """One file's ALL_CAPS macro calls (``MACRO_CALL``'s matches) and where
+    the parenthesis each `(` opens closes (``close_paren``), each found once
+    for the repair passes that ask (round 34: three passes walked the same
+    calls and matched the same parentheses again). ``close_paren`` is a
+    function of the bytes and the position alone, so a kept answer is the
+    answer."""
+
+    __slots__ = ("data", "_calls", "_ends")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self._calls: list[re.Match[bytes]] | None = None
+        self._ends: dict[int, int] = {}
+
+    def calls(self) -> list[re.Match[bytes]]:
+        if self._calls is None:
+            self._calls = list(MACRO_CALL.finditer(self.data))
+        return self._calls
+
+    def close(self, start: int) -> int:
+        end = self._ends.get(start)
+        if end is None:
+            end = self._ends[start] = close_paren(self.data, start)
+        return end
 
 
 # `if (cond) TORCH_CHECK(...)`, `else CHECK(...)`: a control head whose body is
@@ -19,11 +47,12 @@ _CONTROL_HEAD = re.compile(rb"\b(?:if|while|for|else)\b")
 _MACRO_AT = re.compile(rb"[ \t]*(_*[A-Z][A-Z0-9_]*)[ \t]*\(")
 
 
-def guarded_statement_macros(data: bytes, out: bytearray) -> None:
+def guarded_statement_macros(data: bytes, out: bytearray, known: MacroCalls | None = None) -> None:
     """`if (x) TORCH_CHECK(y, "msg")` with no `;` and nothing after it on
     its line: the grammar wants a `;`. The invocation becomes an empty
     statement (`;` and spaces), so the `if` keeps a body of its own and
     does not take the next statement."""
+    close = (known or MacroCalls(data)).close
     for m in _CONTROL_HEAD.finditer(data):
         at = m.end()
         if m.group(0) != b"else":
@@ -31,13 +60,13 @@ def guarded_statement_macros(data: bytes, out: bytearray) -> None:
                 at += 1
             if at >= len(data) or data[at] != 40:
                 continue
-            at = close_paren(data, at)
+            at = close(at)
             if at < 0:
                 continue
         macro = _MACRO_AT.match(data, at)
         if macro is None or macro.group(1) in (b"if", b"while", b"for"):
             continue
-        end = close_paren(data, macro.end() - 1)
+        end = close(macro.end() - 1)
         if end < 0 or b"{" in data[macro.start(1):end] or b"\n" in data[at:macro.start(1)]:
             continue
         if not ends_statement(data, end):
@@ -46,18 +75,20 @@ def guarded_statement_macros(data: bytes, out: bytearray) -> None:
         out[macro.start(1)] = 59  # `;`
 
 
-def juxtaposed_macro_arguments(data: bytes, out: bytearray) -> None:
+def juxtaposed_macro_arguments(data: bytes, out: bytearray, known: MacroCalls | None = None) -> None:
     """`AT_DISPATCH_SWITCH(t, "op", AT_DISPATCH_CASE(kHalf, [&] {...})
     AT_DISPATCH_CASE(kBFloat16, [&] {...}))`: macro invocations side by side
     as one argument (the macro pastes them); to the grammar a call then a
     name. The blank before each following invocation becomes `,`, so the run
     reads as arguments, when the run ends an argument list (`)` or `,`
     after its last invocation)."""
-    for m in MACRO_CALL.finditer(data):
+    known = known or MacroCalls(data)
+    close = known.close
+    for m in known.calls():
         if _after_a_call(data, m.start()):
             continue  # the run was followed from its first invocation
         gaps: list[int] = []
-        end = close_paren(data, m.end() - 1)
+        end = close(m.end() - 1)
         while end >= 0:
             at = end + 1
             while at < len(data) and data[at] in b" \t\n":
@@ -66,7 +97,7 @@ def juxtaposed_macro_arguments(data: bytes, out: bytearray) -> None:
             if following is None or at == end + 1:
                 break
             gaps.append(at - 1)
-            end = close_paren(data, following.end() - 1)
+            end = close(following.end() - 1)
         if gaps and end >= 0 and at < len(data) and data[at] in b"),":
             for gap in gaps:
                 out[gap] = 44  # `,`
@@ -89,12 +120,13 @@ _NUMBER = re.compile(rb"0[xX][\da-fA-F']+[uUlLzZ]*|0[bB][01']+[uUlLzZ]*|"
                      rb"[\d']+\.?[\d']*(?:[eE][+-]?\d+)?[uUlLfFzZ]*|[\d'.]+_\w+")
 
 
-def digit_led_macro_names(data: bytes, out: bytearray) -> None:
+def digit_led_macro_names(data: bytes, out: bytearray, known: MacroCalls | None = None) -> None:
     """`TEST(TritonCatTest, 2dimtest) {`: the grammar reads `2dimtest` as a
     bad number and loses the test body to file scope; as `_dimtest` the
     macro reads as the function it defines."""
-    for m in MACRO_CALL.finditer(data):
-        end = close_paren(data, m.end() - 1)
+    known = known or MacroCalls(data)
+    for m in known.calls():
+        end = known.close(m.end() - 1)
         if end < 0:
             continue
         for arg in _DIGIT_ARGUMENT.finditer(data, m.end() - 1, end):
@@ -142,3 +174,27 @@ def blank_range(out: bytearray, start: int, end: int) -> None:
     for i in range(start, end):
         if out[i] not in (10, 13):
             out[i] = 32
+
+
+def literal_led(regex: re.Pattern[bytes], data: bytes, literal: bytes, where: str) -> Iterator[re.Match[bytes]]:
+    """``regex.finditer(data)`` for a pattern every match of which holds
+    ``literal``, tried only where a match can start (round 34: a pattern that
+    begins with a look-behind, ``\\b`` or ``(?m)^`` has no fast scan in ``re``,
+    which tries it at every byte): at each occurrence of the literal (``where``
+    "at": a match starts with it), just after it ("after": the pattern begins
+    with a look-behind ending with it), or at the start of its line ("line":
+    the pattern begins with ``(?m)^`` and the literal is on a match's first
+    line). The places come in order, each at or after the last match's end,
+    so the first that matches is ``finditer``'s next match (no pattern given
+    here matches empty; ``match`` at a position sees the bytes before it)."""
+    done, tried = 0, -1
+    at = data.find(literal)
+    while at >= 0:
+        start = at if where == "at" else at + len(literal) if where == "after" else data.rfind(b"\n", 0, at) + 1
+        if start >= done and start != tried:
+            tried = start
+            found = regex.match(data, start)
+            if found is not None:
+                yield found
+                done = found.end()
+        at = data.find(literal, at + 1)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..model import Language
+from .parse_macros import literal_led
 
 if TYPE_CHECKING:
     from ..catalog import ApiCatalog
@@ -265,12 +266,17 @@ def screen_prefilter(data: bytes, probed: tuple[Probed, ...], aliasable: frozens
     # an aliased import of an aliasable name: the name is one of the
     # identifiers (each is 3 bytes or more and starts with a letter)
     if aliasable and b" as " in data and (not aliasable.isdisjoint(found) or not _all_identifiers(aliasable)):
-        for line in _ALIAS_IMPORT.findall(data):
+        for line in _alias_imports(data):
             if not aliasable.isdisjoint(_WORD.findall(line)):
                 return None
     if moves and moves_to_device(data):
         return None
-    return tuple(b" ".join(sorted(found)).decode("ascii").split(" ")) if found else ()
+    # sorted as text: identifiers are ASCII, so the order is the bytes' order, and a list of ``str`` of one
+    # kind sorts with CPython's latin-1 compare, ~1.5x faster than ``bytes`` (round 34: aphrodite's skipped
+    # files 0.55 -> 0.36 CPU s); ``joined`` holds every identifier once, between spaces
+    names = joined.decode("ascii").split()
+    names.sort()
+    return tuple(names)
 
 
 @functools.cache
@@ -280,6 +286,14 @@ def _all_identifiers(names: frozenset[bytes]) -> bool:
 
 _ALIAS_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+)?import[ \t][^\n]*\bas\b[^\n]*", re.M)
 _WORD = re.compile(rb"\w+")
+
+
+def _alias_imports(data: bytes) -> list[bytes]:
+    """``_ALIAS_IMPORT.findall(data)``, tried only at the start of a line
+    that says ``import`` (a match is one line that holds it; ``re`` tries a
+    pattern that begins with ``^`` at every byte: round 34, flashinfer's
+    skipped Python files 0.11 CPU s)."""
+    return [m.group(0) for m in literal_led(_ALIAS_IMPORT, data, b"import", "line")]
 
 
 def passes_prefilter(data: bytes, needles: tuple[Needle, ...], aliasable: frozenset[bytes] = frozenset(),
@@ -293,7 +307,7 @@ def passes_prefilter(data: bytes, needles: tuple[Needle, ...], aliasable: frozen
             if word in data:
                 return True
     if aliasable and b" as " in data:
-        for line in _ALIAS_IMPORT.findall(data):
+        for line in _alias_imports(data):
             if not aliasable.isdisjoint(_WORD.findall(line)):
                 return True
     return moves and moves_to_device(data)

@@ -46,11 +46,13 @@ def registered_keys(source: bytes) -> dict[str, set[bytes]]:
     keys: dict[str, set[bytes]] = {}
     if not any(word in source for word in _WORDS):
         return keys
-    for block in _IMPL_BLOCK.finditer(source):
+    # each pattern begins with `\b` or an optional group, which `re` tries at every byte: looked for only
+    # in a file that holds the word every match holds (round 34)
+    for block in _IMPL_BLOCK.finditer(source) if b"TORCH_LIBRARY_IMPL" in source else ():
         body = source[block.end():_block_end(source, block.end())]
         for m in _IMPL_FN.finditer(body):
             keys.setdefault(m.group(1).decode().rsplit("::", 1)[-1], set()).add(block.group(1))
-    for hit in _DISPATCH.finditer(source):
+    for hit in _DISPATCH.finditer(source) if b"dispatch" in source else ():
         fn = _FN.match(source, hit.end())
         if fn is not None:
             keys.setdefault(fn.group(1).decode().rsplit("::", 1)[-1], set()).add(hit.group(1))
