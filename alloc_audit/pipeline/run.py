@@ -122,6 +122,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .module_state import module_state
     from .native_pinned import native_pinned
     from .native_uploads import native_uploads
+    from .native_weight_members import native_weight_members
     from .object_moves import object_moves
     from .parameter_uploads import parameter_uploads
     from .per_pass_storage import per_pass_storage
@@ -222,6 +223,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = repinned_members(native_pinned(kept_slots(sites, index, catalog.callers), index), index, catalog.callers)
     sites = worker_buffers(local_objects(setup_members(sites, index, catalog.callers), index), index)
     sites = weight_holders(weight_members(buffer_classes(kept_pinned(sites, index)), index), index)
+    sites = native_weight_members(sites, index)
     sites = weighted_vias(parameter_uploads(model_constants(sites, index), index), index, catalog.callers)
     sites = slab_caches(dropped_probes(sites, index), index)
     sites = rebuilt_members(reset_members(sites, index, catalog.callers), index, catalog.callers)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ...arglists import pointer_target, split_top_level
 from ...catalog import ApiSpec
 from ...model import Arg, Assign, Call, Site, SiteKind
-from . import common, cpp_host
+from . import common, cpp_host, cpp_host_options
 from .common import Source, zero_elements
 from .cpp_names import MAKERS, PRIMITIVE_LIKE, declared_name, function_declarator, strip_templates, unwrap_type
 from .dead_code import after_exit
@@ -265,6 +265,8 @@ def add_site(ext: CppExtractor, sites: list[Site], node: Any, spec: ApiSpec, sco
             return  # `empty_like(ids)` of `auto ids = torch::empty({n}, torch::kLong);`: a CPU tensor
         if found == "unknown" and _host_source(ext, node, options, args, target):
             return  # `at::zeros(n, x.options())` where the function checks `x` is on the CPU (cpp_host.py)
+        if found == "unknown" and options is not None and _host_variable(ext, node, options):
+            return  # `torch::empty(n, dtype)` of a `torch::ScalarType dtype`; a device local bound to kCPU
         if found is None:
             return
         if found == "pinned":
@@ -318,6 +320,12 @@ def _host_source(ext: CppExtractor, node: Any, options: str | None, args: tuple[
     if target is not None and cpp_host.proven_host(body, target):
         return True
     return source is not None and cpp_host.proven_host(body, source)
+
+
+def _host_variable(ext: CppExtractor, node: Any, options: str) -> bool:
+    """The options are variables that name no device or the CPU (``cpp_host_options.py``)."""
+    value = cpp_host_options.expanded(ext, node, options)
+    return value is not None and classify_options(value, False) is None
 
 
 def _function_name(ext: CppExtractor, fn: Any) -> str:
