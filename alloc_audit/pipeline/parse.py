@@ -176,6 +176,10 @@ def _keep_one_branch(data: bytes) -> bytes:
 
 
 _STATEMENT_MACRO = re.compile(rb"(?m)^[ \t]*_*[A-Z][A-Z0-9_]*[ \t]*\(")
+# round 34: a member a macro declares, given a constant default (`DEFINE_ARG(int64_t, n) = 0;`,
+# a model-arguments struct): the grammar reads the call as a method declaration and breaks on
+# the initialiser; the initialiser is blanked, never one that calls anything
+_CONSTANT_INITIALISER = re.compile(rb"[ \t]*(=(?!=)[ \t]*[^;(){}\n=]*);")
 # `typename T::Args{...}`, `typename FF<T>::Config(...)` (a braced or functional cast)
 _TYPENAME_BRACE = re.compile(rb"\btypename(?=\s+[\w:]+(?:<[^<>;{}()]*>)?(?:::\w+)*\s*[{(])")
 _LAMBDA_QUALIFIER = re.compile(rb"(?<=\])[ \t]*(?:__device__|__host__)(?:[ \t]+(?:__device__|__host__))*")
@@ -258,6 +262,9 @@ def _repairs(data: bytes, attribute_macros: tuple[str, ...]) -> tuple[bytes, byt
         if end < 0:
             continue
         if not ends_statement(data, end):
+            init = _CONSTANT_INITIALISER.match(data, end)
+            if init is not None:  # `DEFINE_ARG(float, theta) = 1e4f;`: a declared member's default
+                blank_range(out, init.start(1), init.end(1))
             continue
         if b"{" in data[m.start():end]:  # a lambda or a body: keep what it holds
             continue
