@@ -102,3 +102,43 @@ def test_test_path_is_remembered_and_answers_as_before() -> None:
                        ("pkg/testing/u.py", True), ("pkg/mod.py", False), ("pkg/contest.py", False)):
         assert globs.test_path(path) is want and globs.test_path(path) is want
     assert globs.test_path.cache_info().hits >= 7
+
+
+_BIND_PIECES = ("a", "x", "self.", ".", ", ", ",", " ,", "(", ")", " = ", "=", "==", ": int ", ":", " ", "\t", "\n",
+                "\n  ", "buf", "1", "é", "[0]", "#", "y")
+
+
+def _same_matches(shared: object, compiled: re.Pattern[str], source: str) -> None:
+    assert isinstance(shared, pb._Shared)
+    got = [(m.span(), m.group(0), m.group(1), m.group(2) if compiled.groups > 1 else None)
+           for m in shared.finditer(source)]
+    want = [(m.span(), m.group(0), m.group(1), m.group(2) if compiled.groups > 1 else None)
+            for m in compiled.finditer(source)]
+    assert got == want, (source, shared.name)
+    first = shared.search(source)
+    assert (first.span() if first else None) == (want[0][0] if want else None), (source, shared.name)
+
+
+def test_shared_binding_patterns_match_the_per_name_ones() -> None:
+    """perf-r34e: `_binding_pattern` / `_tuple_pattern` of a plain name (one shared pattern, its matches
+    filtered by their targets) give the per-name pattern's matches: same spans and groups, same order."""
+    rng = random.Random(34)
+    lines = ["x = 1", "a, x = f()", "(x, b) = g()", "x, = t", "self.x, b = 1, 2", "  x ,b = 2", "x: int = 3",
+             "x == 1", "xy = 2", "x.y = 3", "a.x, b = c", "\tx\t=\t4", "x[0], b = c", "f(a, x, dim=1)",
+             "a, b, a = 1, 2, 3", "((x, b)) = c", "x.y, x = z", "buf = x", "x :=1", "a,x,= 1"]
+    sources = ["\n".join(rng.sample(lines, rng.randint(1, 5))) for _ in range(1500)]
+    sources += ["".join(rng.choice(_BIND_PIECES + ("x",) * 4) for _ in range(rng.randint(1, 16)))
+                for _ in range(4000)]
+    names = _NAMES + ("a", "b", "y", "x.y", "self.x")
+    for source in sources:
+        for name in names:
+            if pb._PLAIN_NAME.fullmatch(name) is None:
+                continue
+            _same_matches(pb._binding_pattern(name), pb._compiled_binding(name), source)
+            _same_matches(pb._tuple_pattern(name), pb._compiled_tuple(name), source)
+
+
+def test_binding_patterns_of_other_names_stay_compiled() -> None:
+    for name in ("x[0]", "a b", " x", "x.", "*x", "(x)"):
+        assert isinstance(pb._binding_pattern(name), re.Pattern)
+        assert isinstance(pb._tuple_pattern(name), re.Pattern)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+from collections.abc import Iterator
 
 
 def _value(source: str, start: int) -> str:
@@ -36,16 +37,67 @@ def _bindings(source: str, name: str) -> list[str]:
             _binding_pattern(name).finditer(source)]
 
 
+class _Shared:
+    """A per-name binding pattern answered by one pattern shared by every
+    plain name (``_PLAIN_NAME``): its matches less those whose targets
+    (group 2) do not hold the name. Where the per-name pattern matches a
+    line, the shared one matches the same line with the same span and
+    groups: both start at a line start, take the whole indent, and the
+    target the name stands for can only be a whole dotted name (a tuple
+    element), since the pattern goes on only with blanks, ``,``, ``:``,
+    ``)`` or ``=``; so the name is one of the shared match's targets exactly
+    when the per-name pattern matches there (tests/test_shared_patterns.py).
+    Saves compiling a pattern per name (perf-r34e)."""
+
+    __slots__ = ("name", "pattern", "tuple")
+
+    def __init__(self, name: str, pattern: re.Pattern[str], tuple_: bool) -> None:
+        self.name, self.pattern, self.tuple = name, pattern, tuple_
+
+    def _holds(self, hit: re.Match[str]) -> bool:
+        targets = hit.group(2)
+        if not self.tuple:
+            return targets == self.name
+        return self.name in targets and self.name in [t.strip(" \t") for t in targets.split(",")]
+
+    def finditer(self, source: str) -> Iterator[re.Match[str]]:
+        if self.name not in source:
+            return iter(())  # every match spells the name
+        return (hit for hit in self.pattern.finditer(source) if self._holds(hit))
+
+    def search(self, source: str) -> re.Match[str] | None:
+        return next(self.finditer(source), None)
+
+
+# `name = ...` / `a, name = ...` for any plain name in group 2 (`_Shared`)
+_ANY_BINDING = re.compile(r"^([ \t]*)(\w+(?:\.\w+)*)[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*", re.M)
+_ANY_TUPLE = re.compile(r"^([ \t]*)\(?([\w.]+(?:[ \t]*,[ \t]*[\w.]+)*)[ \t]*,?\)?[ \t]*=(?!=)[ \t]*", re.M)
+
+
 @functools.lru_cache(maxsize=4096)
-def _binding_pattern(name: str) -> re.Pattern[str]:
+def _binding_pattern(name: str) -> re.Pattern[str] | _Shared:
     """``name = ...`` (``name: T = ...``) at the start of a line, the indent
-    captured: compiled once per name (``re``'s own cache holds 512)."""
+    captured: a plain name shares one pattern (``_Shared``), any other is
+    compiled once (``re``'s own cache holds 512)."""
+    if _PLAIN_NAME.fullmatch(name) is not None:
+        return _Shared(name, _ANY_BINDING, False)
+    return _compiled_binding(name)
+
+
+def _compiled_binding(name: str) -> re.Pattern[str]:
     return re.compile(rf"^([ \t]*){re.escape(name)}[ \t]*(?::[^=\n]*)?=(?!=)[ \t]*", re.M)
 
 
 @functools.lru_cache(maxsize=1024)
-def _tuple_pattern(name: str) -> re.Pattern[str]:
-    """``a, name = ...``, ``(name, b) = ...`` at the start of a line, the indent and the targets captured."""
+def _tuple_pattern(name: str) -> re.Pattern[str] | _Shared:
+    """``a, name = ...``, ``(name, b) = ...`` at the start of a line, the indent and the targets captured
+    (a plain name: ``_Shared``)."""
+    if _PLAIN_NAME.fullmatch(name) is not None:
+        return _Shared(name, _ANY_TUPLE, True)
+    return _compiled_tuple(name)
+
+
+def _compiled_tuple(name: str) -> re.Pattern[str]:
     n = re.escape(name)
     targets = rf"(?:[\w.]+[ \t]*,[ \t]*)*{n}(?:[ \t]*,[ \t]*[\w.]+)*"
     return re.compile(rf"^([ \t]*)\(?({targets})[ \t]*,?\)?[ \t]*=(?!=)[ \t]*", re.M)
