@@ -183,10 +183,14 @@ class _HostArgs:
             index = self.index
             paths = {func.path} | {c.path for c, _ in index.calls_named(func.name)} | {
                 p for p in index.files if index.imported(p, func.name) is not None}
-            word = re.compile(rf"(?<![\w]){re.escape(func.name)}\b(?!\s*\()")
-            found = any(word.search(a.value) for p in paths for f in index.functions_in(p) for a in f.assigns) or \
-                any(word.search(text) for p in paths for f in index.functions_in(p) if f.table is not None
-                    for text in f.table.arglists)
+            name = func.name
+            word = re.compile(rf"(?<![\w]){re.escape(name)}\b(?!\s*\()")
+            # a match holds the name: only texts holding it are searched; a file's functions share its call
+            # table, so each table's argument lists are searched once (the same texts, the same answer)
+            tables = {id(f.table): f.table for p in paths for f in index.functions_in(p) if f.table is not None}
+            found = any(name in a.value and word.search(a.value) for p in paths for f in index.functions_in(p)
+                        for a in f.assigns) or \
+                any(name in text and word.search(text) for t in tables.values() for text in t.arglists)
             self.handed[func.id] = found
         return found
 

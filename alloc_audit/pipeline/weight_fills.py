@@ -140,7 +140,8 @@ def _fills(site: Site, index: ProjectIndex, copies: dict[tuple[str, int], bool])
     if func is None:
         return ""
     line = site.span.line
-    uses = [c for c in func.calls if c.span.line > line and target in c.arglist and has_word(c.arglist, target)]
+    # the substring test first: pure tests, so their order changes nothing but the cost (most calls fail it)
+    uses = [c for c in func.calls if target in c.arglist and c.span.line > line and has_word(c.arglist, target)]
     if not uses:  # kept somewhere ("") only by a store into a weight
         return _stored_weight(func, target, line)
     if not kept:
@@ -307,11 +308,11 @@ def weight_writes(func: Func) -> list[_Write]:
                 t.endswith(".data") or _PARAMETER.match(a.value)):
             found.append((a.line, a.value, f"{t} (rebuilt)", True))
     for c in func.calls:
-        value = f"{c.callee}({c.arglist})"
         if _IN_PLACE.fullmatch(c.callee):
             weight, _, method = c.callee.rpartition(".")
             found.append((c.span.line, c.arglist, f"{weight} (in place: {method})", False))
         elif c.target and _REBOUND.fullmatch(t := c.target.strip()) and (
-                t.endswith(".data") or _PARAMETER.match(value)):  # `conv.bias = nn.Parameter(...)`: the call's target
-            found.append((c.span.line, value, f"{t} (rebuilt)", True))
+                t.endswith(".data") or _PARAMETER.match(f"{c.callee}({c.arglist})")):
+            # `conv.bias = nn.Parameter(...)`: the call's target
+            found.append((c.span.line, f"{c.callee}({c.arglist})", f"{t} (rebuilt)", True))
     return found

@@ -78,17 +78,23 @@ def sink_writes(func: Func) -> list[_Write]:
     stores = [(a.line, a.targets[0].strip(), a.value) for a in func.assigns if a.op == "=" and len(a.targets) == 1]
     stores += [(c.span.line, c.target.strip(), f"{c.callee}({c.arglist})") for c in func.calls if c.target]
     found: list[_Write] = []
-    packs = _packs(func)
+    packs: list[bool] = []  # `_packs(func)`, asked only where an own member is filled (most functions fill none)
+
+    def packing() -> bool:
+        if not packs:
+            packs.append(_packs(func))
+        return packs[0]
+
     for line, target, value in stores:
         if _OTHER.fullmatch(target):
             found.append((line, value, f"{target} (stored)", True))
             continue
         own = _OWN.fullmatch(target)
-        if own and packs and weight_member(func, own.group(1)):
+        if own and packing() and weight_member(func, own.group(1)):
             found.append((line, value, f"{target} (its own weight)", True))
     for c in func.calls:
         own = _OWN_COPY.fullmatch(c.callee)
-        if own and packs and weight_member(func, own.group(1)):
+        if own and packing() and weight_member(func, own.group(1)):
             found.append((c.span.line, c.arglist, f"{own.group(1)} (its own weight, in place: copy_)", False))
         elif c.callee == "setattr":
             args = split_args(c.arglist)
@@ -105,7 +111,8 @@ def _packs(func: Func) -> bool:
     if scope is None or not [p for p in scope.params if p.lstrip("*") not in ("self", "cls")]:
         return False
     texts = [a.value for a in func.assigns] + [f"{c.callee}({c.arglist})" for c in func.calls]
-    return any(m.group(1) != "self" for t in texts for m in _READ_WEIGHT.finditer(t))
+    # every match of `_READ_WEIGHT` holds `weight` or `bias`: a text without either has none
+    return any(m.group(1) != "self" for t in texts if "weight" in t or "bias" in t for m in _READ_WEIGHT.finditer(t))
 
 
 def _steps(func: Func) -> bool:
