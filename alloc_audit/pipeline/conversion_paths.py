@@ -115,12 +115,12 @@ def conversion_paths(sites: Sequence[Site], index: ProjectIndex, globs: CallerGl
         if func is None:
             return None
         outer = outermost(func, index)
-        if site.api not in MODULE_MOVES and (runs_forward(func) or (outer is not func and runs_forward(outer))
-                                             or fed_to_step(site, func, ctx.per_step)):
-            return None  # a traced graph's example inputs, an inference test's, a generate's: a forward's (T4)
         root = _on_path(outer, ctx, _DEPTH, frozenset())
         if root is None or (_OFFLINE in root and site.api in TENSOR_MOVES):
             return None  # a quantiser's move may carry calibration data into a calibration forward (T4)
+        if site.api not in MODULE_MOVES and (runs_forward(func) or (outer is not func and runs_forward(outer))
+                                             or fed_to_step(site, func, ctx.per_step)):
+            return None  # a traced graph's example inputs, an inference test's, a generate's: a forward's (T4)
         return Tier.T1, (f"weight conversion: {site.scope} runs only while weights are converted or packed "
                          f"offline ({root}), a load-tier temporary; was: {site.tier_reason}")
     return retier(sites, eligible, decide)
