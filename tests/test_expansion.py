@@ -7,9 +7,17 @@ demand for the derived sites it holds)."""
 
 from __future__ import annotations
 
-from alloc_audit.pipeline.expand import SkippedFile, WantedFiles, identifiers, native_definitions, python_keeps_call
+import random
+
+from alloc_audit.pipeline.expand import (SkippedFile, WantedFiles, identifiers, mentions, native_definitions,
+                                         python_keeps_call)
 
 ENGINE = (frozenset({"engine", "buffers"}), frozenset({"engine"}))  # module parts, packages
+
+
+def said(*names: str) -> str:
+    """What a skipped file that mentions ``names`` is remembered by (``identifiers``' text)."""
+    return " " + " ".join(names) + " "
 
 
 def never_read() -> SkippedFile:
@@ -22,18 +30,18 @@ def reads(text: str):
 
 def test_a_native_file_never_calls_a_python_factory():
     wants = WantedFiles(definitions=frozenset(), classes={"Arena": ENGINE}, functions={"make_workspace": ENGINE})
-    assert not wants.wants_file("csrc/kernel.cuh", ("Arena", "make_workspace", "engine", "buffers"), never_read)
+    assert not wants.wants_file("csrc/kernel.cuh", said("Arena", "make_workspace", "engine", "buffers"), never_read)
 
 
 def test_a_python_file_reaches_a_factory_through_its_module_or_package():
     wants = WantedFiles(definitions=frozenset(), classes={"Arena": ENGINE})
     # `from engine.buffers import Arena`, or a re-export from `engine`
-    assert wants.wants_file("app/serve.py", ("buffers", "Arena"), never_read)
-    assert wants.wants_file("app/serve.py", ("engine", "Arena"), never_read)
+    assert wants.wants_file("app/serve.py", said("buffers", "Arena"), never_read)
+    assert wants.wants_file("app/serve.py", said("engine", "Arena"), never_read)
     # `from . import Arena` inside the same package
-    assert wants.wants_file("engine/serve.py", ("Arena",), never_read)
+    assert wants.wants_file("engine/serve.py", said("Arena"), never_read)
     # a local class or a pytest fixture of the same name elsewhere
-    assert not wants.wants_file("tests/test_serve.py", ("Arena", "torch"), never_read)
+    assert not wants.wants_file("tests/test_serve.py", said("Arena", "torch"), never_read)
 
 
 def test_a_factory_function_counts_where_its_result_is_kept():
@@ -88,11 +96,11 @@ def test_a_function_too_long_to_look_through_is_parsed():
 
 def test_native_mentions_and_definitions():
     wants = WantedFiles(definitions=frozenset({"launch_plan"}), native_mentions=frozenset({"DeviceArena"}))
-    assert wants.wants_file("csrc/arena_user.cc", ("DeviceArena", "int"), never_read)
-    assert not wants.wants_file("csrc/other.cc", ("int", "size_t"), never_read)
-    assert wants.wants_file("csrc/plan.cc", ("launch_plan", "int"), reads("void launch_plan(int n) {\n}\n"))
+    assert wants.wants_file("csrc/arena_user.cc", said("DeviceArena", "int"), never_read)
+    assert not wants.wants_file("csrc/other.cc", said("int", "size_t"), never_read)
+    assert wants.wants_file("csrc/plan.cc", said("launch_plan", "int"), reads("void launch_plan(int n) {\n}\n"))
     # a file that calls launch_plan but does not define it is not wanted
-    assert not wants.wants_file("csrc/caller.cc", ("launch_plan", "main"),
+    assert not wants.wants_file("csrc/caller.cc", said("launch_plan", "main"),
                                 reads("int main() {\n  launch_plan(4);\n}\n"))
     assert native_definitions(b"struct DeviceArena {\n};\nclass Pool : public Base {\n};\n") == \
         {"DeviceArena", "Pool"}
@@ -110,3 +118,27 @@ def test_alias_lines_find_what_the_whole_file_finds():
         samples.append(path.read_bytes())
     for data in samples:
         assert _ALIAS.findall(_lines_with(data, b"import")) == _ALIAS.findall(data)
+
+
+def test_identifiers_text_lists_each_name_once_in_order_of_first_mention():
+    assert identifiers(b"x = torch.empty(n)\ntorch.cuda.empty_cache()  # ok 9abc _a1 ab\n") == \
+        " torch empty cuda empty_cache abc _a1 "  # `9abc`: the run less its leading digit
+    assert identifiers(b"") == "  " and identifiers(b"a = b + 1").split() == []
+
+
+def test_mentions_is_membership_of_a_whole_identifier():
+    """``mentions`` answers as ``name in names.split()``: never for part of an
+    identifier, two of them with the space between, or an empty name (the
+    round 34 form bisected a sorted tuple of the names for equality)."""
+    rng = random.Random(35)
+    alphabet = "ab_1"
+    for _ in range(2_000):
+        words = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 5))) for _ in range(rng.randint(0, 6))]
+        data = " ".join(words).encode()
+        text = identifiers(data)
+        names = set(text.split())
+        assert text == " " + " ".join(dict.fromkeys(text.split())) + " "  # each once, between single spaces
+        asks = ["", " ", "ab", "a b", "  ", *words, *(w[1:] for w in words), *(w + " " for w in words)]
+        asks += [f"{a} {b}" for a, b in zip(words, words[1:])]
+        for name in asks:
+            assert mentions(text, name) is (name in names), (text, name)

@@ -96,7 +96,6 @@ def test_screen_answers_as_the_prefilter_and_the_identifiers(catalog):
         expected = None if passes_prefilter(data, needles, aliasable, language is Language.PYTHON) \
             else identifiers(data)
         assert pf.screen(data, language) == expected, data[:200]
-        assert expected is None or list(expected) == sorted(expected)  # workers.Outcomes.absorb keeps this order
         skipped += expected is not None
     assert 0 < skipped < len(cases)  # both answers are exercised
     assert literal_cases

@@ -168,7 +168,7 @@ class Cache:
         self._prepare()
         self._write(self._named("stat", root_key), table)
 
-    def load_skips(self, root_key: str) -> dict[str, tuple[str, tuple[str, ...], str | None]]:
+    def load_skips(self, root_key: str) -> dict[str, tuple[str, str, str | None]]:
         """Files the pre-filter skipped, by fact key: (path, identifiers,
         warning). One entry per tree rather than a file per skipped file:
         most files are skipped, and a file per entry costs more to write
@@ -185,7 +185,7 @@ class Cache:
             data = self._read(others[0]) if others else None
         return data if isinstance(data, dict) else {}
 
-    def store_skips(self, root_key: str, table: dict[str, tuple[str, tuple[str, ...], str | None]]) -> None:
+    def store_skips(self, root_key: str, table: dict[str, tuple[str, str, str | None]]) -> None:
         if self.base is None:
             return
         self._prepare()
@@ -342,11 +342,11 @@ class RunCache:
         except (TypeError, ValueError):  # a result stored in an older layout: a miss
             return None
 
-    def skip_table(self) -> dict[str, tuple[str, tuple[str, ...], str | None]]:
+    def skip_table(self) -> dict[str, tuple[str, str, str | None]]:
         return self.cache.load_skips(self.root_key) if self.cache.enabled else {}
 
     def hash_skipped(self, misses: Sequence[SourceFile], digests: dict[str, str],
-                     skip_table: dict[str, tuple[str, tuple[str, ...], str | None]]) -> None:
+                     skip_table: dict[str, tuple[str, str, str | None]]) -> None:
         """Digests, read here, of the files whose stat is unknown but which
         the skip table names (a fresh checkout with a restored cache: every
         mtime and inode is new). Hashing a file costs a fraction of the
@@ -365,8 +365,8 @@ class RunCache:
                     continue  # the workers report it
 
     def store(self, files: Sequence[SourceFile], digests: dict[str, str],
-              skips: dict[str, tuple[str, tuple[str, ...], str | None]],
-              old_skips: dict[str, tuple[str, tuple[str, ...], str | None]], result_key: str | None,
+              skips: dict[str, tuple[str, str, str | None]],
+              old_skips: dict[str, tuple[str, str, str | None]], result_key: str | None,
               result: ScanResult) -> None:
         """After a run: the stat and skip tables (keeping entries of files
         outside this run's paths) and, when every file was read, the result."""

@@ -80,9 +80,21 @@ class SkippedFile:
         return found
 
 
-def identifiers(data: bytes) -> tuple[str, ...]:
-    """The identifiers (3 characters or more) a file mentions, sorted."""
-    return tuple(sorted(m.decode("ascii") for m in set(_IDENTIFIER.findall(data))))
+def identifiers(data: bytes) -> str:
+    """The identifiers (3 characters or more) a file mentions, as one text:
+    each once, in the order of first mention, each between single spaces
+    (``" torch empty_cache "``; ``"  "`` for none). What a skipped file is
+    remembered by: one string, not a string per name (a large tree's
+    skipped files mention ~1.5 M names). ``names.split()`` lists them;
+    ``mentions`` asks for one."""
+    return (b" " + b" ".join(dict.fromkeys(_IDENTIFIER.findall(data))) + b" ").decode("ascii")
+
+
+def mentions(names: str, name: str) -> bool:
+    """Whether ``name`` is one of the identifiers ``names`` (``identifiers``'
+    text). Exact: each identifier stands between single spaces and holds
+    none, so `` name `` occurs in the text only as a whole identifier."""
+    return bool(name) and " " not in name and f" {name} " in names
 
 
 def native_definitions(data: bytes) -> frozenset[str]:
@@ -239,11 +251,12 @@ class WantedFiles:
     def __bool__(self) -> bool:
         return bool(self.definitions or self.classes or self.functions or self.modules or self.native_mentions)
 
-    def wants_file(self, path: str, identifiers: Collection[str], look: Callable[[], SkippedFile]) -> bool:
-        """Whether a skipped file (the identifiers it mentions; a look at its
-        bytes, taken only when a wanted name is among them) is one the rules
-        need."""
+    def wants_file(self, path: str, mentioned: str, look: Callable[[], SkippedFile]) -> bool:
+        """Whether a skipped file (the identifiers it mentions, ``identifiers``'
+        text; a look at its bytes, taken only when a wanted name is among
+        them) is one the rules need."""
         if not path.endswith(".py"):
+            identifiers = mentioned.split()
             if self.native_names.isdisjoint(identifiers):  # one pass over a long list, not two
                 return False
             if not self.native_mentions.isdisjoint(identifiers):
@@ -255,6 +268,7 @@ class WantedFiles:
         module = module_name(path)
         if self.wants_module(module):
             return True
+        identifiers = mentioned.split()
         if self.python_names.isdisjoint(identifiers):
             return False
         package = module.rpartition(".")[0]

@@ -5,7 +5,6 @@ per-file error boundary (STYLE.md section 6): a bad file becomes a failed
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import enum
 import itertools
@@ -23,6 +22,7 @@ from . import serial
 from .cache import Cache, content_digest
 from .classify import classify_sites
 from .discover import SourceFile
+from .expand import mentions
 from .parse import error_summary, nesting_problem, parse_source
 
 LOG = logging.getLogger("alloc_audit")
@@ -40,7 +40,7 @@ class FileOutcome:
     digest: str  # "" when the file could not be read
     status: Status
     facts: Any = None  # serial.encode(FileFacts), decoded by the parent
-    identifiers: tuple[str, ...] = ()
+    identifiers: str = ""  # expand.identifiers' text
     message: str | None = None  # the failure, or a warning (not valid UTF-8, binary)
 
 
@@ -62,7 +62,7 @@ def process_file(source: SourceFile, catalog: Catalog, cache: Cache, force: bool
                            message=f"internal error ({type(exc).__name__}): {exc}")
 
 
-def skipped_outcome(path: str, digest: str, identifiers: tuple[str, ...], warning: str | None) -> FileOutcome:
+def skipped_outcome(path: str, digest: str, identifiers: str, warning: str | None) -> FileOutcome:
     return FileOutcome(path, digest, Status.SKIP, identifiers=identifiers, message=warning)
 
 
@@ -234,12 +234,6 @@ def _run_isolated(items: list[tuple[SourceFile, bool]], context: Any,
 # ---------------------------------------------------------------- the parent's side
 
 
-def _mentions(names: tuple[str, ...], name: str) -> bool:
-    """Whether ``name`` is one of ``names`` (sorted)."""
-    i = bisect.bisect_left(names, name)
-    return i < len(names) and names[i] == name
-
-
 class Outcomes:
     """The parent's side of the per-file work: it sends files to the workers
     and keeps what the outcomes say, file by file: facts (direct sites
@@ -255,13 +249,13 @@ class Outcomes:
         self._jobs = jobs
         self._by_path = {f.path: f for f in files}
         self.facts: dict[str, FileFacts] = {}
-        self.skipped: dict[str, tuple[str, ...]] = {}  # path -> the identifiers it mentions, sorted
+        self.skipped: dict[str, str] = {}  # path -> the identifiers it mentions (expand.identifiers' text)
         self.errors: list[FileError] = list(errors)
         # files not analysed (discovery's, and failed outcomes): their sites
         # are unknown, their allowlist entries "not checked" (ScanResult.unchecked)
         self.unchecked: list[FileError] = list(unchecked)
         self.digests: dict[str, str] = {}
-        self.new_skips: dict[str, tuple[str, tuple[str, ...], str | None]] = {}  # for Cache.store_skips
+        self.new_skips: dict[str, tuple[str, str, str | None]] = {}  # for Cache.store_skips
 
     def absorb(self, outcome: FileOutcome) -> None:
         path = outcome.path
@@ -273,12 +267,9 @@ class Outcomes:
             self.facts[path] = dataclasses.replace(decoded, sites=sites)
             self.skipped.pop(path, None)
         elif outcome.status is Status.SKIP:
-            # one string per distinct name, not per file that mentions it: a large tree's skipped files
-            # mention ~1.5 M names (~100 MB as separate strings), most of them the same few thousand.
-            # Sorted as they come (`_mentions` bisects): the pre-filter sorts them (prefilter.screen_prefilter,
-            # expand.identifiers), and the skip table and the cache hold what it returned; interning keeps
-            # the order (round 32: a sort here again cost 0.1-0.3 CPU s on aphrodite's 1.8 M names)
-            identifiers = tuple(map(sys.intern, outcome.identifiers))
+            # one string per file, not per name: a large tree's skipped files mention ~1.5 M names (~100 MB
+            # as separate strings; interned, round 35, they cost ~1 CPU s on aphrodite and more memory)
+            identifiers = outcome.identifiers
             if outcome.digest and self._cache.enabled:
                 key = self._cache.fact_key(path, outcome.digest, self._by_path[path].language.value)
                 self.new_skips[key] = (path, identifiers, outcome.message)
@@ -290,7 +281,7 @@ class Outcomes:
             self.unchecked.append(FileError(path, outcome.message or ""))
 
     def read_all(self, files: Sequence[SourceFile], digests: dict[str, str],
-                 skip_table: dict[str, tuple[str, tuple[str, ...], str | None]],
+                 skip_table: dict[str, tuple[str, str, str | None]],
                  progress: Callable[[int, int], None] | None) -> None:
         """Every file once: those known unchanged and skipped last time from
         the skip table, the rest through the workers."""
@@ -320,7 +311,7 @@ class Outcomes:
 
     def skipped_mentioning(self, name: str) -> list[bytes]:
         """The bytes of the skipped files that mention ``name``."""
-        return [self.read(p) for p, names in sorted(self.skipped.items()) if _mentions(names, name)]
+        return [self.read(p) for p, names in sorted(self.skipped.items()) if mentions(names, name)]
 
     def size(self, path: str) -> int:
         return self._by_path[path].size
