@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import random
 
-from alloc_audit.pipeline.expand import (SkippedFile, WantedFiles, identifiers, mentions, native_definitions,
-                                         python_keeps_call)
+from alloc_audit.pipeline.expand import (
+    SkippedFile,
+    WantedFiles,
+    identifiers,
+    mentions,
+    native_definitions,
+    python_keeps_call,
+)
 
 ENGINE = (frozenset({"engine", "buffers"}), frozenset({"engine"}))  # module parts, packages
 
