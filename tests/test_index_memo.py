@@ -139,6 +139,19 @@ def test_a_memo_forgets_what_used_a_touched_name_and_what_was_built_on_it() -> N
     assert inner.invalidate(set()) == 1 and "late" not in inner
 
 
+def test_invalidate_drops_a_guard_left_behind_and_only_that() -> None:
+    """perf-r35b: ``invalidate`` looks for guards left behind (a value with no names: its computation never
+    stored) only when the memo holds more values than names; a guard is dropped, a stored entry kept."""
+    deps = Deps()
+    memo: Memo[str, int] = Memo(deps)
+    deps.begin()
+    memo.store("kept", 1, deps.end())
+    assert memo.invalidate({"Pool"}) == 0 and "kept" in memo  # equal sizes: nothing left behind
+    memo.guard("raised", 0)  # its computation raised: never stored
+    assert memo.invalidate({"Pool"}) == 1 and "raised" not in memo and "kept" in memo
+    assert len(memo.values) == len(memo.names) == 1
+
+
 def test_callers_matching_asks_a_predicate_only_about_new_callees(facts: dict[str, FileFacts]) -> None:
     index = ProjectIndex({p: facts[p] for p in FIRST})
     asked: list[str] = []
@@ -360,3 +373,23 @@ def test_a_python_class_s_constructors_are_what_method_lookup_finds_for_each_nam
         leaf = index.classes_named("Leaf")[0]
         assert [f.qualname for f in index.constructors(leaf)] == ["Base.__init__", "Mid.__post_init__", "Leaf.__new__"]
         index.settle()
+
+
+def test_past_constructors_notes_the_same_names_with_its_interned_table() -> None:
+    """perf-r35b: ``_past_constructors`` keeps the PAST names it made per function; a second class meeting the
+    same functions notes equal names (the very same strings), and the constructors' own and the names that are
+    no function stay as they were."""
+    from alloc_audit.pipeline.index import factories as fa
+
+    funcs: dict[str, Any] = {"a.py::f": object(), "a.py::g": object(), "a.py::A.__init__": object()}
+    interned: dict[str, str] = {}
+    first = [{"a.py::f", "a.py::A.__init__", "Pool"}]
+    fa._past_constructors(first, {"a.py::A.__init__"}, funcs, interned)
+    assert first[0] == {fa.PAST + "a.py::f", "a.py::A.__init__", "Pool"}
+    second = [{"a.py::f", "a.py::g", "Arena"}]
+    fa._past_constructors(second, set(), funcs, interned)
+    assert second[0] == {fa.PAST + "a.py::f", fa.PAST + "a.py::g", "Arena"}
+    assert {n for n in first[0] if n.startswith(fa.PAST)} <= second[0]
+    noted = next(n for n in second[0] if n == fa.PAST + "a.py::f")
+    assert noted is interned["a.py::f"] and noted is next(n for n in first[0] if n.startswith(fa.PAST))
+    fa._past_constructors([], set(), funcs, interned)  # outside a memoised computation: nothing to note

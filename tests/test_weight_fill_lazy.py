@@ -90,3 +90,30 @@ def test_lazy_answers_are_the_eager_ones() -> None:
         sunk += bool(_sink_writes_before(func))
     assert packing and written and sunk  # the fixtures exercise each answer
 
+
+
+def _load_hooks_before(func: Func, index: ProjectIndex) -> str:
+    """``load_hook`` as round 32 wrote it: every function of the file turned into ``Call``s."""
+    hooks: dict[str, str] = {}
+    for other in index.functions_in(func.path):
+        for c in other.calls:
+            if c.callee.rpartition(".")[2] in ws._LOAD_HOOKS and c.arglist.strip():
+                names = [n for n in ws.IDENTIFIER.findall(ws.split_args(c.arglist)[0].text)
+                         if n not in ("self", "functools", "partial")]
+                if names:
+                    hooks.setdefault(names[0], f"{func.path}:{c.span.line}")
+    return hooks.get(func.name, "")
+
+
+def test_load_hook_read_from_the_columns_is_the_one_read_from_the_calls() -> None:
+    """perf-r35b: ``load_hook`` reads the call columns; the same answer, first registration kept, for every
+    function of the Python fixtures (in a fresh index: no ``Call`` built before it asks)."""
+    paths = tuple(sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.rglob("*.py")))
+    index = ProjectIndex(extracted_facts(FIXTURES, paths))
+    memo: dict[str, dict[str, str]] = {}
+    answers = {f.id: ws.load_hook(f, index, memo) for f in sorted(index.funcs.values(), key=lambda f: f.id)}
+    hooked = 0
+    for func in sorted(index.funcs.values(), key=lambda f: f.id):
+        assert answers[func.id] == _load_hooks_before(func, index), func.id
+        hooked += bool(answers[func.id])
+    assert hooked  # the fixtures register a hook

@@ -67,4 +67,9 @@ def value_arguments(text: str) -> set[str]:
     line): ``set(re.findall(r"(?:^|[,(=])[ \\t]*(?:[A-Za-z_]\\w*\\.)*([A-Za-z_]\\w*)[ \\t]*(?=,|\\)|$)", text,
     re.M))``, searched from the characters that can start a match (perf-r29: a third less time than that
     pattern, whose first alternative is tried at every offset; tests/test_shared_patterns.py)."""
-    return {run.rpartition(".")[2] for run in _VALUE_RUN.findall("\n" + text) if _DOTTED.fullmatch(run)}
+    runs = _VALUE_RUN.findall("\n" + text)
+    # a run without a dot is one name (``[A-Za-z_][\w.]*`` less the dots): ``_DOTTED`` matches it whole, and it is
+    # its own last name; only dotted runs are checked and split (perf-r35b: a third less time after the findall)
+    found = {run for run in runs if "." not in run}
+    found.update([run.rpartition(".")[2] for run in runs if "." in run and _DOTTED.fullmatch(run)])
+    return found

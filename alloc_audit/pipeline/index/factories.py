@@ -27,14 +27,13 @@ class Factories:
         self._constructed_class = constructed_class
         self._factory: Memo[tuple[str, int, bool], Reach | None] = Memo(symbols.deps)
         self._class_alloc: Memo[tuple[str, int, bool], Reach | None] = Memo(symbols.deps)
-        # weight uploads (whole-module moves, checkpoint uploads): a
-        # construction or factory that moves a model to the device stands
-        # for it, only while the derived sites (and the expansion's
-        # factories) are made; the rules' constructions leave them out.
-        # By (path, line), those the later stages found.
+        # weight uploads (whole-module moves, checkpoint uploads): a construction or factory that moves a
+        # model to the device stands for it, only while the derived sites (and the expansion's factories)
+        # are made; the rules' constructions leave them out. By (path, line), those the later stages found.
         self._with_uploads = False
         self._uploads: frozenset[tuple[str, int]] = frozenset()
         self._overloads = OverloadWalk(symbols, calls.reach, self._upload, self.class_allocates, self._significance)
+        self._past: dict[str, str] = {}  # function id -> PAST + it, interned (``_past_constructors``)
 
     def reset(self) -> None:
         self._factory.clear()
@@ -61,7 +60,7 @@ class Factories:
         ctors += [f for ctor in ctors if ctor.language is not Language.PYTHON
                   for f in [self._symbols.func(ctor.path, ctor.qualname + "::<lambda>")] if f is not None]
         reaches = [self._calls.reach(ctor, depth) for ctor in ctors]
-        _past_constructors(self._symbols.deps.stack, {sites_of(ctor) for ctor in ctors}, self._symbols.funcs)
+        _past_constructors(self._symbols.deps.stack, {sites_of(c) for c in ctors}, self._symbols.funcs, self._past)
         reached = [r for found in reaches for r in found if self._overloads.counts(r)]
         return min(reached, key=self._significance) if reached else None
 
@@ -357,15 +356,21 @@ def _sites_on_lines(symbols: Symbols, lines: frozenset[tuple[str, int]]) -> set[
 PAST = "past:"
 
 
-def _past_constructors(stack: list[set[str]], own: set[str], funcs: Mapping[str, Func]) -> None:
+def _past_constructors(stack: list[set[str]], own: set[str], funcs: Mapping[str, Func],
+                       interned: dict[str, str]) -> None:
     """Once the reaches are asked, note the functions they visited past the constructors (``own``)
     as PAST: a weight or a transient added there cannot change the class's allocation. (The names
-    are interned: one string per function, however many entries note it.)"""
+    are interned: one string per function, however many entries note it; ``interned`` keeps each
+    one made, so a function met again by another class's reaches makes none.)"""
     if stack:
         names = stack[-1]
         past = {n for n in names if n in funcs and n not in own}  # ``sites_of``: a function's id
         names -= past
-        names.update(sys.intern(PAST + n) for n in past)
+        for n in past:
+            noted = interned.get(n)
+            if noted is None:
+                noted = interned[n] = sys.intern(PAST + n)
+            names.add(noted)
 
 
 def counted_past_constructors(sites: Iterable[Site], uploads: frozenset[tuple[str, int]]) -> set[str]:

@@ -124,7 +124,8 @@ class Memo(Generic[K, V]):
         ones); how many were dropped."""
         touched = frozenset(touched)
         drop = [key for key, names in self.names.items() if not touched.isdisjoint(names) or UNSTABLE in names]
-        drop += [key for key in self.values if key not in self.names]  # guards left behind
+        if len(self.values) != len(self.names):  # every key with names has a value: equal sizes, no guard left
+            drop += [key for key in self.values if key not in self.names]  # guards left behind
         for key in drop:
             self.values.pop(key, None)
             self.names.pop(key, None)
