@@ -118,7 +118,8 @@ def _placing(site: Site, ctx: _Ctx) -> bool:
             and site.tier in (Tier.T2, Tier.T4) and ctx.checkpoint(site.api))
 
 
-_LOADS = re.compile(r"(?:^|\.)(?:load_state_dict|load_model|set_model_state_dict|set_module_tensor_to_device)$")  # hands a state to a module
+# hands a state (or a tensor: accelerate's `set_module_tensor_to_device`) to a module
+_LOADS = re.compile(r"(?:^|\.)(?:load_state_dict|load_model|set_model_state_dict|set_module_tensor_to_device)$")
 
 
 def _placed_read(site: Site, ctx: _Ctx) -> Site:
