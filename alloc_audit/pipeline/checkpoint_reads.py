@@ -220,12 +220,18 @@ def _bound_whole(func: Func, reads: list[Call]) -> dict[str, str]:
     """The names ``func`` binds to what a read gives whole (its target, or a
     name bound to it or to an entry of it), each with the read's callee."""
     names = {c.target.strip(): c.callee for c in reads if c.target and c.target.strip().isidentifier()}
-    if names:
-        for a in func.assigns:
-            whole = _WHOLE.fullmatch(a.value.strip())
-            if whole is not None and whole.group(1) in names and a.op == "=":
-                names.update((t, names[whole.group(1)]) for t in a.targets if t.isidentifier())
-    return names
+    if not names:
+        return names
+    other: set[str] = set()  # names also bound to something else (`x = model(x)`): not told
+    for a in func.assigns:
+        whole = _WHOLE.fullmatch(a.value.strip())
+        if whole is not None and whole.group(1) in names and a.op == "=":
+            names.update((t, names[whole.group(1)]) for t in a.targets if t.isidentifier())
+        else:
+            other.update(a.targets)
+    read_calls = {id(c) for c in reads}
+    other.update((c.target or "").strip() for c in func.calls if id(c) not in read_calls)
+    return {n: how for n, how in names.items() if n not in other}
 
 
 def _constructor(site: Site, index: ProjectIndex) -> bool:
