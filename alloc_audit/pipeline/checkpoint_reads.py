@@ -35,6 +35,16 @@ catalogue's ``loader`` entries) is the upload: T1 where the function
 returns it, keeps it on its object or in a container entry, or hands it
 (directly or through its locals) to a module's ``load_state_dict``; a
 batch file a per-step function reads onto the device and uses stays T4.
+
+Round 35 (docs/tiers.md §2, "weights are T1 whoever loads them"): a
+set-up copy (T2: module level, a run-once function, a constructor) of what
+a read gives whole (``f.get_tensor(k).to(dev)``, ``torch.load(p).cuda()``,
+``w = f.get_tensor(k)`` ... ``w.to(dev)``, ``sd["w"].cuda()``) uploads a
+checkpoint tensor wherever it goes (kept in a module-level name, handed to
+a wrapper): T1. A value computed from the read (``model(x).cuda()``) is not
+what was read. And a read onto the device handed (through locals) to
+accelerate's ``set_module_tensor_to_device`` is set into a module: T1, as
+one handed to ``load_state_dict``.
 """
 
 from __future__ import annotations
@@ -75,6 +85,8 @@ def checkpoint_uploads(sites: Sequence[Site], index: ProjectIndex, globs: Caller
     for site in sites:
         found = _checkpoint_upload(site, ctx) if _candidate(site) else \
             _placed_read(site, ctx) if _placing(site, ctx) else site
+        if found is site and _set_up_copy(site):
+            found = _direct_upload(site, ctx)
         if found is not site and _constructor(found, index):
             loaders.setdefault((found.path, found.scope), found)
         out.append(found)
@@ -106,7 +118,8 @@ def _placing(site: Site, ctx: _Ctx) -> bool:
             and site.tier in (Tier.T2, Tier.T4) and ctx.checkpoint(site.api))
 
 
-_LOADS = re.compile(r"(?:^|\.)(?:load_state_dict|load_model|set_model_state_dict)$")  # hands a state to a module
+# hands a state (or a tensor: accelerate's `set_module_tensor_to_device`) to a module
+_LOADS = re.compile(r"(?:^|\.)(?:load_state_dict|load_model|set_model_state_dict|set_module_tensor_to_device)$")
 
 
 def _placed_read(site: Site, ctx: _Ctx) -> Site:
@@ -130,7 +143,8 @@ def _placed_read(site: Site, ctx: _Ctx) -> Site:
     elif any(_LOADS.search(c.callee) and c.span.contains(site.span) for c in func.calls) or (
             read is not None and _flows(func, read.callee, lambda c: bool(_LOADS.search(c.callee))
                                         and c.span.line >= line, ())):
-        how = "hands it to load_state_dict"
+        taker = next((c.callee for c in func.calls if _LOADS.search(c.callee) and c.span.line >= line), "")
+        how = f"hands it to {taker.rsplit('.', 1)[-1] or 'load_state_dict'}"
     elif read is not None and _handed_whole(func, read, handed, ctx.index):
         how = "returns or yields what it read"
     else:
@@ -167,6 +181,57 @@ def _handed_whole(func: Func, read: Call, lines: set[int], index: ProjectIndex) 
     return any(call.span.line in lines and any(a.text.strip() in names for a in split_args(call.arglist))
                and all(t.path == func.path and t.name not in ("forward", "__call__") for t in targets)
                for call, targets in index.callees(func))
+
+
+def _set_up_copy(site: Site) -> bool:
+    return (site.tier is Tier.T2 and site.api in _COPIES and site.kind is SiteKind.DEVICE and site.via is None
+            and site.language is Language.PYTHON)
+
+
+def _direct_upload(site: Site, ctx: _Ctx) -> Site:
+    """A set-up copy (T2) of what a checkpoint read gives whole: the read
+    itself (``f.get_tensor(k).to(dev)``, the copy's expression starts with
+    it) or a name bound to it or to an entry of it (``w = f.get_tensor(k)``
+    ... ``w.to(dev)``): T1 wherever it goes, unless a per-step function
+    calls the function."""
+    func = ctx.index.func(site.path, site.scope)
+    if func is None or (func.scope is not None and func.scope.role not in _FUNCTION_ROLES):
+        return site
+    checkpoint = ctx.checkpoint
+    reads = [c for c in func.calls if checkpoint(c.callee)]
+    if not reads:
+        return site
+    span = site.span
+    read = next((c.callee for c in reads if c.span.line == span.line and c.span.col == span.col
+                 and c.span != span), "")
+    if not read:
+        found = ctx.index.site_call(site)
+        receiver = _WHOLE.fullmatch(found[1].callee.rsplit(".", 1)[0]) if found is not None else None
+        if receiver is None:
+            return site
+        read = _bound_whole(func, reads).get(receiver.group(1), "")
+    if not read or (func.scope is not None and _per_step(func, ctx)):
+        return site
+    return dataclasses.replace(site, tier=Tier.T1, tier_reason=(
+        f"{WEIGHT_UPLOAD}{func.qualname} uploads what a checkpoint read ({read}) gives; was: {site.tier_reason}"))
+
+
+def _bound_whole(func: Func, reads: list[Call]) -> dict[str, str]:
+    """The names ``func`` binds to what a read gives whole (its target, or a
+    name bound to it or to an entry of it), each with the read's callee."""
+    names = {c.target.strip(): c.callee for c in reads if c.target and c.target.strip().isidentifier()}
+    if not names:
+        return names
+    other: set[str] = set()  # names also bound to something else (`x = model(x)`): not told
+    for a in func.assigns:
+        whole = _WHOLE.fullmatch(a.value.strip())
+        if whole is not None and whole.group(1) in names and a.op == "=":
+            names.update((t, names[whole.group(1)]) for t in a.targets if t.isidentifier())
+        else:
+            other.update(a.targets)
+    read_calls = {id(c) for c in reads}
+    other.update((c.target or "").strip() for c in func.calls if id(c) not in read_calls)
+    return {n: how for n, how in names.items() if n not in other}
 
 
 def _constructor(site: Site, index: ProjectIndex) -> bool:

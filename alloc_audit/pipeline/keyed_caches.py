@@ -28,7 +28,9 @@ result stored so) are read the same way, and so (round 24) is a buffer a
 function returns when every caller stores what it returns so (``mat =
 random_matrix(dim, d)``; ``_CACHE[dim] = mat`` after the guard clause ``if
 dim in _CACHE: return _CACHE[dim]``): made once per key, kept for the
-process.
+process. (Round 35) A chained store (``_ENGINES[key] = eng =
+GroupedGemm(...)``) stores the call's target: the extractor records the
+entry as bound to it (``extract/python_statements.py``).
 
 A device buffer so cached is persistent (T2); a pinned one is kept and
 reused by the later calls (T5b). A container another caller hands in, or

@@ -131,6 +131,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .pinned_containers import pinned_containers
     from .placed_modules import drop_placed_moves
     from .placed_returns import drop_placed_return_moves
+    from .rebound_stores import rebound_stores
     from .rebuilt_members import rebuilt_members
     from .registered_members import registered_members
     from .released_entries import released_entries
@@ -230,6 +231,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = weight_preparation(conversion_paths(sites, index, catalog.callers), index, catalog.callers)
     sites = removed_hooks(swapped_storage(hooked_state(sites, index), index), index)
     sites = teardown_releases(kept_until_teardown(sites, index), index)
+    sites = rebound_stores(sites, index)
     sites = with_roles(drop_expected_raises(sites, index), config.roles)
     sites.sort(key=lambda s: (s.sort_key, s.via is not None))
     phases.mark("sites")

@@ -78,6 +78,17 @@ _TO_PYTHON = frozenset({"print", "len", "str", "repr", "int", "float", "bool", "
                         "format"})
 
 
+def constructor_temporary(ext: PythonExtractor, node: Any, wrapper: str | None, operand: bool) -> bool:
+    """A constructor's allocation bound to no name that its statement reads
+    and drops: with ``operand`` (not a ``.to(...)`` copy) an
+    ``intermediate``; (round 35) or one handed to a call the catalogue lists
+    as non-retaining (``convert_cute_tensor(ref.cuda(), self.c_ct, ...)``),
+    not to a method of the object (``self.all_reduce(...)``: the project's
+    own, which may keep it)."""
+    return operand and intermediate(ext, node, wrapper) or (
+        wrapper is not None and not wrapper.startswith(("self.", "cls.")) and handed_and_dropped(ext, node, wrapper))
+
+
 def module_temporary(ext: PythonExtractor, node: Any, wrapper: str | None) -> bool:
     """A module-level allocation bound to no name that its statement reads
     and drops: an ``intermediate`` or ``handed_and_dropped`` (round 29)."""

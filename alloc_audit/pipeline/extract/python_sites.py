@@ -26,7 +26,7 @@ from .python_host_kernel import in_host_kernel
 from .python_module_move import dispatches_to_super, moves_module
 from .python_runtime import runtime_handle
 from .python_same_device import on_device_of, source_device, storage_alias
-from .python_scratch import dropped_in_chain, dtype_of, intermediate, module_temporary
+from .python_scratch import constructor_temporary, dropped_in_chain, dtype_of, module_temporary
 from .python_typeonly import in_type_checking
 
 if TYPE_CHECKING:
@@ -328,9 +328,9 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
         api = "Module." + api[len("Tensor."):]  # the whole model or layer: a weight upload (rules/tiers.toml)
     site = ext.at.site(node, api, kind, scope, span, size, shape, device, target, wrapper(ext, node),
                        dtype=kwargs.get("dtype"))
-    if target is None and (mode != "to-args" and scope.rsplit(".", 1)[-1] in _CONSTRUCTORS
-                           and intermediate(ext, node, site.wrapper) or scope == "<module>"
-                           and module_temporary(ext, node, site.wrapper)):
+    if target is None and (scope.rsplit(".", 1)[-1] in _CONSTRUCTORS
+                           and constructor_temporary(ext, node, site.wrapper, mode != "to-args")
+                           or scope == "<module>" and module_temporary(ext, node, site.wrapper)):
         # `torch.rand(n) * k` in a constructor, `y.backward(torch.ones_like(y))` at module level: dropped at once
         return dataclasses.replace(site, wrapper=None, kept="local")
     if kind is SiteKind.DEVICE and dropped_in_chain(ext, node, dtype_of(api, site.dtype)):

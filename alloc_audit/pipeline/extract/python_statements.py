@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from .python import PythonExtractor
 
 _HOST_WORD = re.compile(r"cpu|meta", re.I)
+_ENTRY = re.compile(r"[A-Za-z_][\w.]*\[.*\]", re.S)  # `_CACHE[key]`: an entry of a container
 _HOST_DEVICES = frozenset({"cpu", "meta"})
 _FLOW_ENDS = {"return_statement", "raise_statement", "continue_statement", "break_statement"}
 
@@ -44,6 +45,11 @@ def assigns(ext: PythonExtractor, assigns: list[Any], augs: list[Any], dels: lis
             kept = next((n for n in names if n.startswith(("self.", "cls."))), names[-1])
             if right is not None and right.type == "call":
                 rhs[right.start_byte] = kept  # recorded as the call's target, like `x = call()`
+                entries = tuple(n for n in names if n != kept and _ENTRY.fullmatch(n))
+                if entries and kept.isidentifier():
+                    # `_CACHE[key] = eng = Engine(...)`: the entries hold what the call's target holds
+                    out.append(Assign(scope=ext.scope_name(ext.scope_of(node)), line=right.start_point[0] + 1,
+                                      targets=entries, value=kept))
                 continue
             out.append(Assign(scope=ext.scope_name(ext.scope_of(node)), line=node.start_point[0] + 1,
                               targets=tuple(names), value=ext.src.text(right) if right is not None else ""))
