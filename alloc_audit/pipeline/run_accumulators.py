@@ -66,7 +66,10 @@ in run-once code, lives for the run too. A buffer the name does not hold
 (``torch.randn(n, device="cuda").to("cpu")``: the device tensor is dropped
 at once), a helper called twice or in a loop, a test, a library function
 nothing calls, and a store re-made per pass or returned to a caller that
-drops it stay per call.
+drops it stay per call; so do the buffers of a function driving offline
+weight preparation (it, a function it calls or a class it builds rewrites
+a module's weights: ``GPTQ(layer).fasterquant()``), a calibration
+forward's activations by the judges' convention.
 """
 
 from __future__ import annotations
@@ -79,13 +82,17 @@ from ..catalog import CallerGlobs
 from ..globs import matcher
 from ..model import Block, Call, Site, Span, Tier
 from .closure_kept import reads_free
-from .index import Func, ProjectIndex
+from .extract.python_kept import VIEW_METHODS
+from .index import Func, ProjectIndex, last_name
 from .index.values import rebound_between
 from .loop_calls import script_entry
 from .names import IDENTIFIER, has_name, has_word, starts_with_word
 from .retier import Decision, python_device_site, retier
+from .weight_fills import weight_writes
 
 _DEPTH = 3  # caller levels followed up to a run-once root
+_VIEWS = frozenset(VIEW_METHODS.split("|"))  # methods giving a view of their receiver: the name still holds it
+_OWN = re.compile(r"self\.\w+(?:\.data)?(?:\s|\[|$)")  # an object's own member (weight_preparation's test)
 _INPLACE = re.compile(r"([A-Za-z_]\w*)(?:\[[^\]]*\])*\.(?!_)\w*[a-z0-9]_$")  # `total.add_`, `c["k"].copy_`
 _MAIN = re.compile(r"_?main|\w+_main")  # a script's entry point by name (`main`, `cli_main`)
 
@@ -118,7 +125,7 @@ def _decide(site: Site, index: ProjectIndex, once: Callable[[str], bool], per_st
         return None
     if not any(b.kind == "loop" for b in func.blocks):
         rerun = _rerun_closure(func, name, site, index) if _entry_point(func, index) else ""
-        if rerun and not _rebound_later(func, name, site) and _holds_site(site, func) \
+        if rerun and not _rebound_later(func, name, site) \
                 and _runs_once(func, index, once, per_step, _DEPTH, frozenset(), memo):
             return Tier.T2, (f"made once in the entry point {func.qualname} and read by {rerun}: kept for the "
                              f"run; was: {site.tier_reason}")
@@ -136,11 +143,12 @@ def _decide(site: Site, index: ProjectIndex, once: Callable[[str], bool], per_st
         # round 32: what the script runs hands the one buffer to the calls of every pass
         update, use = _handed_in(func, name, loops), "handed whole to a call in it on every pass"
     if update is None and kept and not once(func.name) \
-            and _runs_once(func, index, once, per_step, _DEPTH, frozenset(), memo):
+            and _runs_once(func, index, once, per_step, _DEPTH, frozenset(), memo) \
+            and _holds_site(site, func) and not _prepares_weights(func, index):
         # round 35: a function only run-once code calls, once (by the call graph, not by its name):
         # its loop reuses the one buffer through the function's run
         update, use = _read_in(func, name, loops, index)
-    if update is None or not _holds_site(site, func):
+    if update is None:
         return None
     if not _runs_once(func, index, once, per_step, _DEPTH, frozenset(), memo):
         return None
@@ -164,15 +172,43 @@ def _bound_name(site: Site, func: Func) -> str | None:
 
 
 def _holds_site(site: Site, func: Func) -> bool:
-    """The name the site is bound to holds its buffer: the allocation's call
-    is the whole value assigned, not the receiver of a further call that
-    makes another tensor (``torch.randn(n, device="cuda").to("cpu")``: the
-    name holds the host copy, the device tensor is dropped at once; round 35).
+    """Round 35 (its rule only): the name the site is bound to holds its
+    buffer: the allocation's call is the whole value assigned, not the
+    receiver of a further call that makes another tensor
+    (``torch.randn(n, device="cuda").to("cpu")``: the name holds the host
+    copy, the device tensor is dropped at once).
     A method that works in place and returns its receiver (``.normal_()``)
-    keeps it."""
+    or a view of it (``.transpose(1, 2)``) keeps it."""
     start, end = (site.span.line, site.span.col), (site.span.end_line, site.span.end_col)
     return not any((c.span.line, c.span.col) == start and (c.span.end_line, c.span.end_col) > end
-                   and not c.callee.endswith("_") for c in func.calls if c.span.line == site.span.line)
+                   and not c.callee.endswith("_") and last_name(c.callee) not in _VIEWS
+                   for c in func.calls if c.span.line == site.span.line)
+
+
+def _prepares_weights(func: Func, index: ProjectIndex) -> bool:
+    """``func`` drives offline weight preparation: its body, a project
+    function it calls, or a method of a class it builds (``GPTQ(layer)``,
+    whose ``fasterquant`` rebinds ``self.layer.weight.data``) rewrites a
+    module's weights (``weight_fills.weight_writes``; not an object's own
+    member). The buffers of its layer loop are a calibration forward's
+    activations, per call by the judges' convention (T4): round 35 leaves
+    them alone."""
+    if _writes_weights(func):
+        return True
+    for call in func.calls:
+        cls = index.constructed_class(func, call)
+        name = last_name(call.callee)
+        # a class the import does not name (`from gptq import *`): the project's classes of that name
+        classes = [cls] if cls is not None else index.classes_named(name) if name[:1].isupper() else []
+        if any(_writes_weights(m) for c in classes for methods in c.methods.values() for m in methods):
+            return True
+        if not classes and any(_writes_weights(callee) for callee in index.resolve(func, call)):
+            return True
+    return False
+
+
+def _writes_weights(func: Func) -> bool:
+    return any(_OWN.match(weight) is None for _, _, weight, _ in weight_writes(func))
 
 
 def _updates(func: Func, name: str) -> list[int]:
