@@ -45,6 +45,31 @@ run: T2 (docs/tiers.md 5). A buffer only read as an operand or a slice
 there, handed on only after the loop, rebound in it, or made by a function
 another function calls (a helper of ``main``: it dies when that returns; a
 ``*_main`` a loop calls), or by a test, stays per call.
+
+Round 35 (docs/tiers.md 5, the judges' "buffers a run-once function makes
+and its loop keeps using"): what round 26 says of the entry point holds
+for any function that runs once by the call graph (every call of it,
+three calls up, sits outside the loops of module-level code or of a
+run-once function, at one place each; not by a ``[callers] once`` name):
+a buffer it binds before its loop and reads on the passes of that loop
+(``opt_eval``'s ``testenc = testenc.to(dev)`` sliced per sample, a
+sweep's ``train_features`` handed to each fit) lives for its run: T2. The
+helper's locals that round 26 left per call are now kept so. Reads count
+also through a closure made before the loop that the loop runs or
+iterates (``configs = [("sdpa", lambda: sdpa(q, k, v))]`` ... ``for _, fn in
+configs:``, a nested ``def``), and a swap (``inps, outs = outs, inps``,
+a layer loop's double buffer) rebinds nothing. A store a loop makes on its
+first pass (``if feats is None: feats = torch.zeros(n, d)``, the guard's
+local bound to None before the loop), fills and returns, where every call
+of the function (or of one returning its result) binds it, outside loops,
+in run-once code, lives for the run too. A buffer the name does not hold
+(``torch.randn(n, device="cuda").to("cpu")``: the device tensor is dropped
+at once), a helper called twice or in a loop, a test, a library function
+nothing calls, and a store re-made per pass or returned to a caller that
+drops it stay per call; so do the buffers of a function driving offline
+weight preparation (it, a function it calls or a class it builds rewrites
+a module's weights: ``GPTQ(layer).fasterquant()``), a calibration
+forward's activations by the judges' convention.
 """
 
 from __future__ import annotations
@@ -55,15 +80,19 @@ from collections.abc import Callable, Sequence
 from ..arglists import split_args
 from ..catalog import CallerGlobs
 from ..globs import matcher
-from ..model import Block, Call, Site, Tier
+from ..model import Block, Call, Site, Span, Tier
 from .closure_kept import reads_free
-from .index import Func, ProjectIndex
+from .extract.python_kept import VIEW_METHODS
+from .index import Func, ProjectIndex, last_name
 from .index.values import rebound_between
 from .loop_calls import script_entry
-from .names import IDENTIFIER, has_name, starts_with_word
+from .names import IDENTIFIER, has_name, has_word, starts_with_word
 from .retier import Decision, python_device_site, retier
+from .weight_fills import weight_writes
 
 _DEPTH = 3  # caller levels followed up to a run-once root
+_VIEWS = frozenset(VIEW_METHODS.split("|"))  # methods giving a view of their receiver: the name still holds it
+_OWN = re.compile(r"self\.\w+(?:\.data)?(?:\s|\[|$)")  # an object's own member (weight_preparation's test)
 _INPLACE = re.compile(r"([A-Za-z_]\w*)(?:\[[^\]]*\])*\.(?!_)\w*[a-z0-9]_$")  # `total.add_`, `c["k"].copy_`
 _MAIN = re.compile(r"_?main|\w+_main")  # a script's entry point by name (`main`, `cli_main`)
 
@@ -78,7 +107,7 @@ def run_accumulators(sites: Sequence[Site], index: ProjectIndex, globs: CallerGl
     def decide(site: Site) -> Decision | None:
         return _decide(site, index, once, per_step, memo)
 
-    return retier(sites, lambda s: python_device_site(s, Tier.T4) and s.kept != "return", decide)
+    return retier(sites, lambda s: python_device_site(s, Tier.T4), decide)
 
 
 def _decide(site: Site, index: ProjectIndex, once: Callable[[str], bool], per_step: Callable[[str], bool],
@@ -87,8 +116,10 @@ def _decide(site: Site, index: ProjectIndex, once: Callable[[str], bool], per_st
     if func is None or func.scope is None:
         return None
     line = site.span.line
-    if func.in_loop(line):
-        return None  # made per pass of a loop
+    if func.in_loop(line):  # made per pass of a loop, unless a first-pass guard makes it once (round 35)
+        return _filled_store(site, func, index, once, per_step, memo) if site.kept == "return" else None
+    if site.kept == "return":
+        return None
     name = _bound_name(site, func)
     if name is None:
         return None
@@ -104,12 +135,19 @@ def _decide(site: Site, index: ProjectIndex, once: Callable[[str], bool], per_st
     use = "updated in place in it"
     if update is not None and _rebound(func, name, site):
         update = None
-    if update is None and _entry_point(func, index) and not _rebound_later(func, name, site):
-        # the entry point itself: its locals live for the run (a helper's die when it returns)
-        update, use = _read_in(func, name, loops), "read in it on every pass"
-    if update is None and not _rebound_later(func, name, site) and _called_by_script(func, index):
+    kept = update is None and not _rebound_later(func, name, site)
+    if kept and _entry_point(func, index):
+        # the entry point itself: its locals live for the run
+        update, use = _read_in(func, name, loops, index)
+    if update is None and kept and _called_by_script(func, index):
         # round 32: what the script runs hands the one buffer to the calls of every pass
         update, use = _handed_in(func, name, loops), "handed whole to a call in it on every pass"
+    if update is None and kept and not once(func.name) \
+            and _runs_once(func, index, once, per_step, _DEPTH, frozenset(), memo) \
+            and _holds_site(site, func) and not _prepares_weights(func, index):
+        # round 35: a function only run-once code calls, once (by the call graph, not by its name):
+        # its loop reuses the one buffer through the function's run
+        update, use = _read_in(func, name, loops, index)
     if update is None:
         return None
     if not _runs_once(func, index, once, per_step, _DEPTH, frozenset(), memo):
@@ -131,6 +169,46 @@ def _bound_name(site: Site, func: Func) -> str | None:
     if not assign.value.lstrip().startswith(("{", "[")):
         return None
     return assign.targets[0]
+
+
+def _holds_site(site: Site, func: Func) -> bool:
+    """Round 35 (its rule only): the name the site is bound to holds its
+    buffer: the allocation's call is the whole value assigned, not the
+    receiver of a further call that makes another tensor
+    (``torch.randn(n, device="cuda").to("cpu")``: the name holds the host
+    copy, the device tensor is dropped at once).
+    A method that works in place and returns its receiver (``.normal_()``)
+    or a view of it (``.transpose(1, 2)``) keeps it."""
+    start, end = (site.span.line, site.span.col), (site.span.end_line, site.span.end_col)
+    return not any((c.span.line, c.span.col) == start and (c.span.end_line, c.span.end_col) > end
+                   and not c.callee.endswith("_") and last_name(c.callee) not in _VIEWS
+                   for c in func.calls if c.span.line == site.span.line)
+
+
+def _prepares_weights(func: Func, index: ProjectIndex) -> bool:
+    """``func`` drives offline weight preparation: its body, a project
+    function it calls, or a method of a class it builds (``GPTQ(layer)``,
+    whose ``fasterquant`` rebinds ``self.layer.weight.data``) rewrites a
+    module's weights (``weight_fills.weight_writes``; not an object's own
+    member). The buffers of its layer loop are a calibration forward's
+    activations, per call by the judges' convention (T4): round 35 leaves
+    them alone."""
+    if _writes_weights(func):
+        return True
+    for call in func.calls:
+        cls = index.constructed_class(func, call)
+        name = last_name(call.callee)
+        # a class the import does not name (`from gptq import *`): the project's classes of that name
+        classes = [cls] if cls is not None else index.classes_named(name) if name[:1].isupper() else []
+        if any(_writes_weights(m) for c in classes for methods in c.methods.values() for m in methods):
+            return True
+        if not classes and any(_writes_weights(callee) for callee in index.resolve(func, call)):
+            return True
+    return False
+
+
+def _writes_weights(func: Func) -> bool:
+    return any(_OWN.match(weight) is None for _, _, weight, _ in weight_writes(func))
 
 
 def _updates(func: Func, name: str) -> list[int]:
@@ -198,11 +276,34 @@ def _loops_parameter(callee: Func, call: Call, name: str) -> bool:
     return bool(param) and any(c.callee == param and callee.in_loop(c.span.line) for c in callee.calls)
 
 
-def _read_in(func: Func, name: str, loops: list[Block]) -> int | None:
+def _read_in(func: Func, name: str, loops: list[Block], index: ProjectIndex) -> tuple[int | None, str]:
     """Round 26: the first line of a loop after the site that reads ``name``
     (an argument, a value assigned, a receiver, what the loop iterates):
     the one buffer serves every pass (``testenc[:, i * n:(i + 1) * n]``,
-    ``generate(image=image_tensor)``)."""
+    ``generate(image=image_tensor)``). Round 35: or that reads a closure
+    reading it, made before the loop (``configs = [("sdpa", lambda: sdpa(q,
+    k, v)), ...]`` ... ``for name, fn in configs: fn()``; a nested ``def``):
+    each pass's run of the closure reuses the buffer."""
+    found = _first_read(func, name, loops)
+    if found is not None or not loops:
+        return found, "read in it on every pass"
+    start = min(b.span.line for b in loops)
+    holders = [t.strip() for a in func.assigns if a.line < start and "lambda" in a.value
+               and has_name(a.value, name, not_before=".") for t in a.targets]
+    prefix = f"{func.qualname}."
+    holders += [f.name for f in index.functions_in(func.path) if f.qualname.startswith(prefix)
+                and "." not in f.qualname[len(prefix):] and f.scope is not None and f.scope.role == "function"
+                and f.scope.span.line < start and reads_free(f, name)]
+    reads = [(line, h) for h in dict.fromkeys(holders) if IDENTIFIER.fullmatch(h) and h != name
+             and (line := _first_read(func, h, loops)) is not None]
+    if not reads:
+        return None, ""
+    line, holder = min(reads)
+    return line, f"read in it on every pass through {holder} (a closure reading it, made before the loop)"
+
+
+def _first_read(func: Func, name: str, loops: list[Block]) -> int | None:
+    """The first line in ``loops`` that reads ``name`` (round 26's reads)."""
     lines = [c.span.line for c in func.calls if has_name(c.arglist, name, not_before=".")
              or starts_with_word(c.callee, name)]
     lines += [a.line for a in func.assigns if has_name(a.value, name, not_before=".")]
@@ -237,8 +338,16 @@ def _rebound_later(func: Func, name: str, site: Site) -> bool:
     """``name`` is bound again after the site (in a loop: a fresh one per
     pass; after it: the site's buffer is dropped there), other than in a
     sibling branch of the site's ``if`` (``if ...: x = a.to(d)`` /
-    ``else: x = b.to(d)``, one of which runs)."""
-    return rebound_between(func, name, site.span.line)
+    ``else: x = b.to(d)``, one of which runs). Round 35: nor by a swap that
+    hands the buffer on to another name (``inps, outs = outs, inps``, a
+    layer loop's double buffer): the pair is reused, not dropped."""
+    return rebound_between(func, name, site.span.line, continues=lambda value: _swaps(value, name))
+
+
+def _swaps(value: str, name: str) -> bool:
+    """``value`` is a tuple of plain names holding ``name`` (``outs, inps``)."""
+    parts = [p.strip() for p in value.strip("() ").split(",")]
+    return len(parts) > 1 and name in parts and all(IDENTIFIER.fullmatch(p) for p in parts)
 
 
 def _runs_once(func: Func, index: ProjectIndex, once: Callable[[str], bool], per_step: Callable[[str], bool],
@@ -270,3 +379,91 @@ def _calls_once(caller: Func, callee: Func) -> bool:
     `run(a); run(b)` makes the state twice, each dropped when its call ends."""
     calls = caller.calls_of(callee.name)
     return len(calls) == 1 and not caller.in_loop(calls[0].span.line)
+
+
+_UNSET_LOCAL = re.compile(r"\(?\s*([A-Za-z_]\w*)\s+is\s+None\s*\)?")  # `if features is None:`
+
+
+def _filled_store(site: Site, func: Func, index: ProjectIndex, once: Callable[[str], bool],
+                  per_step: Callable[[str], bool], memo: dict[str, bool]) -> Decision | None:
+    """Round 35: a store a loop makes on its first pass, under a test that a
+    local bound to None before the loop still is (``if features is None:
+    features = torch.zeros(n, d)``, the guard's name bound in that branch),
+    bound nowhere else in the loop and returned by the function, is made
+    once per call and filled by every pass; where every call of the
+    function (or of a function returning its result, up to ``_DEPTH``
+    calls up) binds what it returns, outside loops, in a function that
+    runs once, the store lives for the run: T2 (docs/tiers.md 5). A store
+    the loop re-makes, one not returned, or one returned to a caller that
+    drops it or runs per step stays per call."""
+    name = (site.target or "").strip()
+    line = site.span.line
+    if not IDENTIFIER.fullmatch(name) or not any(has_word(r.value, name) for r in func.returns):
+        return None
+    for block in func.blocks:
+        m = _UNSET_LOCAL.fullmatch(block.test.strip()) if block.kind == "if" else None
+        if m is None or not block.span.contains_line(line):
+            continue
+        flag = m.group(1)
+        loop = min((b.span for b in func.blocks if b.kind == "loop" and b.span.contains_line(block.span.line)),
+                   key=lambda sp: sp.end_line - sp.line, default=None)
+        if loop is None or not _bound_in(func, flag, block.span) \
+                or not any(a.line < loop.line and flag in (t.strip("() ") for t in a.targets)
+                           and _none_for(a.value, a.targets, flag) for a in func.assigns) \
+                or any(_bound_in(func, n, block.span, outside=loop) for n in (flag, name)):
+            continue
+        keeper = _kept_by_callers(func, index, once, per_step, memo, _DEPTH)
+        if keeper:
+            return Tier.T2, (f"made once per call of {func.qualname}, on the first pass of its loop (`{m.group(0)}`), "
+                             f"filled by the later passes and returned: {keeper}, kept for the run; "
+                             f"was: {site.tier_reason}")
+    return None
+
+
+def _none_for(value: str, targets: Sequence[str], name: str) -> bool:
+    """The assignment binds ``name`` to None (``x = None``, ``x, y = None, None``)."""
+    parts = [p.strip() for p in value.strip("() ").split(",")]
+    names = [t.strip("() ") for t in targets]
+    return name in names and len(parts) == len(names) and parts[names.index(name)] == "None"
+
+
+def _bound_in(func: Func, name: str, span: Span, outside: Span | None = None) -> bool:
+    """``name`` is bound (assigned, or a call's result) on a line of ``span``;
+    with ``outside``, on a line of ``outside`` that is not in ``span``."""
+    def inside(n: int) -> bool:
+        return outside.contains_line(n) and not span.contains_line(n) if outside is not None \
+            else span.contains_line(n)
+    return any(inside(a.line) for a in func.assigns if a.op in ("=", "del")
+               and name in (t.strip("() ") for t in a.targets)) or any(
+        inside(c.span.line) for c in func.calls if (c.target or "").strip() == name)
+
+
+def _kept_by_callers(func: Func, index: ProjectIndex, once: Callable[[str], bool], per_step: Callable[[str], bool],
+                     memo: dict[str, bool], depth: int) -> str:
+    """How every call of ``func`` keeps what it returns for the run: each
+    call sits outside loops and binds the result to names in module-level
+    code or in a function that runs once (``_runs_once``), or returns it
+    from a function whose own calls do so (``depth`` calls up); "" if not."""
+    callers = [index.funcs[fid] for fid, d in sorted(index.callers_within([func], 1).items())
+               if d == 1 and fid in index.funcs and fid != func.id]
+    if depth <= 0 or not callers:
+        return ""
+    shown = ""
+    for caller in callers:
+        calls = caller.calls_of(func.name)
+        if not calls or any(caller.in_loop(c.span.line) for c in calls):
+            return ""
+        for call in calls:
+            target = (call.target or "").strip()
+            if any(r.line == call.span.line and r.value.strip().startswith(call.callee) for r in caller.returns):
+                how = _kept_by_callers(caller, index, once, per_step, memo, depth - 1)
+            elif target and (caller.qualname == "<module>" or _runs_once(
+                    caller, index, once, per_step, _DEPTH, frozenset(), memo)):
+                where = "module-level code" if caller.qualname == "<module>" else caller.qualname
+                how = f"{where} binds it to {target} (runs once)"
+            else:
+                return ""
+            if not how:
+                return ""
+            shown = shown or how
+    return shown
