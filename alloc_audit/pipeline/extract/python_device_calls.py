@@ -189,6 +189,9 @@ class _CallValues(_Values):
                 token = self.device(given, env)
                 return Val(token, True) if token is not None and token != NONE else _UNKNOWN
             return Val(receiver.token, True)
+        if attr == "type" and len(args) == 1 and not keywords and args[0].token == _DTYPE:
+            # round 35: `x.type(torch.int32)` casts where `x` is (a type *string* may name a device: not read)
+            return Val(receiver.token, receiver.uniform)
         if attr == "type_as":
             return Val(receiver.token, True) if args and args[0].token == receiver.token else _UNKNOWN
         if attr in _STAYS and "device" not in keywords:
