@@ -49,7 +49,8 @@ x.masked_scatter(m.to(x.device), v)``) is no rebinding between the binding
 read and the move: Python binds the target only after the value, the move
 included, is computed. A ``.to(y.dtype)`` on the way is a dtype cast (a
 tensor's ``dtype`` is a ``torch.dtype``, never a device), as
-``.to(torch.half)`` is. Pure.
+``.to(torch.half)`` is. Round 35: ``y.device`` of ``y = torch.zeros(n, device=Z)`` is ``Z`` (``_made_on``); a
+loop between a binding and the move matters only where the value is bound again from the move on. Pure.
 """
 
 from __future__ import annotations
