@@ -21,6 +21,7 @@ from .lifetimes import weight_storage
 from .move_apis import MOVES
 from .native_modules import native_module_state
 from .off_device import drop_off_device
+from .own_device_moves import drop_own_device_moves
 from .untaken import drop_untaken
 
 
@@ -38,7 +39,8 @@ def derive_sites(index: ProjectIndex, files: Mapping[str, FileFacts], tiers: tup
     calls = [s for s in index.derived_sites(uploads=counted) if (s.path, s.span) not in catalogued]
     kept, branches = drop_untaken(drop_host_moves(calls, index), index)
     contexts, engines = (apis.py_device_contexts, apis.py_loader_engines) if apis is not None else (None, None)
-    derived = tuple(drop_host_vias(drop_off_device(kept, index), index, contexts, engines, callers))
+    derived = tuple(drop_host_vias(drop_own_device_moves(drop_off_device(kept, index), index), index, contexts,
+                                   engines, callers))
     if apis is not None:
         derived = kinds_from_use(derived, index, apis)
     classified = [_with_branch(s, branches) for s in classify_sites(derived, files, tiers)]

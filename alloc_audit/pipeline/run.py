@@ -120,6 +120,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .module_build_temps import module_build_temps
     from .module_classes import module_moves
     from .module_state import module_state
+    from .moved_again import drop_moved_again
     from .native_pinned import native_pinned
     from .native_uploads import native_uploads
     from .native_weight_members import native_weight_members
@@ -196,7 +197,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = unpinned_flags(sites, index, facts, catalog.tiers)
     sites = drop_host_param_moves(drop_host_returns(drop_cpu_locals(sites, index), index), index)
     sites = drop_host_args(sites, index)
-    sites = drop_gpu_return_moves(drop_same_device_moves(sites, index), index)
+    sites = drop_moved_again(drop_gpu_return_moves(drop_same_device_moves(sites, index), index), index)
     sites = tiers_from_callers(sites, index, catalog.callers)
     sites = dropped_objects(built_per_call(sites, index, catalog.callers), index)
     sites = lookup_temps(weight_init_temporaries(sites, index, catalog.callers), index, catalog.callers,

@@ -395,12 +395,18 @@ def zero_elements(api: str, shape: tuple[str, ...]) -> bool:
     """True when a shaped factory's dimensions include a literal 0."""
     if api in _FROM_DATA:  # `torch.tensor([])`: no data, no elements
         return bool(shape) and shape[0].replace(" ", "") in ("", "[]", "()", "[[]]")
+    return any(d.strip() == "0" for d in shape_dims(api, shape))
+
+
+def shape_dims(api: str, shape: tuple[str, ...]) -> tuple[str, ...]:
+    """A shaped factory's dimensions as written (``torch.zeros((b, n), dtype=t)``: ``b``, ``n``); none for
+    another call."""
     if api not in _SHAPED or not shape:
-        return False
+        return ()
     dims = shape[:1] if api.endswith(_SIZE_FIRST) else shape
     if len(dims) == 1 and dims[0].strip()[:1] in "({[":
         dims = tuple(split_top_level(dims[0].strip()[1:-1]))
-    return any(d.strip() == "0" for d in dims)
+    return dims
 
 
 _ZERO_RECEIVER = re.compile(r"(torch\.(?:empty|zeros|ones|rand|randn))\((.*)\)", re.S)

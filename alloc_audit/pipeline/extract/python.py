@@ -115,6 +115,7 @@ class PythonExtractor:
         self.module_used: dict[tuple[int, str], bool] = {}
         self.default_sources: dict[tuple[int, str], bool] = {}  # (function start, name): python_host.default_source
         self.device_flows: dict[int, Any] = {}  # function start (-1: the module): python_device_flow's walk
+        self.device_returns: dict[tuple[Any, ...], Any] = {}  # python_device_returns: the file's defs, summaries
 
     # ------------------------------------------------------------ entry point
     def run(self) -> FileFacts:

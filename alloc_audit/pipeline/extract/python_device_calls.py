@@ -70,11 +70,31 @@ class _CallValues(_Values):
                 return Val(args[0].token, args[0].uniform, func.id != "tuple")
             if func.id in ("dict", "set", "frozenset", "zip", "enumerate", "map", "filter"):
                 return Val(self.fresh("call", node))
+            kept = self.follows(node, func.id, False, args, env)
+            if kept is not None:
+                return kept  # round 35: a function of the file that returns where its argument is
         self.escapes(node, env)
         if "return_tensors" in keywords and isinstance(keywords["return_tensors"], ast.Constant) \
                 and keywords["return_tensors"].value == "pt":
             return Val(HOST, True)  # a tokenizer's output: host tensors
         return Val(self.fresh("call", node))
+
+    def follows(self, node: ast.Call, name: str, method: bool, args: list[Val], env: Env) -> Val | None:
+        """The call ``node`` of ``name`` (``self.name``), a function of the file every return of which is on the
+        device of one parameter (``python_device_returns``): on the device of the argument given for it."""
+        from .python_device_returns import returned_param  # imported here: it walks with this module's Flow
+
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            return None
+        found = returned_param(self.ext, name, method)
+        if found is None:
+            return None
+        param, at = found
+        given = next((k.value for k in node.keywords if k.arg == param), None)
+        value = self.dev(given, env) if given is not None else args[at] if 0 <= at < len(args) else None
+        if value is None or value.listy or value.token in (None, _SCALAR, _DTYPE, NONE, _EMPTY):
+            return None  # a list: the function may return another device's tensor of it
+        return Val(value.token, True)  # a token names the device of the argument, a tensor (the function reads it)
 
     def loaded(self, node: ast.Call, loader: str, keywords: dict[str | None, ast.expr], env: Env, depth: int) -> Val:
         """Round 33: what a checkpoint reader returns holds tensors on the device it was told: ``torch.load``'s
@@ -180,6 +200,10 @@ class _CallValues(_Values):
         if attr in ("item", "tolist", "numpy", "size", "dim", "numel", "element_size", "data_ptr", "stride",
                     "nelement", "is_contiguous", "is_pinned", "get_device", "storage_offset", "nbytes"):
             return _SCALAR_VAL
+        if isinstance(func.value, ast.Name) and func.value.id == "self" and "self" not in env:
+            kept = self.follows(node, attr, True, args, env)
+            if kept is not None:
+                return kept  # round 35: `self.m(x)` of a method of the file that returns where `x` is
         if receiver.token in (None, _SCALAR, _DTYPE, NONE) or receiver.listy and not receiver.uniform:
             self.escapes(node, env)
             return Val(self.fresh("call", node))
@@ -189,6 +213,9 @@ class _CallValues(_Values):
                 token = self.device(given, env)
                 return Val(token, True) if token is not None and token != NONE else _UNKNOWN
             return Val(receiver.token, True)
+        if attr == "type" and len(args) == 1 and not keywords and args[0].token == _DTYPE:
+            # round 35: `x.type(torch.int32)` casts where `x` is (a type *string* may name a device: not read)
+            return Val(receiver.token, receiver.uniform)
         if attr == "type_as":
             return Val(receiver.token, True) if args and args[0].token == receiver.token else _UNKNOWN
         if attr in _STAYS and "device" not in keywords:

@@ -59,6 +59,7 @@ from .python_device_values import (
     _UNKNOWN,
     DEFAULT,
     HOST,
+    HOST_OR,
     NONE,
     Env,
     Val,
@@ -449,10 +450,9 @@ def noop_move(ext: PythonExtractor, node: Any) -> bool:
         where = flow.cuda(call)
     if where is None or where == _DTYPE:
         return False
-    if where in (HOST, NONE):
-        return True
-    value = flow.dev(func.value, env)
-    return value.token == where
+    value = flow.dev(func.value, env).token  # round 35: of `HOST_OR`'s other device, a host copy or none at all
+    return where in (HOST, NONE) or value == where \
+        or where.startswith(HOST_OR + "@") and value == where.partition("=")[2]
 
 
 def copied_device(ext: PythonExtractor, node: Any, which: str) -> str | None:

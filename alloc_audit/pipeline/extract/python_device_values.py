@@ -20,6 +20,10 @@ NONE = "none"  # `.to(None)`: returns the tensor itself
 _EMPTY = "empty"  # a list with no element yet: no device to disagree with
 _SCALAR = "scalar"  # no tensor: a number, a shape, a dtype, a string
 _DTYPE = "dtype"
+# round 35: the host or one other device, by a branch (`"cpu" if flag else "cuda"`); a value moved there from
+# that other device stays off the GPU either way (`python_device_flow.noop_move`)
+HOST_OR = "hostor"
+_NOT_PLACED = frozenset({None, HOST, DEFAULT, "scalar", "dtype", "none", "empty"})
 _POS = re.compile(r"@(\d+):(\d+)")
 _LOOP_PASSES = 3
 _DEPTH = 40  # expression nesting followed
@@ -311,6 +315,9 @@ class _Values:
                 return b
             if b.token == NONE or a == b:
                 return a
+            for host, other in ((a, b), (b, a)):  # round 35: `"cpu" if c else d`, a host or `d` (`HOST_OR`)
+                if host.token == HOST and other.token not in _NOT_PLACED and not other.listy:
+                    return Val(f"{HOST_OR}@{node.lineno}:{node.col_offset}={other.token}")
             return _UNKNOWN
         if isinstance(node, (ast.List, ast.Tuple)):
             values = [self.dev(e, env, down) for e in node.elts]

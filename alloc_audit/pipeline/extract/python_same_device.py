@@ -49,7 +49,8 @@ x.masked_scatter(m.to(x.device), v)``) is no rebinding between the binding
 read and the move: Python binds the target only after the value, the move
 included, is computed. A ``.to(y.dtype)`` on the way is a dtype cast (a
 tensor's ``dtype`` is a ``torch.dtype``, never a device), as
-``.to(torch.half)`` is. Pure.
+``.to(torch.half)`` is. Round 35: ``y.device`` of ``y = torch.zeros(n, device=Z)`` is ``Z`` (``_made_on``); a
+loop between a binding and the move matters only where the value is bound again from the move on. Pure.
 """
 
 from __future__ import annotations
@@ -142,6 +143,8 @@ def on_device_of(ext: PythonExtractor, node: Any, receiver: str, target: str) ->
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     on = _Target(root, target, m is not None)
+    if m is not None and root.isidentifier():
+        on.made = _made_on(ext, source, root, at)  # round 35: `y.device` of `y = torch.zeros(n, device=Z)` is `Z`
     if m is None and not re.search(rf"device\s*=\s*{re.escape(root)}\b|\.to\(\s*{re.escape(root)}\b",
                                   source[:at] + receiver):
         return False  # nothing above is made on, or moved to, the device variable: nothing to prove it by
@@ -224,6 +227,7 @@ class _Target:
 
     def __init__(self, root: str, text: str, tensor: bool) -> None:
         self.root, self.text, self.tensor = root, text, tensor
+        self.made: tuple[str, str, int] | None = None  # ``root`` made on ``Z`` (whose root, where): ``_made_on``
 
 
 def _bound_once(source: str, root: str, at: int, node: Any, body: Any) -> bool:
@@ -304,7 +308,7 @@ def _on(ext: PythonExtractor, node: ast.AST, on: _Target, source: str, depth: in
     head = _torch_head(ext, func.value)
     if head == "torch":
         if device is not None:
-            return ast.unparse(device) == on.text
+            return ast.unparse(device) == on.text or _same_made(on, ast.unparse(device), source, before)
         if func.attr in _NOT_ON_INPUT:
             return func.attr.endswith("_like") and bool(node.args) and sub(node.args[0])
         args = [e for a in node.args for e in (a.elts if isinstance(a, (ast.List, ast.Tuple)) else (a,))]
@@ -379,8 +383,9 @@ def _reaching(ext: PythonExtractor, name: str, on: _Target, source: str, depth: 
         return False  # the root bound again between: the binding saw another device, perhaps
     if moved_in_place(on.root, between):
         return False  # `model.cpu()` between: a module's device moved in place
-    if any(re.match(r"\s*(?:async\s+)?(?:for|while)\b", line) for line in lines):
-        return False  # a loop entered in between: a later pass may see another binding
+    if any(re.match(r"\s*(?:async\s+)?(?:for|while)\b", line) for line in lines) \
+            and _bound_from(source[end:], name):
+        return False  # a loop entered in between, the name bound again from the move on: a later pass may see it
     try:
         tree = ast.parse(value.strip(), mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -395,6 +400,67 @@ def _reaching(ext: PythonExtractor, name: str, on: _Target, source: str, depth: 
                 not _torch_head(ext, tree.func.value) and tree.func.attr not in _SPLITS:
             return False  # unpacked from a project call, or a tensor method that returns anything
     return _on(ext, tree, on, source, depth - 1, frozenset(), frozenset(), before[:last.start()])
+
+
+def _bound_from(rest: str, name: str) -> bool:
+    """``name`` is bound in ``rest`` (the function from the move's statement on), any way (round 35): a loop
+    around the move may carry that binding back to it; bound nowhere there, the binding above still holds."""
+    return name in rest and (_binding_pattern(name).search(rest) is not None
+                             or _tuple_pattern(name).search(rest) is not None or _bound_else(rest, name))
+
+
+def _made_on(ext: PythonExtractor, source: str, name: str, at: int) -> tuple[str, str, int] | None:
+    """Round 35: ``(Z, Z's root, where)`` where the local ``name`` was made by a torch factory given ``device=Z``
+    (then casts of it, or an element of a tuple written out: ``s, y = n, torch.zeros(n, device=x.device)``), by
+    the function's one binding of ``name`` (at ``where``), above the move (at ``at``) in a block not left before
+    it, ``Z`` a name or a name's ``.device``: there ``name.device`` is ``Z`` (``_same_made`` reads it)."""
+    hits = [h for h in (*_binding_pattern(name).finditer(source), *_tuple_pattern(name).finditer(source))
+            if _statement_at(source, h.start())]
+    if len({h.start() for h in hits}) != 1 or hits[0].start() >= at:
+        return None
+    hit = hits[0]
+    line_end = source.find("\n", hit.end())
+    if _bound_else(source[:hit.start()] + source[line_end if line_end >= 0 else len(source):], name):
+        return None  # bound another way elsewhere (a loop target, a walrus)
+    value = _value(source, hit.end())
+    between = source[hit.end() + len(value):at]
+    if any(line.strip() and len(line) - len(line.lstrip()) < len(hit.group(1)) for line in between.split("\n")[1:]):
+        return None  # the block was left in between: the binding may not run before the move
+    try:
+        tree = ast.parse(value.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    targets = [t.strip() for t in hit.group(2).split(",") if t.strip()] if (hit.lastindex or 0) >= 2 else [name]
+    if len(targets) > 1:
+        if not isinstance(tree, ast.Tuple) or len(tree.elts) != len(targets) or targets.count(name) != 1:
+            return None
+        tree = tree.elts[targets.index(name)]
+    while isinstance(tree, ast.Call) and isinstance(tree.func, ast.Attribute) and tree.func.attr in _SAME_DEVICE \
+            and tree.func.attr != "to" and not tree.keywords:
+        tree = tree.func.value  # `torch.zeros(n, device=d).bool()`: a cast where it is
+    if not isinstance(tree, ast.Call) or not isinstance(tree.func, ast.Attribute) \
+            or _torch_head(ext, tree.func.value) != "torch" or any(k.arg in (None, "out") for k in tree.keywords):
+        return None
+    given = next((ast.unparse(k.value) for k in tree.keywords if k.arg == "device"), "")
+    found = re.fullmatch(r"([A-Za-z_]\w*)(?:\.device)?", given)
+    if found is None or found.group(1) in ("self", "cls", name):
+        return None
+    return given, found.group(1), hit.start()
+
+
+def _same_made(on: _Target, device: str, source: str, before: str | None) -> bool:
+    """A factory given ``device=Z``, in the statement that ends ``before``, is where ``on``'s root was made
+    (``_made_on``): ``Z``'s root is neither bound nor moved between the two statements, nor, where a loop
+    starts between them, anywhere below the first (a later pass would read another ``Z``)."""
+    if on.made is None or before is None or device != on.made[0]:
+        return False
+    _, root, made_at = on.made
+    lo, hi = sorted((made_at, len(before)))
+    span = source[lo:hi]
+    if re.search(r"^[ \t]*(?:async[ \t]+)?(?:for|while)\b", span, re.M):
+        span = source[lo:]
+    return _binding_pattern(root).search(span) is None and not _bound_else(span, root) \
+        and not moved_in_place(root, span)
 
 
 def _rebound(between: str, name: str) -> bool:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from ...arglists import split_args, split_top_level
 from ...catalog import ApiSpec
 from ...model import Arg, CallTable, Site, SiteKind
-from . import common, python_default_copies, python_host
-from .common import Source, zero_elements
+from . import common, python_default_copies, python_guards, python_host
+from .common import Source
 from .dead_code import after_exit
 from .python_device_flow import host_copy, host_device, noop_move
 from .python_empty import empty_guarded
@@ -310,8 +310,8 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
                 and (on_current_gpu(ext, node, ext.src.text(receiver, 80)) or noop_move(ext, node)):
             return None  # `x.cuda()` of a tensor the function already put there: no copy
     shape, size = _shape(spec.shape, positional, kwargs)
-    if zero_elements(spec.api, shape) or storage_alias(spec.api, positional, kwargs):
-        return None  # `torch.empty(0)`, `.set_(storage)`, `as_tensor(x.untyped_storage())`: no new memory
+    if python_guards.no_elements(ext.src, node, spec.api, shape) or storage_alias(spec.api, positional, kwargs):
+        return None  # `torch.empty(0)`, under `if b * n == 0:`, `.set_(storage)`, `as_tensor(x.untyped_storage())`
     if spec.target.startswith("arg:"):
         index = int(spec.target[4:])
         if len(positional) > max(index, 1):
@@ -349,9 +349,9 @@ def _cpu_test(name: str) -> re.Pattern[str]:
 
 
 def under_cpu_branch(src: Source, node: Any, device: str) -> bool:
-    """Whether ``node`` sits in the body of an ``if``/``elif`` whose test says ``device`` is the CPU (``if
-    device.type == "cpu":``, ``elif SYSTEM == "ipex" and device == torch.device("cpu"):``), a test that holds as
-    a whole (``or``/``not`` prove nothing), or ``device``'s last binding above is the CPU: a host tensor."""
+    """Whether ``node`` sits in the body of an ``if``/``elif`` whose test says ``device`` is the CPU (``device.type
+    == "cpu"``, ``SYSTEM == "ipex" and device == torch.device("cpu")``; ``or``/``not`` prove nothing), ``device``'s
+    last binding above is the CPU, or a guard above returns unless it is (``python_guards``): a host tensor."""
     if not device.isidentifier() and not re.fullmatch(r"[\w.]+", device):
         return False
     pattern: re.Pattern[str] | None = None  # compiled on the first test that names the device
@@ -370,7 +370,7 @@ def under_cpu_branch(src: Source, node: Any, device: str) -> bool:
                         return True
         child = parent
         parent = parent.parent
-    return python_host.cpu_device_local(src, node, device)  # `device = torch.device("cpu")` right above (round 26)
+    return python_host.cpu_device_local(src, node, device) or python_guards.cpu_only_below(src, node, device)
 
 
 def _spread_device(ext: PythonExtractor, name: str, before: int) -> str | None:
