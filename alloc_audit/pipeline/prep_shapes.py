@@ -55,6 +55,7 @@ _OWN_COPY = re.compile(r"self\.[A-Za-z_]\w*(?:\.data)?\.copy_")
 _OWN_MEMBER = re.compile(r"self\.[A-Za-z_]\w*")
 # an object moved or cast whole: its own weights, elsewhere
 _CLASS = re.compile(r"[A-Z]\w*")
+_CLASS_NAME = re.compile(r"[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*")  # CapWords, not a constant (`FN`)
 _MOVES = frozenset({"to", "cuda", "cpu", "_apply", "half", "float", "double", "bfloat16", "type", "to_empty"})
 
 
@@ -197,6 +198,25 @@ def bound_on(path: str, assign: Assign, index: ProjectIndex) -> bool:
                for c in func.calls) or any(r.value.strip() == target for r in func.returns)
 
 
+def saved_tensors(func: Func, call: Call) -> str:
+    """What ``call`` saves as a checkpoint, when it is one ``func`` builds
+    itself (round 35): ``save_file(merged, path)`` or ``torch.save(merged,
+    path)`` of a local ``func`` binds, ``model.save_pretrained(path)`` of a
+    local model; "" otherwise (a parameter saved: the caller built it)."""
+    name = last_name(call.callee)
+    if name == "save_pretrained":
+        saved = call.callee.rpartition(".")[0]
+    elif name == "save_file" or call.callee == "torch.save":
+        args = split_args(call.arglist)
+        saved = args[0].text.strip() if args and args[0].keyword is None else ""
+    else:
+        return ""
+    if not saved.isidentifier():
+        return ""
+    bound = any(saved in a.targets for a in func.assigns) or any((c.target or "").strip() == saved for c in func.calls)
+    return saved if bound else ""
+
+
 def receiver_class(caller: Func, callee: str, index: ProjectIndex) -> ClassInfo | None:
     """The class a call by name through a receiver ``caller`` binds itself
     (``gptq[name] = GaudiGPTQ(layer)`` ... ``gptq[name].fasterquant()``,
@@ -258,6 +278,8 @@ def calls_held(func: Func, callee: str, index: ProjectIndex) -> bool:
     (``layer(x)``), or a ``self.x`` its class binds and does not define as
     a method."""
     if callee.isidentifier():
+        if _CLASS_NAME.fullmatch(callee):
+            return False  # a class it holds (`Cls = getattr(mod, kind)`, a local import): a construction (round 35)
         scope = func.scope
         return (scope is not None and callee in scope.params) or callee in index.bound_names(func)
     return callee.startswith("self.") and callee[5:].isidentifier() and func.owner is not None \

@@ -81,7 +81,15 @@ Round 35 (Intel Neural Compressor's GPTQ, RTN and packing):
   handed to a call or returned (``prep_shapes.bound_on``; ``bitpack =
   cfg.pack`` ... ``if bitpack:`` reads a flag), and a function imported by
   name (``from struct import pack``) is no method called by name
-  (``conversion_paths.called_by_name``). Pure.
+  (``conversion_paths.called_by_name``);
+- a function saving as a checkpoint the tensors it builds (``save_file(merged,
+  path)``, ``torch.save(merged, path)`` of a local, ``model.save_pretrained``
+  of a local model: ``prep_shapes.saved_tensors``) writes weights: an
+  offline merge or conversion writer, whose helpers prepare weights; one
+  saving what it is handed does not;
+- a call of a class a function holds in a CapWords local (``LayerCls =
+  getattr(nn, kind)``, a local import) constructs an object, it runs no
+  forward (``prep_shapes.calls_held``). Pure.
 """
 
 from __future__ import annotations
@@ -114,6 +122,7 @@ from .prep_shapes import (
     other_receiver,
     own_fill,
     runs_class_method,
+    saved_tensors,
 )
 from .retier import Decision, python_device_site, retier
 from .weight_fills import weight_writes
@@ -200,6 +209,9 @@ def _writes(func: Func, ctx: PrepCtx) -> str:
         elif c.callee == "setattr" and builds_module(func, c.arglist):
             found = found or f"which replaces a submodule with one it builds at {func.path}:{c.span.line}"
             values.append(c.arglist)
+        elif saved := saved_tensors(func, c):
+            found = found or f"which saves the weights it builds ({saved}) at {func.path}:{c.span.line}"
+            values.append(saved)
     ctx.writes[func.id] = found
     ctx.values[func.id] = values
     return found
