@@ -263,7 +263,13 @@ def _handed_on(func: Func, ctx: PrepCtx) -> bool:
                 if m := _VALUE.fullmatch(a.value.strip()):
                     ctx.bound.setdefault(m.group(1), []).append((path, a))
         ctx.handed = frozenset(found)
-    return func.name in ctx.handed or any(bound_on(path, a, ctx.index) for path, a in ctx.bound.get(func.name, ()))
+    if func.name in ctx.handed:
+        return True
+    bound = ctx.forward.get(f"bound:{func.name}")  # asked for each method of a name: answered once per name
+    if bound is None:
+        bound = ctx.forward[f"bound:{func.name}"] = any(
+            bound_on(path, a, ctx.index) for path, a in ctx.bound.get(func.name, ()))
+    return bound
 
 
 def _hands(func: Func, ctx: PrepCtx) -> str:
@@ -352,7 +358,8 @@ def _feeds_writer(caller: Func, func: Func, ctx: PrepCtx) -> str:
     ``func`` there does not."""
     index = ctx.index
     mine = [c for c in caller.calls if func in index.resolve(caller, c) or (
-        func.owner is not None and runs_class_method(caller, c.callee, func, index))]
+        func.owner is not None and last_name(c.callee) == func.name
+        and runs_class_method(caller, c.callee, func, index))]
     if not mine:
         return ""
     why = ""
@@ -428,7 +435,11 @@ def _written_result(func: Func, ctx: PrepCtx) -> str:
     that it writes into a weight, or hands to a writer (``_feeds_writer``:
     ``scale, zp, Q = gptq.fasterquant(W)`` ... ``layer.weight.data = Q``,
     round 35); why, or ""."""
+    if not any(r.value.strip() for r in func.returns):
+        return ""  # returns nothing: no result to write (a cheap test before the callers)
     callers = _callers(func, ctx)
+    if not all(any(k.target and last_name(k.callee) == func.name for k in c.calls) for c in callers):
+        return ""  # some caller binds no call of its name: not every caller writes what it returns
     found = [_feeds_writer(c, func, ctx) for c in callers]
     return found[0] if callers and all(found) else ""
 
