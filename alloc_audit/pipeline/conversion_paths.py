@@ -360,9 +360,12 @@ def called_by_name(name: str, index: ProjectIndex) -> list[Func]:
     for caller, i in index.calls_named(name):
         if caller.table is None:
             continue
-        receiver = caller.table.callees[i].rpartition(".")[0]
+        callee = caller.table.callees[i]
+        receiver = callee.rpartition(".")[0]
         if receiver in ("", "self", "cls") or not _object(caller, receiver, index):
             continue
+        if index.imported(caller.path, name) == callee:
+            continue  # a function imported by name, spelled whole (`from struct import pack`: `struct.pack`)
         if not index.resolve(caller, caller.table.callees[i]):
             out.append(caller)
     return out

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 
 from ..arglists import split_args
 from ..globs import test_path
-from ..model import Call, Language, Site, Tier
+from ..model import Assign, Call, Language, Site, Tier
 from .default_device import is_module
 from .index import ClassInfo, Func, ProjectIndex, last_name
 from .index.values import Value, false_branches
@@ -55,6 +55,7 @@ _OWN_COPY = re.compile(r"self\.[A-Za-z_]\w*(?:\.data)?\.copy_")
 _OWN_MEMBER = re.compile(r"self\.[A-Za-z_]\w*")
 # an object moved or cast whole: its own weights, elsewhere
 _CLASS = re.compile(r"[A-Z]\w*")
+_CLASS_NAME = re.compile(r"[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*")  # CapWords, not a constant (`FN`)
 _MOVES = frozenset({"to", "cuda", "cpu", "_apply", "half", "float", "double", "bfloat16", "type", "to_empty"})
 
 
@@ -183,11 +184,102 @@ def other_member(caller: Func, callee: str, func: Func, index: ProjectIndex) -> 
     return True
 
 
+def bound_on(path: str, assign: Assign, index: ProjectIndex) -> bool:
+    """``assign`` (``fn = self.helper``) hands the function it names on:
+    its target is a member, an entry or unknown, or a local its function
+    calls, hands whole to a call or returns. A local it only tests or
+    stores in a literal (``bitpack = config.pack`` ... ``if bitpack:``) is
+    an attribute read, not a function handed on (round 35)."""
+    target = assign.targets[0].strip() if len(assign.targets) == 1 else ""
+    func = index.func(path, assign.scope) if target.isidentifier() else None
+    if func is None:
+        return True
+    return any(c.callee == target or any(a.text.strip() == target for a in split_args(c.arglist))
+               for c in func.calls) or any(r.value.strip() == target for r in func.returns)
+
+
+def saved_tensors(func: Func, call: Call) -> str:
+    """What ``call`` saves as a checkpoint, when it is one ``func`` builds
+    itself (round 35): ``save_file(merged, path)`` or ``torch.save(merged,
+    path)`` of a local ``func`` binds, ``model.save_pretrained(path)`` of a
+    local model; "" otherwise (a parameter saved: the caller built it)."""
+    name = last_name(call.callee)
+    if name == "save_pretrained":
+        saved = call.callee.rpartition(".")[0]
+    elif name == "save_file" or call.callee == "torch.save":
+        args = split_args(call.arglist)
+        saved = args[0].text.strip() if args and args[0].keyword is None else ""
+    else:
+        return ""
+    if not saved.isidentifier():
+        return ""
+    bound = any(saved in a.targets for a in func.assigns) or any((c.target or "").strip() == saved for c in func.calls)
+    return saved if bound else ""
+
+
+def receiver_class(caller: Func, callee: str, index: ProjectIndex) -> ClassInfo | None:
+    """The class a call by name through a receiver ``caller`` binds itself
+    (``gptq[name] = GaudiGPTQ(layer)`` ... ``gptq[name].fasterquant()``,
+    round 35) constructs, every binding of it a construction of that one
+    class; None otherwise (a receiver it does not bind, a member, a module)."""
+    receiver = callee.rpartition(".")[0].strip()
+    if not receiver or receiver.startswith("self.") or receiver == "self":
+        return None
+    found: ClassInfo | None = None
+    for call in caller.calls:
+        if (call.target or "").strip() != receiver:
+            continue
+        cls = index.constructed_class(caller, call)
+        if cls is None or (found is not None and cls is not found):
+            return None
+        found = cls
+    if found is None or any(receiver in a.targets for a in caller.assigns):
+        return None
+    return found
+
+
+def other_receiver(caller: Func, callee: str, func: Func, index: ProjectIndex) -> bool:
+    """``callee`` goes through a receiver ``caller`` binds to a construction
+    of a class other than ``func``'s (or its bases, or its subclasses) that
+    defines ``func``'s name: it runs that class's method (``receiver_class``)."""
+    cls = receiver_class(caller, callee, index)
+    if cls is None or func.owner is None:
+        return False
+    mine = {func.owner.key, *(b.key for b in index.base_classes(func.owner))}
+    return cls.key not in mine and func.owner.key not in {b.key for b in index.base_classes(cls)} \
+        and bool(index.method_lookup(cls, func.name))
+
+
+def runs_class_method(caller: Func, callee: str, func: Func, index: ProjectIndex) -> bool:
+    """``callee`` goes through a receiver ``caller`` binds to a construction
+    of ``func``'s class (or a subclass not overriding it): it runs ``func``."""
+    cls = receiver_class(caller, callee, index)
+    return cls is not None and func.name == last_name(callee) and func in index.method_lookup(cls, func.name)
+
+
+def stepped_around(caller: Func, name: str, stepping: Callable[[Call], bool]) -> bool:
+    """For a run-once caller (a script's module level, a ``main``) that runs a
+    step: some call of ``name`` in it sits in a loop whose body also holds a
+    call ``stepping`` says runs a step (``for batch in data: loss.backward();
+    ema.update(model)``). A script that quantises a model and then samples
+    from it (``model = convert(model)`` ... ``model.generate(ids)``) runs
+    the writer once, before its steps (round 35)."""
+    loops = [b.span for b in caller.blocks if b.kind == "loop"]
+    if not loops:
+        return False
+    mine = [c.span.line for c in caller.calls if last_name(c.callee) == name]
+    steps = [c.span.line for c in caller.calls if stepping(c)]
+    return any(any(loop.contains_line(m) for m in mine) and any(loop.contains_line(s) for s in steps)
+               for loop in loops)
+
+
 def calls_held(func: Func, callee: str, index: ProjectIndex) -> bool:
     """``callee`` is a value ``func`` holds: a parameter or local
     (``layer(x)``), or a ``self.x`` its class binds and does not define as
     a method."""
     if callee.isidentifier():
+        if _CLASS_NAME.fullmatch(callee):
+            return False  # a class it holds (`Cls = getattr(mod, kind)`, a local import): a construction (round 35)
         scope = func.scope
         return (scope is not None and callee in scope.params) or callee in index.bound_names(func)
     return callee.startswith("self.") and callee[5:].isidentifier() and func.owner is not None \

@@ -21,12 +21,12 @@ A write into the object's own member (``self.scale.data = ...`` in its own
 Such a *writer* is a root of weight preparation when it is no per-step
 function, something calls it (an uncalled library writer's context is
 unknown) and nothing that runs a step reaches it: no caller within
-``_DEPTH`` calls has a per-step name (``[callers] per-step``) or calls one
+``DEPTH`` calls has a per-step name (``[callers] per-step``) or calls one
 itself (``loss.backward()``, ``optimizer.step()``: a training loop that
 rewrites weights each step, an EMA, is per step). A function is weight
 preparation when it has callers and every one is a root or weight preparation
 in turn (resolved calls, and for a method the calls of its name that resolve
-nowhere, as ``conversion_paths`` counts them), up to ``_DEPTH`` calls up:
+nowhere, as ``conversion_paths`` counts them), up to ``DEPTH`` calls up:
 ``find_params`` called only from ``fasterquant`` and ``rtn_fwrd``, which
 both rebind ``W.weight.data``; a codebook search reached only from a
 function that puts the quantised layer in place (``setattr``).
@@ -60,37 +60,73 @@ hands a forward's output (``out = self._module_forward(x, m)`` ...
 closure), functions a decorator registers (callers unknown), a by-name call
 through a member the caller's class binds to a construction of another class
 defining that method (``self.quantizer = ActQuantizer()``), test code, native
-code and derived sites other than the constructions above. Pure.
+code and derived sites other than the constructions above.
+
+Round 35 (Intel Neural Compressor's GPTQ, RTN and packing):
+
+- a caller binding a function's result, or a part of it (``scale, zp, Q =
+  gptq.fasterquant(W)``), to a local it writes into a weight itself
+  (``layer.weight.data = Q``) makes the function weight preparation, though
+  that caller runs the calibration forward too; a plain object whose method
+  every caller so writes is built for the weight preparation (its Hessian
+  ``self.H``, its constructions: T1), like one whose method writes itself;
+- a call by name through a receiver the caller binds to a construction
+  (``gptq[name] = GaudiGPTQ(layer)`` ... ``gptq[name].fasterquant()``) runs
+  that class's method (``prep_shapes.receiver_class``): no caller of the
+  same-named method of another class;
+- a run-once caller (a script's module level, ``main``) that runs a step
+  reaches a writer through it only from a loop beside the step
+  (``prep_forwards.stepped``): quantise, then sample, is weight preparation;
+- ``fn = obj.name`` hands ``name`` on only when ``fn`` is then called,
+  handed to a call or returned (``prep_shapes.bound_on``; ``bitpack =
+  cfg.pack`` ... ``if bitpack:`` reads a flag), and a function imported by
+  name (``from struct import pack``) is no method called by name
+  (``conversion_paths.called_by_name``);
+- a function saving as a checkpoint the tensors it builds (``save_file(merged,
+  path)``, ``torch.save(merged, path)`` of a local, ``model.save_pretrained``
+  of a local model: ``prep_shapes.saved_tensors``) writes weights: an
+  offline merge or conversion writer, whose helpers prepare weights; one
+  saving what it is handed does not;
+- a call of a class a function holds in a CapWords local (``LayerCls =
+  getattr(nn, kind)``, a local import) constructs an object, it runs no
+  forward (``prep_shapes.calls_held``). Pure.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 from ..arglists import split_args
 from ..catalog import CallerGlobs
 from ..globs import matcher, test_path
 from ..model import Call, Language, Site, SiteKind, Tier
-from .conversion_paths import callers_of, decorator_registered
+from .conversion_paths import decorator_registered
 from .index import ClassInfo, Func, ProjectIndex, last_name
 from .names import has_word, value_arguments
+from .prep_forwards import (
+    DEPTH,
+    PrepCtx,
+    callers_up,
+    feeds_forward,
+    hands_forward_output,
+    runs_forward,
+    runs_step,
+    stepped,
+)
 from .prep_shapes import (
+    bound_on,
     builds_module,
-    calls_held,
     installed_state,
-    live_calls,
     other_member,
+    other_receiver,
     own_fill,
-    patched_names,
-    unpatched_constants,
+    runs_class_method,
+    saved_tensors,
 )
 from .retier import Decision, python_device_site, retier
 from .weight_fills import weight_writes
 
-_DEPTH = 4
-_RANDOM = ("random.", "numpy.random.", "np.random.")  # the standard library's and numpy's random draws
 _CALLABLE = frozenset({"function", "method"})
 # a weight's storage rebound through any receiver (`subset[name].weight.data = q`), or a slice of it written
 _DATA = re.compile(r"[A-Za-z_][\w.\[\]'\"]*\.(?:weight|bias)\.data")
@@ -104,28 +140,9 @@ _MODULES = frozenset({"Module", "Linear", "ModuleList", "ModuleDict", "Sequentia
 _HELD = re.compile(r"\b(?:rewrites|writes into|registers \w+ on) self\.\w+[.\[]")
 
 
-@dataclass
-class _Ctx:
-    index: ProjectIndex
-    per_step: Callable[[str], bool]
-    writes: dict[str, str] = field(default_factory=dict)
-    forward: dict[str, bool] = field(default_factory=dict)
-    steps: dict[str, bool] = field(default_factory=dict)
-    roots: dict[str, bool] = field(default_factory=dict)
-    prep: dict[str, str | None] = field(default_factory=dict)
-    callers: dict[str, list[Func]] = field(default_factory=dict)
-    values: dict[str, list[str]] = field(default_factory=dict)
-    handed: frozenset[str] | None = None  # names handed on as values (``_handed_on``)
-    live: dict[str, list[Call]] = field(default_factory=dict)
-    patched: frozenset[str] | None = None  # names some file binds as an attribute (``_constants``)
-    modules: dict[str, bool] = field(default_factory=dict)  # ``default_device.is_module``'s memo
-    all_callers: dict[str, list[Func]] = field(default_factory=dict)  # ``callers_of``'s answers
-    named: dict[str, list[Func]] = field(default_factory=dict)  # ``callers_of``'s calls by name, per name
-    outputs: dict[str, set[str]] = field(default_factory=dict)  # ``_hands_forward_output``: a caller's outputs
-
-
 def weight_preparation(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
-    ctx = _Ctx(index, matcher(globs.per_step) if globs.per_step else (lambda _: False))
+    ctx = PrepCtx(index, matcher(globs.per_step) if globs.per_step else (lambda _: False),
+               matcher(globs.once) if globs.once else (lambda _: False))
 
     def eligible(site: Site) -> bool:
         if test_path(site.path):
@@ -139,11 +156,11 @@ def weight_preparation(sites: Sequence[Site], index: ProjectIndex, globs: Caller
             return None
         if site.via is not None or (func.scope is not None and func.scope.role == "constructor"):
             return _solver_state(site, func, ctx) or installed_state(
-                site, func, index, lambda f: _runs_step(f, ctx) or _stepped(f, ctx), ctx.prep, ctx.modules)
-        if not _plain(func) or _feeds_forward(func, ctx):
+                site, func, index, lambda f: runs_step(f, ctx) or stepped(f, ctx), ctx.prep, ctx.modules)
+        if not _plain(func) or feeds_forward(func, ctx):
             return None
         why = f"{func.qualname} {_writes(func, ctx) or _hands(func, ctx)}" if _root(func, ctx) else \
-            _prepares(func, ctx, _DEPTH, frozenset())
+            _prepares(func, ctx, DEPTH, frozenset())
         if not why:
             return None
         return Tier.T1, (f"weight preparation: {site.scope} runs only while weights are rewritten offline "
@@ -161,7 +178,7 @@ def _plain(func: Func) -> bool:
     return not nested and not decorator_registered(func)
 
 
-def _writes(func: Func, ctx: _Ctx) -> str:
+def _writes(func: Func, ctx: PrepCtx) -> str:
     """How ``func``'s own body writes a module's weights, or ""."""
     found = ctx.writes.get(func.id)
     if found is not None:
@@ -180,7 +197,7 @@ def _writes(func: Func, ctx: _Ctx) -> str:
             found = found or f"which writes into {target} at {func.path}:{line}"
             values.append(value)
     own = own_fill(func, stores)  # only where no closure nor forward output reaches it (an observer)
-    if own and all(_plain(c) and not _hands_forward_output(c, func, ctx) for c in _callers(func, ctx)):
+    if own and all(_plain(c) and not hands_forward_output(c, func, ctx) for c in _callers(func, ctx)):
         found = found or own[0]
         values.append(own[1])
     for c in func.calls:
@@ -192,12 +209,15 @@ def _writes(func: Func, ctx: _Ctx) -> str:
         elif c.callee == "setattr" and builds_module(func, c.arglist):
             found = found or f"which replaces a submodule with one it builds at {func.path}:{c.span.line}"
             values.append(c.arglist)
+        elif saved := saved_tensors(func, c):
+            found = found or f"which saves the weights it builds ({saved}) at {func.path}:{c.span.line}"
+            values.append(saved)
     ctx.writes[func.id] = found
     ctx.values[func.id] = values
     return found
 
 
-def _writes_param(writer: Func, call: Call, arg: int, ctx: _Ctx) -> bool:
+def _writes_param(writer: Func, call: Call, arg: int, ctx: PrepCtx) -> bool:
     """The ``arg``-th argument of ``call`` binds a parameter of ``writer``
     that its weight writes use (``rotate_linear(linear, rot)``: ``rot`` is
     in ``linear.weight.data = W @ rot``)."""
@@ -218,98 +238,41 @@ def _writes_param(writer: Func, call: Call, arg: int, ctx: _Ctx) -> bool:
     return any(has_word(v, name) or "(...)" in v for v in ctx.values.get(writer.id, ()))
 
 
-def _runs_step(func: Func, ctx: _Ctx) -> bool:
-    """``func`` has a per-step name or calls one (``loss.backward()``); not
-    a random-number draw named like one (``random.sample(data, n)``, round 29)."""
-    found = ctx.steps.get(func.id)
-    if found is None:
-        found = ctx.steps[func.id] = ctx.per_step(func.name) or any(
-            ctx.per_step(last_name(c.callee)) and not c.callee.startswith(_RANDOM) for c in _live_calls(func, ctx))
-    return found
-
-
-def _runs_forward(func: Func, ctx: _Ctx) -> bool:
-    """``func`` runs a step, or calls a value it holds: a parameter or local
-    (``layer(x)``), or a ``self.x`` that is no method of its class."""
-    found = ctx.forward.get(func.id)
-    if found is None:
-        found = ctx.forward[func.id] = _runs_step(func, ctx) or any(
-            calls_held(func, c.callee, ctx.index) for c in _live_calls(func, ctx))
-    return found
-
-
-def _feeds_forward(func: Func, ctx: _Ctx) -> bool:
-    """``func`` runs a forward or a step, or calls a project function that
-    does (``module_benchmark(mod, x)``): its own temporaries may be that
-    forward's inputs."""
-    key = f"feeds:{func.id}"
-    found = ctx.forward.get(key)
-    if found is None:
-        found = ctx.forward[key] = _runs_forward(func, ctx) or any(
-            _forward_on_args(g, ctx) for _, targets in ctx.index.callees(func) for g in targets
-            if g.scope is not None and g.language is Language.PYTHON)
-    return found
-
-
-def _forward_on_args(func: Func, ctx: _Ctx, depth: int = 2) -> bool:
-    """``func`` runs a step, or a forward on what it is handed: it calls a
-    parameter (``module(x)``), a value it holds with a parameter in the
-    arguments (``self.layer(x)``), or a project function doing so with a
-    parameter in the arguments (``self._iter_forward(x, module)``, ``depth``
-    calls down); not a forward on its own state (``self.layer(self.inp)``)."""
-    key = f"args:{func.id}#{depth}"
-    found = ctx.forward.get(key)
-    if found is None:
-        ctx.forward[key] = False  # a recursion adds nothing
-        scope = func.scope
-        params = {p.lstrip("*") for p in (scope.params if scope is not None else ())} - {"self", "cls"}
-        found = _runs_step(func, ctx) or any(
-            c.callee in params or (calls_held(func, c.callee, ctx.index) and any(
-                has_word(c.arglist, p) for p in params)) for c in _live_calls(func, ctx)) or (depth > 1 and any(
-                    any(has_word(call.arglist, p) for p in params) and any(
-                        g.scope is not None and _forward_on_args(g, ctx, depth - 1) for g in targets)
-                    for call, targets in ctx.index.callees(func)))
-        ctx.forward[key] = found
-    return found
-
-
-def _live_calls(func: Func, ctx: _Ctx) -> list[Call]:
-    """``prep_shapes.live_calls``, memoised."""
-    found = ctx.live.get(func.id)
-    if found is None:
-        if ctx.patched is None:
-            ctx.patched = patched_names(ctx.index)
-        found = ctx.live[func.id] = live_calls(func, unpatched_constants(ctx.index, func.path, ctx.patched))
-    return found
-
-
-def _root(func: Func, ctx: _Ctx) -> bool:
-    """A writer that no function running a step reaches within ``_DEPTH`` calls."""
+def _root(func: Func, ctx: PrepCtx) -> bool:
+    """A writer that no function running a step reaches within ``DEPTH`` calls."""
     found = ctx.roots.get(func.id)
     if found is None:
         ctx.roots[func.id] = False  # a recursion through its own callees adds nothing
         found = ctx.roots[func.id] = bool(_writes(func, ctx) or _hands(func, ctx)) and \
-            not _runs_step(func, ctx) and not _handed_on(func, ctx) and bool(_callers(func, ctx)) and \
-            not _stepped(func, ctx)
+            not runs_step(func, ctx) and not _handed_on(func, ctx) and bool(_callers(func, ctx)) and \
+            not stepped(func, ctx)
     return found
 
 
-def _handed_on(func: Func, ctx: _Ctx) -> bool:
+def _handed_on(func: Func, ctx: PrepCtx) -> bool:
     """``func`` is handed on as a value somewhere (``Wrapper(m, self.a_qdq)``,
     ``fn = helper``, ``apply(self._init)``): whoever calls it then is unknown
     (a module's forward, maybe). Read once from every file's call arguments
     and assignments, when a writer or its helper first asks."""
     if ctx.handed is None:
         found: set[str] = set()
-        for facts in ctx.index.files.values():
+        for path, facts in ctx.index.files.items():
             text = "\n".join(facts.calls.arglists)
             found.update(value_arguments(text))  # the values handed on whole (`m`, `self.a_qdq`)
-            found.update(m.group(1) for a in facts.assigns if (m := _VALUE.fullmatch(a.value.strip())))
+            for a in facts.assigns:
+                if m := _VALUE.fullmatch(a.value.strip()):
+                    ctx.bound.setdefault(m.group(1), []).append((path, a))
         ctx.handed = frozenset(found)
-    return func.name in ctx.handed
+    if func.name in ctx.handed:
+        return True
+    bound = ctx.forward.get(f"bound:{func.name}")  # asked for each method of a name: answered once per name
+    if bound is None:
+        bound = ctx.forward[f"bound:{func.name}"] = any(
+            bound_on(path, a, ctx.index) for path, a in ctx.bound.get(func.name, ()))
+    return bound
 
 
-def _hands(func: Func, ctx: _Ctx) -> str:
+def _hands(func: Func, ctx: PrepCtx) -> str:
     """How ``func`` computes a value that a function it calls writes into a
     module's weight: it hands a local it binds to a writer
     (``self.print_loss(q_weight=Q)``, whose body rebinds
@@ -332,24 +295,7 @@ def _hands(func: Func, ctx: _Ctx) -> str:
     return found
 
 
-def _stepped(func: Func, ctx: _Ctx) -> bool:
-    seen = {func.id}
-    frontier = [func]
-    for _ in range(_DEPTH):
-        nxt = []
-        for f in frontier:
-            for c in _callers_of(f, ctx):
-                if c.id in seen or test_path(c.path):
-                    continue
-                if _runs_step(c, ctx):
-                    return True
-                seen.add(c.id)
-                nxt.append(c)
-        frontier = nxt
-    return False
-
-
-def _prepares(func: Func, ctx: _Ctx, depth: int, seen: frozenset[str]) -> str | None:
+def _prepares(func: Func, ctx: PrepCtx, depth: int, seen: frozenset[str]) -> str | None:
     """The writer(s) every way into ``func`` starts from, or None."""
     key = f"{func.id}#{depth}"
     if key in ctx.prep:
@@ -359,10 +305,10 @@ def _prepares(func: Func, ctx: _Ctx, depth: int, seen: frozenset[str]) -> str | 
     if callers and not ctx.per_step(func.name) and func.id not in seen and not _handed_on(func, ctx):
         roots: set[str] = set()
         for c in callers:
-            if not _plain(c) or _hands_forward_output(c, func, ctx):
+            if not _plain(c) or hands_forward_output(c, func, ctx):
                 roots = set()
                 break
-            if _root(c, ctx) and not _runs_forward(c, ctx):
+            if _root(c, ctx) and not runs_forward(c, ctx):
                 roots.add(f"reached only from {c.qualname} ({c.path}:{c.scope.span.line if c.scope else 0}), "
                           f"{_writes(c, ctx) or _hands(c, ctx)}")
                 continue
@@ -370,7 +316,7 @@ def _prepares(func: Func, ctx: _Ctx, depth: int, seen: frozenset[str]) -> str | 
             if fed:
                 roots.add(fed)
                 continue
-            if _runs_forward(c, ctx):
+            if runs_forward(c, ctx):
                 roots = set()
                 break
             via = _prepares(c, ctx, depth - 1, seen | {func.id})
@@ -383,7 +329,7 @@ def _prepares(func: Func, ctx: _Ctx, depth: int, seen: frozenset[str]) -> str | 
     return found
 
 
-def _callers(func: Func, ctx: _Ctx) -> list[Func]:
+def _callers(func: Func, ctx: PrepCtx) -> list[Func]:
     """``conversion_paths``' callers (resolved, and calls of a method's name
     that resolve nowhere), less test code and the calls by name through a
     member its class binds to a construction of another class defining that
@@ -393,48 +339,51 @@ def _callers(func: Func, ctx: _Ctx) -> list[Func]:
     if held is not None:
         return held
     found = ctx.callers[func.id] = []
-    for c in _callers_of(func, ctx):
+    for c in callers_up(func, ctx):
         if test_path(c.path):
             continue
-        if func.owner is not None and c.owner is not None:
+        if func.owner is not None:
             calls = [k for k in c.calls if last_name(k.callee) == func.name]
-            if calls and all(other_member(c, k.callee, func, ctx.index) for k in calls):
+            if calls and all((c.owner is not None and other_member(c, k.callee, func, ctx.index))
+                             or other_receiver(c, k.callee, func, ctx.index) for k in calls):
                 continue
         found.append(c)
     return found
 
 
-def _callers_of(func: Func, ctx: _Ctx) -> list[Func]:
-    """``conversion_paths.callers_of``, once per function (``_stepped`` walks up from many)."""
-    found = ctx.all_callers.get(func.id)
-    if found is None:
-        found = ctx.all_callers[func.id] = callers_of(func, ctx.index, named=ctx.named)
-    return found
-
-
-def _feeds_writer(caller: Func, func: Func, ctx: _Ctx) -> str:
+def _feeds_writer(caller: Func, func: Func, ctx: PrepCtx) -> str:
     """``caller`` binds what ``func`` returns to a local it hands to a root
     writer (``Q = get_orthogonal_matrix(...)`` ... ``rotate_embeddings(model, Q)``):
     ``func`` computes the value written. "" when not, or when some call of
     ``func`` there does not."""
     index = ctx.index
-    mine = [c for c in caller.calls if func in index.resolve(caller, c)]
+    mine = [c for c in caller.calls if func in index.resolve(caller, c) or (
+        func.owner is not None and last_name(c.callee) == func.name
+        and runs_class_method(caller, c.callee, func, index))]
     if not mine:
         return ""
     why = ""
     for call in mine:
-        local = (call.target or "").strip()
-        fed = next((g for k in caller.calls if k is not call and has_word(k.arglist, local)
+        # the local bound to the result, or to one of its parts (`scale, zp, Q = gptq.fasterquant(W)`)
+        local = [t.strip() for t in (call.target or "").strip("()[] ").split(",")]
+        if not all(t.isidentifier() for t in local):
+            return ""
+        written = next((t for t in local if any(has_word(v, t) for v in ctx.values.get(caller.id, ()))), None) \
+            if _root(caller, ctx) else None
+        if written is not None:  # the caller writes it itself (`W.weight.data = Q`), whatever forward it runs
+            why = f"its result {written} is what {caller.qualname} ({caller.path}) writes, {_writes(caller, ctx)}"
+            continue
+        fed = next((g for k in caller.calls if k is not call and any(has_word(k.arglist, t) for t in local)
                     for g in index.resolve(caller, k) if _root(g, ctx) and any(
                         _writes_param(g, k, i, ctx) for i, a in enumerate(split_args(k.arglist))
-                        if has_word(a.text, local))), None) if local.isidentifier() else None
+                        if any(has_word(a.text, t) for t in local))), None)
         if fed is None:
             return ""
         why = f"its result is handed to {fed.qualname} ({fed.path}), {_writes(fed, ctx) or _hands(fed, ctx)}"
     return why
 
 
-def _solver_state(site: Site, func: Func, ctx: _Ctx) -> Decision | None:
+def _solver_state(site: Site, func: Func, ctx: PrepCtx) -> Decision | None:
     """A constructor's buffer (T2, or T4 when built per pass), or a construction (derived, T2 or T4,
     not where a step runs), of a plain object (no torch module) that holds a layer whose weights one of
     its methods rewrites as a root (``GPTQ(layer)``: ``self.H``, the
@@ -442,7 +391,7 @@ def _solver_state(site: Site, func: Func, ctx: _Ctx) -> Decision | None:
     state of the weight preparation, T1."""
     if site.via is None:  # T2, or T4 when every builder drops it after one pass (round 29)
         cls = func.owner
-    elif _runs_step(func, ctx):
+    elif runs_step(func, ctx):
         return None  # built where a step runs
     else:
         found = ctx.index.site_call(site)
@@ -455,7 +404,7 @@ def _solver_state(site: Site, func: Func, ctx: _Ctx) -> Decision | None:
                      f"a load-tier object; was: {site.tier_reason}")
 
 
-def _solver(cls: ClassInfo, ctx: _Ctx) -> str:
+def _solver(cls: ClassInfo, ctx: PrepCtx) -> str:
     key = f"class:{cls.key}"
     found = ctx.prep.get(key)
     if key in ctx.prep:
@@ -466,8 +415,14 @@ def _solver(cls: ClassInfo, ctx: _Ctx) -> str:
         for funcs in cls.methods.values():
             for m in funcs:
                 how = _writes(m, ctx) or _hands(m, ctx)
-                if _plain(m) and _root(m, ctx) and _HELD.search(how) and not _runs_forward(m, ctx):
+                if not _plain(m) or runs_forward(m, ctx):
+                    continue
+                if _root(m, ctx) and _HELD.search(how):
                     found = f"{m.name} ({m.path}:{m.scope.span.line if m.scope else 0}) {how}"
+                    break
+                fed = _written_result(m, ctx)
+                if fed:
+                    found = f"{m.name} ({m.path}:{m.scope.span.line if m.scope else 0}) computes weights: {fed}"
                     break
             if found:
                 break
@@ -475,18 +430,16 @@ def _solver(cls: ClassInfo, ctx: _Ctx) -> str:
     return found or ""
 
 
-def _hands_forward_output(caller: Func, func: Func, ctx: _Ctx) -> bool:
-    """``caller`` hands ``func`` what a forward returned: a local bound to a
-    call of a held value (``out = layer(x)``), of a per-step name, or of a
-    project function running a forward on its arguments
-    (``out = self._module_forward(x, module)``): ``func`` then works on the
-    calibration forward's output (a loss), per call."""
-    index = ctx.index
-    outputs = ctx.outputs.get(caller.id)  # the caller's alone: asked again for each function it calls
-    if outputs is None:
-        outputs = ctx.outputs[caller.id] = {c.target.strip() for c in _live_calls(caller, ctx) if c.target and (
-            calls_held(caller, c.callee, index) or ctx.per_step(last_name(c.callee)) or any(
-                g.scope is not None and _forward_on_args(g, ctx) for g in index.resolve(caller, c)))}
-        outputs.discard("")
-    return bool(outputs) and any(
-        any(has_word(c.arglist, o) for o in outputs) for c in caller.calls if func in index.resolve(caller, c))
+def _written_result(func: Func, ctx: PrepCtx) -> str:
+    """Every caller of ``func`` (there are some) binds its result to a local
+    that it writes into a weight, or hands to a writer (``_feeds_writer``:
+    ``scale, zp, Q = gptq.fasterquant(W)`` ... ``layer.weight.data = Q``,
+    round 35); why, or ""."""
+    if not any(r.value.strip() for r in func.returns):
+        return ""  # returns nothing: no result to write (a cheap test before the callers)
+    callers = _callers(func, ctx)
+    if not all(any(k.target and last_name(k.callee) == func.name for k in c.calls) for c in callers):
+        return ""  # some caller binds no call of its name: not every caller writes what it returns
+    found = [_feeds_writer(c, func, ctx) for c in callers]
+    return found[0] if callers and all(found) else ""
+
