@@ -45,6 +45,13 @@ a wrapper): T1. A value computed from the read (``model(x).cuda()``) is not
 what was read. And a read onto the device handed (through locals) to
 accelerate's ``set_module_tensor_to_device`` is set into a module: T1, as
 one handed to ``load_state_dict``.
+
+Round 35 (the same convention): a per-call function's copy (T4) stored
+into an entry of a container (``sd[key] = f.get_tensor(key).to(dev)``, the
+state dict an offline merge or a loader builds) counts as one it returns,
+as a constructor's did since round 30; a per-step caller still keeps it
+T4. A function's reads are told once per callee, so three ``load_file``
+calls leave room (of ``_reads``' four) for its other readers.
 """
 
 from __future__ import annotations
@@ -105,9 +112,9 @@ def _candidate(site: Site) -> bool:
             and site.language is Language.PYTHON):
         return False
     kept = site.kept
-    if site.tier is Tier.T4:
-        return kept == "return" or kept.startswith("self.")
-    return site.tier is Tier.T2 and (kept == "return" or kept.startswith("self.") or bool(_ENTRY.fullmatch(kept)))
+    if site.tier not in (Tier.T2, Tier.T4):
+        return False
+    return kept == "return" or kept.startswith("self.") or bool(_ENTRY.fullmatch(kept))
 
 
 def _placing(site: Site, ctx: _Ctx) -> bool:
@@ -327,7 +334,11 @@ def _reads(func: Func, ctx: _Ctx, depth: int, returned: bool) -> list[tuple[str,
         lines = {r.line for r in func.returns}
         values = tuple(r.value for r in func.returns)
         out = [r for r in out if _flows(func, r[1], lambda c: c.span.line in lines, values)]
-    ctx.reads[key] = out[:4]
+    # one per callee (`_flows` follows a callee's every call): three `load_file`s leave room for the others
+    firsts: dict[str, tuple[str, str]] = {}
+    for read in out:
+        firsts.setdefault(read[1], read)
+    ctx.reads[key] = list(firsts.values())[:4]
     return ctx.reads[key]
 
 

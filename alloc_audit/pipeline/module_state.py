@@ -47,6 +47,10 @@ each resolve to it and each register that value on a module
 caller keeping it as a plain attribute, or an unresolved call by its name,
 leaves it alone.
 
+Round 35: ``nn.ParameterList`` / ``nn.ParameterDict`` register too (they wrap
+each plain tensor they are given in an ``nn.Parameter``):
+``nn.ParameterList([w.new_zeros(n) for _ in range(r)])`` in a constructor is T1.
+
 One call edge is followed, from the calls of the site's own function (or,
 for a returned value, from the calls that reach it): no search. It runs
 after classification, so the index still sees these allocations as the
@@ -68,10 +72,11 @@ from .retier import Decision, python_device_site, retier
 
 _PARTIAL = frozenset({"partial", "functools.partial"})
 # `nn.Parameter` and the parameter classes named for it (`bmt.DistributedParameter(w)`)
-REGISTERS = re.compile(r"(?:^|\.)(?:register_buffer|register_parameter|(?:[A-Z]\w*)?Parameter)$|_parameter(?:_|$)")
+REGISTERS = re.compile(r"(?:^|\.)(?:register_buffer|register_parameter|(?:[A-Z]\w*)?Parameter|Parameter(?:List|Dict))$"
+                       r"|_parameter(?:_|$)")
 _ON_MODULE = re.compile(r"(?:^|\.)register_(?:buffer|parameter)$")
 # puts its argument on a module
-_STATE = re.compile(r"(?:^|\.)(?:register_(?:buffer|parameter)|(?:[A-Z]\w*)?Parameter)$")
+_STATE = re.compile(r"(?:^|\.)(?:register_(?:buffer|parameter)|(?:[A-Z]\w*)?Parameter|Parameter(?:List|Dict))$")
 _MEMBER = re.compile(r"self\.[A-Za-z_]\w*")  # a member the same function registers slices of
 # moves and casts whose result is the same values (`data.to(device)`, `w.contiguous()`); a `clone()` is
 # a copy: the parameter is the clone, not the local
