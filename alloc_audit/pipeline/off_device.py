@@ -20,7 +20,14 @@ unknown (a device variable, a `.device` of a tensor, an attribute stored
 twice) keeps it. A list or tuple of only such literals (round 19:
 ``Pipe(model, devices=["cpu", "cpu"])``) counts for a parameter the callee
 takes its devices from, read back as ``devices[j]`` or a local bound only
-to one. Pure.
+to one. Round 35b: a call that leaves out a device parameter whose default
+is the CPU (``def get_wavlm(device="cpu")`` called ``get_wavlm()``) binds
+it to that literal, as if it passed it (the call names no device at all, so
+this is looked at only when the callee has such a default and the call
+spreads nothing); a ``torch.load``'s place is its ``map_location=``, and
+``torch.device(d)`` is where ``d`` is. Another device parameter defaulting
+to anything else (``scale_device="cpu", device="cuda"``) keeps the site.
+Pure.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from ..arglists import split_args
 from ..model import Call, Language, Site, Tier
 from .cpu_locals import only_off_device
 from .index import Func, ProjectIndex, Reach
-from .index.values import LITERAL, Env, Value, bind_edge, off_device, off_devices
+from .index.values import LITERAL, Env, Value, bind_edge, call_params, off_device, off_devices
 from .move_apis import MOVES
 
 _DEPTH = 3  # as the derived sites' own search
@@ -50,10 +57,13 @@ def _off_device(site: Site, index: ProjectIndex) -> bool:
     if found is None:
         return False
     caller, call = found
-    if not re.search(r"cpu|meta|device", call.arglist):
+    said = re.search(r"cpu|meta|device", call.arglist) is not None
+    if not said and "*" in call.arglist:
         return False  # nothing off-device said at the call (most calls)
     cls = index.constructed_class(caller, call)
     starts = index.constructors(cls) if cls is not None else [f for f in index.resolve(caller, call) if f is not caller]
+    if not said and not any(_cpu_default(start) for start in starts):
+        return False  # round 35b: nor a device parameter left at a CPU default (`get_model()`)
     known = _off_device_locals(caller, call)
     counted = False
     for start in starts:
@@ -69,6 +79,16 @@ def _off_device(site: Site, index: ProjectIndex) -> bool:
                 return False
             counted = True
     return counted
+
+
+def _cpu_default(start: Func) -> bool:
+    """``start`` takes a device parameter that defaults to the CPU (``def get_model(device="cpu")``)."""
+    if start.scope is None or not start.scope.param_defaults:
+        return False
+    return any("device" in p and _CPU_DEFAULT.fullmatch(d.strip()) for p, d in zip(*call_params(start.scope)))
+
+
+_CPU_DEFAULT = re.compile(r"""(?:torch\.device\()?["']cpu["']\)?""")
 
 
 def _off_device_locals(caller: Func, call: Call) -> dict[str, Value]:
@@ -137,6 +157,7 @@ def _off(value: Value | None) -> bool:
     return off_device(value) or off_devices(value)
 
 
+_DEVICE_CALL = re.compile(r"torch\.device\(\s*([A-Za-z_]\w*)\s*\)")
 _ITEM = re.compile(r"([A-Za-z_]\w*)\[[^\[\]]*\]")
 
 
@@ -168,7 +189,10 @@ def _device_text(func: Func, site: Site) -> str:
         if moves:
             first = next(iter(args), None)
             return first.text.strip() if first is not None and first.keyword in (None, "device") else ""
-        return next((a.text.strip() for a in args if a.keyword == "device"), "")
+        key = "map_location" if site.api == "torch.load" else "device"  # round 35b: `torch.load(f, map_location=d)`
+        text = next((a.text.strip() for a in args if a.keyword == key), "")
+        wrapped = _DEVICE_CALL.fullmatch(text)
+        return wrapped.group(1) if wrapped is not None else text  # `torch.device(device)`: the parameter
     return ""
 
 

@@ -225,17 +225,22 @@ _NO_TENSOR = re.compile(r"torch\.device\([^()]*\)")
 
 _WORDS = re.compile(r"[rbf]?\"[^\"]*\"|[rbf]?'[^']*'|\d[\w.]*|[A-Za-z_][\w.]*")
 _KEYWORDS = frozenset({"None", "True", "False", "not", "and", "or", "is", "in", "if", "else"})
+# round 35b: a class read off a module, not called (`tdist.normal.Normal`): a CamelCase name after
+# lower-case module names holds no tensor (an ALL_CAPS constant, `consts.WEIGHT`, may be one)
+_CLASS_OF_MODULE = re.compile(r"[a-z_]\w*(?:\.[a-z_]\w*)*\.[A-Z]+[a-z]\w*")
 
 
 def _plain_value(value: str, params: set[str]) -> bool:
     """A value stored on ``self`` that cannot be a parameter, buffer or
     module: made of literals, the method's parameters (the construction's
     arguments, told apart by ``_plain_argument``), ``self.`` reads, enum
-    members and ``torch.device(...)``; no call, subscript or other name."""
+    members and ``torch.device(...)``; no call, subscript or other name. Round 35b: a
+    class read off a module (``self.dist = tdist.normal.Normal``, never called here) too."""
     v = _NO_TENSOR.sub("", value.strip())
     for word in _WORDS.findall(v):
         if word[0] in "\"'0123456789" or word[-1] in "\"'" or word in _KEYWORDS or word in params \
-                or word.startswith("self.") or re.fullmatch(r"[A-Z]\w*(?:\.\w+)+", word):
+                or word.startswith("self.") or re.fullmatch(r"[A-Z]\w*(?:\.\w+)+", word) \
+                or _CLASS_OF_MODULE.fullmatch(word):
             continue
         return False
     stripped = _WORDS.sub("", v)

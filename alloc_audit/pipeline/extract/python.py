@@ -36,6 +36,7 @@ from . import (
     python_runtime,
     python_sites,
     python_statements,
+    python_tensorless,
     python_typeonly,
 )
 from .common import Containers, Source
@@ -103,6 +104,7 @@ class PythonExtractor:
         self.host_kernel_file = python_host_kernel.may_have_host_kernels(source)
         self.gpus_hidden = python_host_tests.gpus_hidden_file(source)  # `CUDA_VISIBLE_DEVICES = ""` at import
         self.empty_guard_file = python_empty.may_have_empty_guards(source)
+        self.storage_file = python_tensorless.may_wrap_storage(source)
         # copies of host tensors only: a host test file, a converter loading on the host
         self.host_test_file = python_host_tests.host_test_file(path, source) \
             or python_host_tests.host_loaded_file(source)

@@ -1,6 +1,5 @@
-"""Python calls and census sites: every call with its callee (aliases
-resolved) and argument text, the sites among them with kind, device, shape
-and target, then the sites handed to a call (``wrapper``) or exported (IPC).
+"""Python calls and census sites: every call with its callee (aliases resolved) and argument text, the sites
+among them with kind, device, shape and target, then the sites handed to a call (``wrapper``) or exported (IPC).
 Part of the Python extractor (``python.py``)."""
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ...arglists import split_args, split_top_level
 from ...catalog import ApiSpec
 from ...model import Arg, CallTable, Site, SiteKind
-from . import common, python_default_copies, python_guards, python_host
+from . import common, python_default_copies, python_guards, python_host, python_tensorless
 from .common import Source
 from .dead_code import after_exit
 from .python_device_flow import host_copy, host_device, noop_move
@@ -310,8 +309,9 @@ def make_site(ext: PythonExtractor, node: Any, spec: ApiSpec, scope: str, span: 
                 and (on_current_gpu(ext, node, ext.src.text(receiver, 80)) or noop_move(ext, node)):
             return None  # `x.cuda()` of a tensor the function already put there: no copy
     shape, size = _shape(spec.shape, positional, kwargs)
-    if python_guards.no_elements(ext.src, node, spec.api, shape) or storage_alias(spec.api, positional, kwargs):
-        return None  # `torch.empty(0)`, under `if b * n == 0:`, `.set_(storage)`, `as_tensor(x.untyped_storage())`
+    if python_guards.no_elements(ext.src, node, spec.api, shape) or storage_alias(spec.api, positional, kwargs) \
+            or python_tensorless.builds_nothing(ext, node, spec.api, positional, kwargs, args):
+        return None  # `torch.empty(0)`, `.set_(storage)`, a storage view, `LayerNorm(d, elementwise_affine=False)`
     if spec.target.startswith("arg:"):
         index = int(spec.target[4:])
         if len(positional) > max(index, 1):
