@@ -54,7 +54,7 @@ from .dispatched import per_step_reader
 from .index import Func, ProjectIndex
 from .kept_builds import kept_by_loader
 from .loop_calls import calls_in_loop, script_entry
-from .member_callers import member_callers
+from .member_callers import member_callers, speaking_function
 
 _FUNCTION_ROLES = frozenset({"function", "method"})
 _LOAD_DEPTH = 3  # calls up from the site's function to a load path
@@ -171,7 +171,7 @@ def _enclosing_caller(index: ProjectIndex, func: Func) -> list[Func]:
 
 
 def _per_step(site: Site, index: ProjectIndex, per_step: Pred, memo: dict[str, list[Func]]) -> Site:
-    func = index.func(site.path, site.scope)
+    func = index.func(site.path, speaking_function(site))  # a closure asks its enclosing function's callers
     if func is None or func.scope is None:
         return site
     if func.scope.role == "constructor" and func.owner is not None and func.language is Language.PYTHON:

@@ -24,6 +24,12 @@ rebound on every forward: T4 (docs/tiers.md 5, DESIGN "Lifetime tiers").
 
 Not when the member is built by a construction (the call resolves then and
 the ordinary callers answer), nor when no factory return names the class.
+
+``speaking_function`` (round 35) answers the same question for a closure
+that classify gave its enclosing function's tier (``new_banks`` nested in
+``StaticCache.__init__``, only the constructor calls it): its callers are
+that function's, so an object built per ``generate`` makes the closure's
+buffers per call too (docs/tiers.md 1 and 3), as it does the constructor's.
 """
 
 from __future__ import annotations
@@ -31,11 +37,19 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from ..model import Language
+from ..model import Language, Site
 from .index import ClassInfo, Func, ProjectIndex
 
+_CLOSURE = re.compile(r" is a closure only (\S+) calls: it runs when that runs")  # classify_sites' reason
 _MEMBER_CALL = re.compile(r"^self\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)$")
 _HEAD = re.compile(r"^([A-Za-z_][\w.]*)\s*\(")
+
+
+def speaking_function(site: Site) -> str:
+    """The scope whose callers decide for ``site``: the enclosing function
+    classify named for a closure only it calls, else the site's own."""
+    m = _CLOSURE.search(site.tier_reason)
+    return m.group(1) if m is not None and site.scope.startswith(f"{m.group(1)}.") else site.scope
 
 
 def member_callers(func: Func, callers: Sequence[Func], index: ProjectIndex,
