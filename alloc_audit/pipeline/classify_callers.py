@@ -54,6 +54,7 @@ from .dispatched import per_step_reader
 from .index import Func, ProjectIndex
 from .kept_builds import kept_by_loader
 from .loop_calls import calls_in_loop, script_entry
+from .member_callers import member_callers, speaking_function
 
 _FUNCTION_ROLES = frozenset({"function", "method"})
 _LOAD_DEPTH = 3  # calls up from the site's function to a load path
@@ -170,17 +171,17 @@ def _enclosing_caller(index: ProjectIndex, func: Func) -> list[Func]:
 
 
 def _per_step(site: Site, index: ProjectIndex, per_step: Pred, memo: dict[str, list[Func]]) -> Site:
-    func = index.func(site.path, site.scope)
+    func = index.func(site.path, speaking_function(site))  # a closure asks its enclosing function's callers
     if func is None or func.scope is None:
         return site
     if func.scope.role == "constructor" and func.owner is not None and func.language is Language.PYTHON:
         return _constructed_per_step(site, func, index, per_step, memo)
     if func.scope.role not in _FUNCTION_ROLES or _guarded_once(site, func):
         return site
-    callers = [c for c in _callers(index, [func], memo) if per_step(c.name)]
-    if not callers:
+    found = _callers(index, [func], memo)
+    caller = next((c for c in found if per_step(c.name)), None) or member_callers(func, found, index, per_step)
+    if caller is None:
         return site
-    caller = callers[0]
     return dataclasses.replace(site, tier=Tier.T4, tier_reason=(
         f"per step: {func.qualname} is called by {caller.qualname} ({caller.path}) on every step, "
         f"whatever its name ({site.tier_reason})"))
@@ -287,7 +288,7 @@ def _load_called_per_step(site: Site, ctx: _Ctx) -> Site:
 
 
 def _stepped(func: Func, ctx: _Ctx, depth: int = _STEP_DEPTH) -> Func | None:
-    """A per-step caller of ``func`` up to ``depth`` calls up (or of a dispatch table's reader)."""
+    """A per-step caller of ``func`` up to ``depth`` calls up (or of a dispatch table's reader, or through a member)."""
     key = f"{func.id}#{depth}"
     if key in ctx.stepped:
         return ctx.stepped[key]
@@ -296,7 +297,7 @@ def _stepped(func: Func, ctx: _Ctx, depth: int = _STEP_DEPTH) -> Func | None:
         dist = ctx.index.callers_within([func], depth)
         funcs = [f for fid in sorted(dist, key=lambda f: (dist[f], f)) if (f := ctx.index.funcs.get(fid)) is not None]
         found = next((f for f in funcs if dist[f.id] > 0 and ctx.per_step(f.name)), None) or per_step_reader(
-            funcs, ctx.index, ctx.per_step, ctx.callers)  # or through a dispatch table (dispatched.py)
+            funcs, ctx.index, ctx.per_step, ctx.callers) or member_callers(func, funcs, ctx.index, ctx.per_step)
     ctx.stepped[key] = found
     return found
 

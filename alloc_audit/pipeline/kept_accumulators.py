@@ -25,7 +25,9 @@ re-tiered T2 with a reason naming what keeps them.
   place (``self._sum.add_(t)``, ``self._sum += t``), is the object's state,
   summed across calls: T2. So is the slot moved onto itself (``self._sum =
   self._sum.to(x.device)``): the moved copy replaces the state. A store or
-  move in a per-step method (``[callers] per_step``) or in a loop is made
+  move in a per-step method (``[callers] per_step``), in a method a
+  per-step function calls (round 35: the callers' pass said "per step",
+  ``self.attention.init_states(x)`` in ``forward``) or in a loop is made
   per pass; a slot only rescaled in place (``*=``, ``div_``) is not summed.
   Nor is a slot re-made unconditionally at the start of each call and
   added into only later in that call (round 23): in the storing method
@@ -168,8 +170,8 @@ def _accumulator(site: Site, index: ProjectIndex, per_step: Callable[[str], bool
     owner = _class_of(site, index)
     if owner is None:
         return None
-    if per_step(site.scope.rsplit(".", 1)[-1]):
-        return None
+    if per_step(site.scope.rsplit(".", 1)[-1]) or site.tier_reason.startswith("per step: "):
+        return None  # stored per step (round 35: or the callers' pass found a per-step caller)
     moved = site.api.rsplit(".", 1)[-1] in _MOVES
     if moved and not any(c.span.line == site.span.line and c.callee in (f"{target}.to", f"{target}.cuda")
                          for c in func.calls):

@@ -8,7 +8,8 @@ function stores there, alone or in a tuple: ``hit = C[key] = (ids, g)``;
 a value of the literal a local is bound to: ``out = {"ids": torch.arange(n)}``)
 under a test that the entry is missing (``if key not in C:``, or ``if hit
 is None:`` with ``hit = C.get(key)``, or after a guard clause ``if hit is
-not None: return hit``), where ``C`` is
+not None: return hit``; round 35: the ``else`` of ``if key in C:``, and
+``C.keys()`` read as ``C``), where ``C`` is
 
 - a dict the module binds at module level (``_CACHE: dict = {}``): the
   entry lives for the process;
@@ -56,8 +57,9 @@ from .names import IDENTIFIER
 _EMPTY_DICT = re.compile(r"\{\s*\}|(?:collections\.)?(?:dict|OrderedDict|defaultdict\(\w*\))\(\s*\)")
 _SUBSCRIPT = re.compile(r"^([A-Za-z_][\w.]*)\[(.*)\]$")
 # `k not in C`, `C.get(k)`
-_MISSING = re.compile(r"^\(?\s*(.+?)\s+not\s+in\s+([A-Za-z_][\w.]*)\s*\)?\s*$")
-_PRESENT = re.compile(r"^\(?\s*(.+?)\s+in\s+([A-Za-z_][\w.]*)\s*\)?$")  # `k in C`
+# (round 35: `k in C.keys()` tests the same entry)
+_MISSING = re.compile(r"^\(?\s*(.+?)\s+not\s+in\s+([A-Za-z_][\w.]*)(?:\.keys\(\))?\s*\)?\s*$")
+_PRESENT = re.compile(r"^\(?\s*(.+?)\s+in\s+([A-Za-z_][\w.]*)(?:\.keys\(\))?\s*\)?$")  # `k in C`
 _HIT = re.compile(r"\(?\s*(?:(\w+)\s+is\s+not\s+None|(\w+))\s*\)?")
 _ABSENT = re.compile(r"\(?\s*\w+\s+is\s+None\s*\)?|\(?\s*not\s+\w+\s*\)?")
 
@@ -239,6 +241,12 @@ def _missing_test(container: str, key: str, func: Func, line: int) -> str:
             hit = _HIT.fullmatch(" ".join(block.test.split()))
             if hit is not None and (hit.group(1) or hit.group(2)) in probes:
                 return f"not ({block.test})"
+        if block.kind == "else" and block.span.contains_line(line):
+            # round 35: the `else` of `if key in C:` (`if H in self.masks.keys(): ... else: self.masks[H] = ...`)
+            head = next((b for b in func.blocks if b.kind == "if" and b.stmt == block.stmt), None)
+            hit = _PRESENT.fullmatch(" ".join(head.test.split())) if head is not None else None
+            if head is not None and hit is not None and hit.group(1).strip() == key and hit.group(2) == container:
+                return f"not ({head.test})"
         if block.kind not in ("if", "elif") or not block.span.contains_line(line):
             continue
         test = " ".join(block.test.split())

@@ -153,6 +153,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     from .stateless_modules import drop_stateless_moves
     from .swapped_storage import swapped_storage
     from .teardown_releases import kept_until_teardown, teardown_releases
+    from .timed_buffers import timed_buffers
     from .weight_fills import weight_fills
     from .weight_holders import weight_holders
     from .weight_inits import weight_init_temporaries
@@ -218,6 +219,7 @@ def run_scan(config: Config, catalog: Catalog, options: ScanOptions = ScanOption
     sites = setup_uploads(run_once(self_moves(sites, index), index), index)
     sites = weight_state(keyed_caches(guarded_setup(sites, index), index), index)
     sites = kept_accumulators(run_accumulators(sites, index, catalog.callers), index, catalog.callers)
+    sites = timed_buffers(sites, index)
     sites = kept_results(sites, index, catalog.callers)
     sites = fixture_scoped(registered_members(caller_lifetimes(sites, index, catalog.callers), index), index)
     sites = closure_kept(returned_once(sites, index, catalog.callers), index, catalog.callers)
