@@ -16,10 +16,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ..model import Language, Site
+from ..model import Site
 from .extract.common import zero_element_receiver
 from .index import Func, ProjectIndex
-from .move_apis import TENSOR_MOVES
+from .move_apis import TENSOR_MOVES, without_moves
 
 _LITERAL = r"torch\.(?:tensor|Tensor|[A-Z][a-z]*Tensor)"
 _EMPTY = re.compile(_LITERAL + r"\((?:\s*[\[(]\s*[\])]\s*(?:,[^()]*)?)?\)\.(?:to|cuda)")
@@ -28,8 +28,7 @@ _EMPTY_ARGS = re.compile(r"\s*[\[(]\s*[\])]\s*(?:,.*)?", re.S)
 
 
 def drop_empty_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
-    return [s for s in sites if not (s.api in TENSOR_MOVES and s.via is None and s.language is Language.PYTHON
-                                     and _empty(s, index))]
+    return without_moves(sites, TENSOR_MOVES, lambda s: _empty(s, index))
 
 
 def _empty(site: Site, index: ProjectIndex) -> bool:

@@ -26,14 +26,13 @@ import re
 from collections.abc import Sequence
 
 from ..arglists import split_args
-from ..model import Call, Language, Site
+from ..model import Call, Site
 from .index import Func, ProjectIndex
-from .move_apis import TO_MOVES
+from .move_apis import TO_MOVES, without_moves
 
 
 def drop_moved_again(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
-    return [s for s in sites if not (s.api in TO_MOVES and s.via is None and s.language is Language.PYTHON
-                                     and _moved_again(s, index))]
+    return without_moves(sites, TO_MOVES, lambda s: _moved_again(s, index))
 
 
 def _moved_again(site: Site, index: ProjectIndex) -> bool:

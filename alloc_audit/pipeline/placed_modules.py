@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from ..arglists import split_args
 from ..model import Call, Language, Site, SiteKind
 from .index import Func, ProjectIndex
-from .move_apis import MOVES
+from .move_apis import MOVES, without_moves
 
 _CURRENT_GPU = re.compile(r"""torch\.cuda\.current_device(?:\(\))?|(["'])cuda\1|torch\.device\((["'])cuda\2\)""")
 _TORCH_LAYER = re.compile(r"(?:torch\.)?nn\.([A-Z]\w*)")
@@ -59,8 +59,7 @@ _DEPTH = 4
 
 def drop_placed_moves(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
     """The sites, less the moves of modules built on the move's device."""
-    return [s for s in sites if not (s.api in MOVES and s.via is None and s.language is Language.PYTHON
-                                     and _already_there(s, index))]
+    return without_moves(sites, MOVES, lambda s: _already_there(s, index))
 
 
 def _already_there(site: Site, index: ProjectIndex) -> bool:

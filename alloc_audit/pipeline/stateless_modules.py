@@ -51,10 +51,10 @@ import re
 from collections.abc import Callable, Sequence
 
 from ..arglists import split_args
-from ..model import Call, Language, Site
+from ..model import Call, Site
 from .index import ClassInfo, Func, ProjectIndex
 from .module_classes import Skipped, receiver_builder
-from .move_apis import MODULE_MOVES
+from .move_apis import MODULE_MOVES, without_moves
 
 _TORCH_MODULE = frozenset({"nn.Module", "torch.nn.Module", "Module"})
 _LITERAL = re.compile(r"None|True|False|-?[\d.]+(?:e-?\d+)?|[rbf]?[\"'][^\"']*[\"']|[A-Z]\w*(?:\.[A-Za-z_]\w*)+")
@@ -64,8 +64,7 @@ _REGISTERS = re.compile(r"(?:^|\.)(?:register_\w+|add_module|Parameter|setattr)$
 def drop_stateless_moves(sites: Sequence[Site], index: ProjectIndex, stateless: frozenset[str] = frozenset(),
                          skipped: Skipped | None = None) -> list[Site]:
     memo: dict[str, bool] = {}
-    return [s for s in sites if not (s.api in MODULE_MOVES and s.via is None and s.language is Language.PYTHON
-                                     and _moves_nothing(s, index, memo, stateless, skipped))]
+    return without_moves(sites, MODULE_MOVES, lambda s: _moves_nothing(s, index, memo, stateless, skipped))
 
 
 def _moves_nothing(site: Site, index: ProjectIndex, memo: dict[str, bool], stateless: frozenset[str],
