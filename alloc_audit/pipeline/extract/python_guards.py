@@ -40,15 +40,17 @@ def no_elements(src: Source, node: Any, api: str, shape: tuple[str, ...]) -> boo
     dims = shape_dims(api, shape)
     if not dims:
         return False
-    wanted = {_normal(d) for d in dims} - {None}
+    wanted: set[str | None] | None = None  # the dimensions normalised, parsed only once a guard tests a product
     child, parent = node, node.parent
     while parent is not None and parent.type not in ("function_definition", "lambda", "class_definition", "module"):
         if parent.type == "if_statement" and child == parent.child_by_field_name("consequence"):
             condition = parent.child_by_field_name("condition")
             text = src.text(condition, 400) if condition is not None else ""
             factors = _zero_product(text) if _PRODUCT.search(text) else None
-            if factors and factors <= wanted and not _rebound(src, child, node, factors):
-                return True
+            if factors:
+                wanted = {_normal(d) for d in dims} - {None} if wanted is None else wanted
+                if factors <= wanted and not _rebound(src, child, node, factors):
+                    return True
         child, parent = parent, parent.parent
     return False
 
