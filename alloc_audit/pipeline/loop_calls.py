@@ -5,7 +5,12 @@ chains of ``classify_callers``): ``main`` runs once, but what it calls in
 
 from __future__ import annotations
 
+import re
+
 from .index import Func
+
+# a script's entry point by name (`main`, `_main`, `cli_main`), for the passes that read one
+ENTRY_NAME = re.compile(r"_?main|\w+_main")
 
 
 def calls_in_loop(caller: Func, callee: Func) -> bool:

@@ -85,7 +85,7 @@ from .closure_kept import reads_free
 from .extract.python_kept import VIEW_METHODS
 from .index import Func, ProjectIndex, last_name
 from .index.values import rebound_between
-from .loop_calls import script_entry
+from .loop_calls import ENTRY_NAME, script_entry
 from .names import IDENTIFIER, has_name, has_word, starts_with_word
 from .retier import Decision, python_device_site, retier
 from .weight_fills import weight_writes
@@ -94,7 +94,6 @@ _DEPTH = 3  # caller levels followed up to a run-once root
 _VIEWS = frozenset(VIEW_METHODS.split("|"))  # methods giving a view of their receiver: the name still holds it
 _OWN = re.compile(r"self\.\w+(?:\.data)?(?:\s|\[|$)")  # an object's own member (weight_preparation's test)
 _INPLACE = re.compile(r"([A-Za-z_]\w*)(?:\[[^\]]*\])*\.(?!_)\w*[a-z0-9]_$")  # `total.add_`, `c["k"].copy_`
-_MAIN = re.compile(r"_?main|\w+_main")  # a script's entry point by name (`main`, `cli_main`)
 
 
 def run_accumulators(sites: Sequence[Site], index: ProjectIndex, globs: CallerGlobs) -> list[Site]:
@@ -236,7 +235,7 @@ def _entry_point(func: Func, index: ProjectIndex) -> bool:
     ``main`` (``_main``, ``*_main``), and called by nothing but module-level
     code, outside its loops (``if __name__ == "__main__": main()``), if
     anything calls it. A ``configure*`` hook or a helper returns to more work."""
-    if _MAIN.fullmatch(func.name) is None or func.scope is None or func.scope.role != "function":
+    if ENTRY_NAME.fullmatch(func.name) is None or func.scope is None or func.scope.role != "function":
         return False
     callers = [index.funcs[fid] for fid, d in index.callers_within([func], 1).items()
                if d == 1 and fid in index.funcs and fid != func.id]

@@ -38,11 +38,10 @@ from collections.abc import Sequence
 
 from ..model import Language, Site, SiteKind, Tier
 from .index import Func, ProjectIndex
-from .loop_calls import script_entry
+from .loop_calls import ENTRY_NAME, script_entry
 from .names import IDENTIFIER, has_word
 from .retier import Decision, retier
 
-_MAIN = re.compile(r"_?main|\w+_main")  # a script's entry point by name, as run_accumulators reads it
 _TIMER = re.compile(r"(?:^|\.)(?:timeit\.(?:Timer|timeit|repeat)|do_bench\w*|benchmark\.Timer)$")
 _TIMER_WORDS = ("timeit", "Timer", "do_bench")  # cheap text gate: one of them is in the callee
 _NEW = {Tier.T4: Tier.T2, Tier.T5A: Tier.T5B}
@@ -55,7 +54,7 @@ def timed_buffers(sites: Sequence[Site], index: ProjectIndex) -> list[Site]:
         return (site.language is Language.PYTHON and site.via is None and site.target is not None
                 and (site.kind is SiteKind.DEVICE and site.tier is Tier.T4
                      or site.kind is SiteKind.PINNED_HOST and site.tier is Tier.T5A)
-                and _MAIN.fullmatch(site.scope) is not None)
+                and ENTRY_NAME.fullmatch(site.scope) is not None)
 
     def decide(site: Site) -> Decision | None:
         return _decide(site, index, entries)
