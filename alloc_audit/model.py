@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from .slots import builder
+
 
 class Language(str, Enum):
     PYTHON = "python"
@@ -238,8 +240,8 @@ class CallTable:
     def __getitem__(self, i: int) -> Call:
         p = self.positions
         k = 4 * i
-        return Call(self.scopes[i], Span(p[k], p[k + 1], p[k + 2], p[k + 3]), self.callees[i], self.arglists[i],
-                    self.targets[i])
+        return _call(self.scopes[i], _span(p[k], p[k + 1], p[k + 2], p[k + 3]), self.callees[i], self.arglists[i],
+                     self.targets[i])
 
     def __iter__(self) -> Iterator[Call]:
         return (self[i] for i in range(len(self.callees)))
@@ -255,6 +257,9 @@ class CallTable:
             positions += (c.span.line, c.span.col, c.span.end_line, c.span.end_col)
         return CallTable(tuple(c.scope for c in items), tuple(c.callee for c in items),
                          tuple(c.arglist for c in items), tuple(c.target for c in items), tuple(positions))
+
+
+_call, _span = builder(Call), builder(Span)  # `Call(...)`, `Span(...)` through the slots (`slots.builder`)
 
 
 @dataclass(frozen=True, slots=True)

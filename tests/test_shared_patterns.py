@@ -17,7 +17,7 @@ from pathlib import Path
 from alloc_audit import globs
 from alloc_audit.pipeline.extract import python_bindings as pb
 from alloc_audit.pipeline.extract import python_module_move as pmm
-from alloc_audit.pipeline.names import value_arguments
+from alloc_audit.pipeline.names import value_arguments, value_arguments_in
 
 _NAMES = ("x", "buf", "self.buf", "a.b", "a.a", "aa", "f", "fo", "n", "i", "s.x.y", "in_", "as_", "forx", "_",
           "x1", "self", "état", "a.as_b")
@@ -79,6 +79,16 @@ def test_value_arguments_matches_on_this_packages_sources() -> None:
     for path in sorted(Path(pb.__file__).parents[2].rglob("*.py")):
         text = path.read_text(encoding="utf-8")
         assert value_arguments(text) == set(_VALUE_ARG.findall(text)), path
+
+
+def test_value_arguments_in_is_the_union_over_the_texts() -> None:
+    """perf-r36b: ``value_arguments_in`` (the runs of all texts read once) is the union of ``value_arguments``."""
+    rng = random.Random(36)
+    for _ in range(2000):
+        texts = ["".join(rng.choice(_ARG_PIECES) for _ in range(rng.randint(0, 12))) for _ in range(rng.randint(0, 5))]
+        assert value_arguments_in(texts) == set().union(*map(value_arguments, texts)), texts
+    sources = [p.read_text(encoding="utf-8") for p in sorted(Path(pb.__file__).parents[1].rglob("*.py"))]
+    assert value_arguments_in(sources) == set().union(*map(value_arguments, sources))
 
 
 _MOVE_NAMES = (b"model", b"self.model", b"m", b"a.m", b"mm", b"self")

@@ -8,6 +8,7 @@ or ``_``). Pure."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 
 def _word(ch: str) -> bool:
@@ -67,7 +68,16 @@ def value_arguments(text: str) -> set[str]:
     line): ``set(re.findall(r"(?:^|[,(=])[ \\t]*(?:[A-Za-z_]\\w*\\.)*([A-Za-z_]\\w*)[ \\t]*(?=,|\\)|$)", text,
     re.M))``, searched from the characters that can start a match (perf-r29: a third less time than that
     pattern, whose first alternative is tried at every offset; tests/test_shared_patterns.py)."""
-    runs = _VALUE_RUN.findall("\n" + text)
+    return value_arguments_in((text,))
+
+
+def value_arguments_in(texts: Iterable[str]) -> set[str]:
+    """The union of ``value_arguments`` over ``texts``. A run's last name depends on the run alone, so
+    the runs of all texts are gathered into one set first and each distinct run is read once (perf-r36b:
+    flashinfer's files hand on 264,535 runs, 25,865 distinct)."""
+    runs: set[str] = set()
+    for text in texts:
+        runs.update(_VALUE_RUN.findall("\n" + text))
     # a run without a dot is one name (``[A-Za-z_][\w.]*`` less the dots): ``_DOTTED`` matches it whole, and it is
     # its own last name; only dotted runs are checked and split (perf-r35b: a third less time after the findall)
     found = {run for run in runs if "." not in run}

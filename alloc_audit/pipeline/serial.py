@@ -17,6 +17,8 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from ..slots import slot_setters as _slot_setters
+
 T = TypeVar("T")
 
 _encoders: dict[Any, Callable[[Any], Any]] = {}
@@ -131,25 +133,6 @@ def _generate_decoder(cls: type) -> Callable[[Any], Any]:
         src = f"def dec(d):\n    o = new(cls)\n{sets}    return o\n"
     exec(src, env)
     return typing.cast(Callable[[Any], Any], env["dec"])
-
-
-def _slot_setters(cls: type, names: list[str]) -> list[Callable[[Any, Any], None]] | None:
-    """The slots' own setters of ``names``, where building an object of ``cls`` is only setting them:
-    its ``__init__`` is the one ``dataclass`` generates (no ``__post_init__``, every field an init
-    argument, so it sets each field to its argument and does nothing else), ``__new__`` is
-    ``object``'s, and each field is a slot; else None (the decoder calls ``cls``)."""
-    init, new = getattr(cls, "__init__", None), getattr(cls, "__new__", None)
-    if getattr(cls, "__post_init__", None) is not None or new is not object.__new__ or \
-            getattr(getattr(init, "__code__", None), "co_filename", "") != "<string>" or \
-            not all(f.init for f in dataclasses.fields(cls)):
-        return None
-    setters = []
-    for name in names:
-        slot = next((k.__dict__[name] for k in cls.__mro__ if name in k.__dict__), None)
-        if not isinstance(slot, types.MemberDescriptorType):
-            return None
-        setters.append(slot.__set__)
-    return setters
 
 
 @functools.cache

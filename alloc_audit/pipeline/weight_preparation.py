@@ -103,7 +103,7 @@ from ..globs import matcher, test_path
 from ..model import Call, Language, Site, SiteKind, Tier
 from .conversion_paths import decorator_registered
 from .index import ClassInfo, Func, ProjectIndex, last_name
-from .names import has_word, value_arguments
+from .names import has_word, value_arguments_in
 from .prep_forwards import (
     DEPTH,
     PrepCtx,
@@ -255,14 +255,12 @@ def _handed_on(func: Func, ctx: PrepCtx) -> bool:
     (a module's forward, maybe). Read once from every file's call arguments
     and assignments, when a writer or its helper first asks."""
     if ctx.handed is None:
-        found: set[str] = set()
         for path, facts in ctx.index.files.items():
-            text = "\n".join(facts.calls.arglists)
-            found.update(value_arguments(text))  # the values handed on whole (`m`, `self.a_qdq`)
             for a in facts.assigns:
                 if m := _VALUE.fullmatch(a.value.strip()):
                     ctx.bound.setdefault(m.group(1), []).append((path, a))
-        ctx.handed = frozenset(found)
+        # the values handed on whole (`m`, `self.a_qdq`) in any file's calls
+        ctx.handed = frozenset(value_arguments_in("\n".join(f.calls.arglists) for f in ctx.index.files.values()))
     if func.name in ctx.handed:
         return True
     bound = ctx.forward.get(f"bound:{func.name}")  # asked for each method of a name: answered once per name
