@@ -148,3 +148,30 @@ def test_mentions_is_membership_of_a_whole_identifier():
         asks += [f"{a} {b}" for a, b in zip(words, words[1:])]
         for name in asks:
             assert mentions(text, name) is (name in names), (text, name)
+
+
+def test_a_file_found_to_mention_none_of_a_rounds_names_is_answered_as_if_asked_afresh():
+    """``wants_file``'s ``none_of`` (kept across the rounds): a later round
+    answers every file as a round asked without it would, whether its names
+    are among an earlier round's (no split) or not (random rounds, files and
+    names; the same wanted names repeat, grow and shrink)."""
+    rng = random.Random(36)
+    pool = [f"name{i}" for i in range(40)]
+    paths = [f"pkg/m{i}.py" for i in range(30)] + [f"csrc/k{i}.cu" for i in range(30)]
+    texts = {p: said(*rng.sample(pool, rng.randint(0, 8))) for p in paths}
+    for _ in range(40):
+        none_of: dict[str, frozenset[str]] = {}
+        previous: list[str] = rng.sample(pool, 6)
+        for _round in range(4):
+            names = rng.choice([previous, rng.sample(previous, 3), previous + rng.sample(pool, 2)])
+            previous = names
+            table = {n: (frozenset({"pkg"}), frozenset({"pkg"})) for n in names[:3]}
+            wants = WantedFiles(definitions=frozenset(names[3:5]), classes=table,
+                                modules=frozenset({"pkg.m0"}), native_mentions=frozenset(names[5:]))
+            for p in paths:
+                if p.endswith(".py"):  # a Python file that mentions a class it can reach is wanted without a look
+                    assert wants.wants_file(p, texts[p], never_read, none_of) == \
+                        wants.wants_file(p, texts[p], never_read)
+                else:
+                    look = reads("void name1(int n) {\n}\n")
+                    assert wants.wants_file(p, texts[p], look, none_of) == wants.wants_file(p, texts[p], look)

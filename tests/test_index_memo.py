@@ -393,3 +393,32 @@ def test_past_constructors_notes_the_same_names_with_its_interned_table() -> Non
     noted = next(n for n in second[0] if n == fa.PAST + "a.py::f")
     assert noted is interned["a.py::f"] and noted is next(n for n in first[0] if n.startswith(fa.PAST))
     fa._past_constructors([], set(), funcs, interned)  # outside a memoised computation: nothing to note
+
+
+def test_module_path_by_a_tail_answers_as_a_fresh_index_after_each_add(facts: dict[str, FileFacts]) -> None:
+    """``Symbols.module_path`` keeps the modules that end in a dotted tail until the next ``add``: asked
+    between adds (the tails remembered), it answers every tail from every importing file as a fresh
+    index given the same files does (several copies of a package, one added later, ties, no copy)."""
+    from alloc_audit.pipeline.index.symbols import Symbols
+
+    base = facts["pkg/raw.py"]
+    layout = [("vendor/a/pkg/util.py", "vendor.a.pkg.util"), ("lib/pkg/util.py", "lib.pkg.util"),
+              ("vendor/b/pkg/util.py", "vendor.b.pkg.util"), ("util.py", "util"), ("lib/pkg/io.py", "lib.pkg.io"),
+              ("lib/other/io.py", "lib.other.io")]
+    made = {p: dataclasses.replace(base, module=m) for p, m in layout}
+    tails = sorted({".".join(m.split(".")[i:]) for _p, m in layout for i in range(len(m.split(".")))} | {"nowhere"})
+    nears = ["", "vendor/a/x.py", "vendor/b/y.py", "lib/z.py", "top.py"]
+    asked = Symbols()
+    added: dict[str, FileFacts] = {}
+    for paths in (layout[:2], layout[2:4], layout[4:]):
+        new = {p: made[p] for p, _m in paths}
+        asked.add(new)
+        added.update(new)
+        fresh = Symbols()
+        fresh.add(added)
+        for _twice in range(2):  # the second time from what the first remembered
+            assert [asked.module_path(t, n) for t in tails for n in nears] == \
+                [fresh.module_path(t, n) for t in tails for n in nears]
+    assert asked.module_path("pkg.util", "vendor/b/y.py") == "vendor/b/pkg/util.py"
+    assert asked.module_path("pkg.util", "lib/z.py") == "lib/pkg/util.py"
+    assert asked.module_path("io", "") is None  # two copies and no importing file: ambiguous

@@ -251,13 +251,24 @@ class WantedFiles:
     def __bool__(self) -> bool:
         return bool(self.definitions or self.classes or self.functions or self.modules or self.native_mentions)
 
-    def wants_file(self, path: str, mentioned: str, look: Callable[[], SkippedFile]) -> bool:
+    def wants_file(self, path: str, mentioned: str, look: Callable[[], SkippedFile],
+                   none_of: dict[str, frozenset[str]] | None = None) -> bool:
         """Whether a skipped file (the identifiers it mentions, ``identifiers``'
         text; a look at its bytes, taken only when a wanted name is among
-        them) is one the rules need."""
+        them) is one the rules need. ``none_of``, kept across the rounds by
+        the caller: path -> the quick-no names (``native_names``, ``python_names``)
+        of a round that found the file mentions none of them. A file's
+        identifiers never change, so a later round whose quick-no names are
+        among those mentions none of its own either: no again without
+        splitting the text (a large tree's skipped native files hold ~1.2 M
+        names; on aphrodite round 3 and on flashinfer rounds 2-3 add no name)."""
         if not path.endswith(".py"):
+            if none_of is not None and self.native_names <= none_of.get(path, frozenset()):
+                return False
             identifiers = mentioned.split()
             if self.native_names.isdisjoint(identifiers):  # one pass over a long list, not two
+                if none_of is not None:
+                    none_of[path] = self.native_names
                 return False
             if not self.native_mentions.isdisjoint(identifiers):
                 return True
@@ -268,8 +279,12 @@ class WantedFiles:
         module = module_name(path)
         if self.wants_module(module):
             return True
+        if none_of is not None and self.python_names <= none_of.get(path, frozenset()):
+            return False
         identifiers = mentioned.split()
         if self.python_names.isdisjoint(identifiers):
+            if none_of is not None:
+                none_of[path] = self.python_names
             return False
         package = module.rpartition(".")[0]
         named = set(identifiers)
@@ -389,6 +404,7 @@ def expand_skipped(index: ProjectIndex, files: Outcomes, pack: RulePack,
 
     depth = max(pack.capture_depth, pack.flow_depth, 1)
     looks: dict[str, SkippedFile] = {}  # skipped files read again, once
+    none_of: dict[str, frozenset[str]] = {}  # skipped files that mention none of a round's names (``wants_file``)
 
     def look(path: str) -> SkippedFile:
         found = looks.get(path)
@@ -400,7 +416,7 @@ def expand_skipped(index: ProjectIndex, files: Outcomes, pack: RulePack,
         asked = time.perf_counter()
         wants = expansion_wants(index, roots, depth)
         chosen = sorted(p for p, idents in files.skipped.items()
-                        if wants.wants_file(p, idents, functools.partial(look, p)))
+                        if wants.wants_file(p, idents, functools.partial(look, p), none_of))
         LOG.debug("expansion round %d: %d of %d skipped files wanted (%d bytes; chosen in %.3f s)", _round + 1,
                   len(chosen), len(files.skipped), sum(files.size(p) for p in chosen), time.perf_counter() - asked)
         if not chosen:

@@ -1,7 +1,7 @@
 """Pieces of ``symbols``, apart for its size: a new file's calls, sites
 and statements filed into its functions, a Python class's constructors, and
-how many leading directories two paths share (``Symbols.module_path``'s
-choice between vendored copies)."""
+the file of a dotted module (``Symbols.module_path``, with its choice
+between vendored copies)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,30 @@ def statements_into_functions(symbols: Symbols, path: str) -> None:
         func_for(table, path, block.scope, facts).blocks.append(block)
     for w in facts.withs:
         func_for(table, path, w.scope, facts).withs.append(w)
+
+
+def module_file(symbols: Symbols, module: str, near: str) -> str | None:
+    """``Symbols.module_path`` past noting the lookup: the module itself, else the one module that ends
+    in it, else the copy that shares the most leading directories with ``near``."""
+    found = symbols.modules.get(module)
+    if found is not None:
+        return found
+    # the modules that end in a tail, kept until the next ``add`` (which changes ``modules_by_leaf`` and
+    # clears them): resolutions ask ~5,500 tails ~57,000 times a scan of aphrodite, most between two adds,
+    # and each ask scanned the leaf's modules again (32 of them for `utils`, `config`)
+    candidates = symbols.module_tails.get(module)
+    if candidates is None:
+        suffix = "." + module
+        candidates = symbols.module_tails[module] = [
+            m for m in symbols.modules_by_leaf.get(module.rsplit(".", 1)[-1], ()) if m.endswith(suffix)]
+    if len(candidates) == 1:
+        return symbols.modules[candidates[0]]
+    if not candidates or not near:
+        return None
+    shared = [(shared_dirs(symbols.modules[m], near), m) for m in candidates]
+    best = max(n for n, _m in shared)
+    winners = [m for n, m in shared if n == best]
+    return symbols.modules[winners[0]] if len(winners) == 1 and best > 0 else None
 
 
 def shared_dirs(a: str, b: str) -> int:

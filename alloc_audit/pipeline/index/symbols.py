@@ -14,8 +14,8 @@ from typing import Any
 
 from ...model import Assign, Block, Call, CallTable, FileFacts, Language, Return, Scope, Site, Span, With
 from .memo import CutOff, Deps
+from .symbol_parts import module_file as _module_file
 from .symbol_parts import python_constructors as _python_constructors
-from .symbol_parts import shared_dirs as _shared_dirs
 from .symbol_parts import statements_into_functions as _statements_into_functions
 
 _CONSTRUCTOR_NAMES = ("__init__", "__post_init__", "__new__")
@@ -169,6 +169,7 @@ class Symbols:
         self.classes_by_name: dict[str, list[ClassInfo]] = {}
         self.modules: dict[str, str] = {}  # python module -> path
         self.modules_by_leaf: dict[str, list[str]] = {}
+        self.module_tails: dict[str, list[str]] = {}  # a dotted tail -> the modules ending in it, until ``add``
         self.module_symbols: dict[str, dict[str, Func | ClassInfo]] = {}
         self.module_imports: dict[str, dict[str, str]] = {}
         self.cpp_functions: dict[str, list[Func]] = {}  # simple name -> free functions
@@ -203,6 +204,7 @@ class Symbols:
         the native free functions they add."""
         touched: set[str] = set()
         self._settled.clear()
+        self.module_tails.clear()  # ``modules_by_leaf`` changes
         new_paths = sorted(p for p in files if p not in self.files)
         for path in new_paths:
             self.files[path] = files[path]
@@ -366,19 +368,7 @@ class Symbols:
         the one that shares the most leading directories with ``near`` (the
         importing file) is meant; a tie is ambiguous."""
         self.deps.note("module:" + module)
-        found = self.modules.get(module)
-        if found is not None:
-            return found
-        leaf = module.rsplit(".", 1)[-1]
-        candidates = [m for m in self.modules_by_leaf.get(leaf, ()) if m.endswith("." + module)]
-        if len(candidates) == 1:
-            return self.modules[candidates[0]]
-        if not candidates or not near:
-            return None
-        shared = [(_shared_dirs(self.modules[m], near), m) for m in candidates]
-        best = max(n for n, _m in shared)
-        winners = [m for n, m in shared if n == best]
-        return self.modules[winners[0]] if len(winners) == 1 and best > 0 else None
+        return _module_file(self, module, near)
 
     def resolve_symbol(self, dotted: str, depth: int = 0, near: str = "") -> Func | ClassInfo | None:
         """A Python dotted name -> a project function or class, following
